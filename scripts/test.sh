@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The README test command: installs what is needed, builds queuer with
+# --werror, runs the whole suite (unit, integration, scenario tests against
+# private PostgreSQL clusters and the simulator), then builds again with
+# AddressSanitizer + UndefinedBehaviorSanitizer and runs the suite there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+scripts/deps.sh
+
+total_ok=0
+total_fail=0
+
+run_suite() {
+    local dir=$1
+    shift
+    local log
+    log=$(mktemp)
+    set +e
+    meson test -C "$dir" --print-errorlogs "$@" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    set -e
+    local ok fail
+    ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    fail=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    total_ok=$((total_ok + ${ok:-0}))
+    total_fail=$((total_fail + ${fail:-0}))
+    rm -f "$log"
+    return "$rc"
+}
+
+setup() {
+    local dir=$1
+    shift
+    if [ -f "$dir/build.ninja" ]; then
+        meson setup --reconfigure "$dir" "$@" >/dev/null
+    else
+        meson setup "$dir" "$@" >/dev/null
+    fi
+}
+
+status=0
+setup build/ci --werror --buildtype=debugoptimized
+meson compile -C build/ci
+run_suite build/ci || status=1
+
+setup build/asan --werror --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+meson compile -C build/asan
+run_suite build/asan --setup=asan --no-suite scenario || status=1
+
+echo
+echo "${total_ok} passed, ${total_fail} failed"
+exit "$status"

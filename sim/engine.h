@@ -1,0 +1,141 @@
+/*
+ * The simulator's engine: the pure ledger behind one mutex, a ticker thread
+ * that applies status changes when they fall due, and waiters (suspended
+ * HTTP requests: long polls, slow and hung answers) that it wakes.
+ *
+ * DESIGN
+ * - One mutex (`mu`) guards the ledger and every waiter structure. Every
+ *   ledger-visible event (accepted post, status change, restart) is written
+ *   to the event log while it is held, so the log's line order is the
+ *   ledger's order. Lock order: engine mutex, then the event log's mutex.
+ * - The ticker sleeps on a condition variable until the earliest of the next
+ *   status change and the next waiter deadline; request threads signal it
+ *   when they make something due earlier. Request threads also advance the
+ *   ledger themselves, so an answer never shows a stale status.
+ * - A waiter belongs to its request; the engine links it while it is armed.
+ *   Waking unlinks it, clears `armed`, then calls `wake` with the mutex held
+ *   (the HTTP layer resumes the connection there; it must not call back into
+ *   the engine). A request must not be freed while armed: call
+ *   qw_sim_engine_cancel() first (a no-op when not armed).
+ * - Shutdown: qw_sim_engine_shutdown() wakes every waiter and makes later
+ *   waits return at once; qw_sim_engine_free() stops the ticker.
+ */
+#ifndef QW_SIM_ENGINE_H
+#define QW_SIM_ENGINE_H
+
+#include "evlog.h"
+#include "ledger.h"
+#include "stats.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct qw_sim_engine;
+
+enum qw_sim_wake_reason {
+    QW_SIM_WAKE_NONE = 0, /* still waiting */
+    QW_SIM_WAKE_READY,    /* every listed id is settled */
+    QW_SIM_WAKE_TIMEOUT,  /* the deadline passed */
+    QW_SIM_WAKE_SHUTDOWN, /* the simulator is stopping */
+};
+
+/** A suspended request. Owned by the request; see DESIGN above. */
+struct qw_sim_waiter {
+    void (*wake)(struct qw_sim_waiter *w); /* called once, engine mutex held */
+    void *arg;                             /* for `wake` */
+    int64_t deadline_us;                   /* wake with TIMEOUT then; INT64_MAX = never */
+    const char *service_key;               /* long poll: the service, else NULL */
+    const char *const *ids;                /* long poll: ids that must settle */
+    size_t n_ids;                          /* long poll: number of ids, 0 = pure timer */
+    enum qw_sim_wake_reason reason;        /* why it was woken, set before `wake` */
+    /* engine-private */
+    atomic_bool armed;                 /* linked into the engine */
+    size_t heap_pos;                   /* index in the deadline heap */
+    struct qw_sim_waiter *svc_prev;    /* long-poll list of its service */
+    struct qw_sim_waiter *svc_next;    /* long-poll list of its service */
+    struct qw_sim_service *svc;        /* service of a long poll */
+};
+
+/**
+ * Creates the ledger and starts the ticker thread. `log` (may be NULL) and
+ * `stats` are borrowed and must outlive the engine. Returns QW_OK,
+ * QW_ERR_INVALID (bad ledger config), QW_ERR_NOMEM or QW_ERR_IO (thread).
+ */
+int qw_sim_engine_start(const struct qw_sim_ledger_config *cfg, struct qw_sim_evlog *log,
+                        struct qw_sim_stats *stats, struct qw_sim_engine **out);
+
+/** Wakes every waiter with SHUTDOWN; later waits wake at once. Idempotent. */
+void qw_sim_engine_shutdown(struct qw_sim_engine *e);
+
+/** Stops the ticker and frees everything. Waiters must be gone. NULL is a no-op. */
+void qw_sim_engine_free(struct qw_sim_engine *e);
+
+/** How a submission ends, for the event log. */
+struct qw_sim_post_note {
+    const char *fate;  /* NULL: answered; "drop" or "hang": no answer follows */
+    const char *fault; /* injected fault behind the answer ("429", "burst", "5xx"), or NULL */
+    bool malformed;    /* the 202 body is garbled */
+    int64_t slow_ms;   /* the answer was delayed this long */
+};
+
+/**
+ * Offers a BatchList's batches to the ledger (for `service_key`) and logs
+ * one "post" line per batch, with code 202/429 or the note's fate. Returns
+ * QW_OK or QW_ERR_NOMEM; `*result` says whether the ledger took them.
+ * Thread-safe.
+ */
+int qw_sim_engine_submit(struct qw_sim_engine *e, const char *service_key,
+                         const struct qw_sim_submission *subs, size_t n,
+                         const struct qw_sim_post_note *note, enum qw_sim_accept_result *result);
+
+/**
+ * Logs "post" lines for a submission the ledger never saw (bad request,
+ * auth failure, injected fault): one per batch in `subs`, or one with a
+ * null batch when `n` is 0. `code` is the HTTP status, or 0 with `fate`
+ * ("drop"/"hang"). Does not take the engine mutex. Thread-safe.
+ */
+void qw_sim_engine_log_post(struct qw_sim_engine *e, const char *service_key,
+                            const struct qw_sim_submission *subs, size_t n, int code,
+                            const char *fate, const struct qw_sim_post_note *note);
+
+/**
+ * Renders the batch_statuses answer for `ids` of `service_key` now into a
+ * malloc'd string (caller frees; NULL on allocation failure). `*settled`
+ * tells whether no listed id awaits a status change. Thread-safe.
+ */
+char *qw_sim_engine_render_statuses(struct qw_sim_engine *e, const char *service_key,
+                                    const char *const *ids, size_t n, bool *settled);
+
+/**
+ * Logs a "get" line: `code` is the HTTP status, or 0 with `fate`
+ * ("drop"/"hang"); `waited_ms` > 0 for a long poll. Thread-safe.
+ */
+void qw_sim_engine_log_get(struct qw_sim_engine *e, const char *service_key, size_t n_ids,
+                           int code, const char *fate, int64_t waited_ms);
+
+/**
+ * Arms `w` (fields above "engine-private" filled by the caller). If its
+ * condition already holds, or the engine is shutting down, `wake` is
+ * called before this returns. Thread-safe.
+ */
+void qw_sim_engine_wait(struct qw_sim_engine *e, struct qw_sim_waiter *w);
+
+/** Disarms `w` without waking it; no-op when not armed. Thread-safe. */
+void qw_sim_engine_cancel(struct qw_sim_engine *e, struct qw_sim_waiter *w);
+
+/** Wipes the ledger (a node restart), logs it, wakes long polls. Thread-safe. */
+void qw_sim_engine_restart(struct qw_sim_engine *e, const char *why);
+
+/** Pauses or resumes the commit clock, logs it. Thread-safe. */
+void qw_sim_engine_set_paused(struct qw_sim_engine *e, bool paused);
+
+/**
+ * Adds the ledger's view to a stats object: "paused", "queued" (all
+ * services), "max_queued_any" and "services" {key: {"queued", "max_queued"}}.
+ * Returns QW_OK or QW_ERR_NOMEM. Thread-safe.
+ */
+int qw_sim_engine_stats_json(struct qw_sim_engine *e, json_t *into);
+
+#endif

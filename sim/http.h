@@ -1,0 +1,44 @@
+/*
+ * The simulator's HTTP layer (libmicrohttpd): scabbard's batches and
+ * batch_statuses routes, the /_sim control routes, bearer-token checks and
+ * fault injection. Long polls, slow and hung answers suspend the
+ * connection and hand a waiter to the engine, which resumes it.
+ *
+ * Threads: libmicrohttpd's pool (`threads`) runs every handler. The fault
+ * settings and PRNG sit behind their own mutex (never held with another).
+ */
+#ifndef QW_SIM_HTTP_H
+#define QW_SIM_HTTP_H
+
+#include "engine.h"
+#include "faults.h"
+#include "stats.h"
+
+#include <stdint.h>
+
+struct qw_sim_http_config {
+    int listen_fd;                     /* bound, listening socket; the daemon owns it */
+    int threads;                       /* handler threads, >= 1 */
+    const char *token;                 /* required bearer token, NULL = none (copied) */
+    int64_t hang_max_ms;               /* hung connections are closed after this, ms */
+    struct qw_sim_engine *engine;      /* borrowed; outlives the HTTP layer */
+    struct qw_sim_stats *stats;        /* borrowed; outlives the HTTP layer */
+    struct qw_sim_fault_config faults; /* initial fault settings */
+    uint64_t seed;                     /* fault PRNG seed */
+};
+
+struct qw_sim_http;
+
+/**
+ * Starts serving on `cfg->listen_fd`. Returns QW_OK, QW_ERR_NOMEM or
+ * QW_ERR_IO (the daemon did not start; the socket is then closed).
+ */
+int qw_sim_http_start(const struct qw_sim_http_config *cfg, struct qw_sim_http **out);
+
+/**
+ * Stops serving and frees the layer. Call qw_sim_engine_shutdown() first so
+ * no connection stays suspended. NULL is a no-op.
+ */
+void qw_sim_http_stop(struct qw_sim_http *h);
+
+#endif

@@ -1,0 +1,337 @@
+/* Command-line options of scabbard-sim; see options.h. */
+#include "options.h"
+
+#include "common/err.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    OPT_LISTEN = 256,
+    OPT_PORT_FILE,
+    OPT_QUEUE_HIGH,
+    OPT_QUEUE_LOW,
+    OPT_GLOBAL_HIGH,
+    OPT_GLOBAL_LOW,
+    OPT_COMMIT_DELAY,
+    OPT_VALID_STEP,
+    OPT_INVALID_PREFIX,
+    OPT_STATUS_MEMORY,
+    OPT_TOKEN,
+    OPT_TOKEN_FILE,
+    OPT_SEED,
+    OPT_FAULT_5XX,
+    OPT_FAULT_DROP,
+    OPT_FAULT_429,
+    OPT_FAULT_429_BURST,
+    OPT_FAULT_SLOW,
+    OPT_FAULT_HANG,
+    OPT_FAULT_MALFORMED,
+    OPT_EVENT_LOG,
+    OPT_THREADS,
+    OPT_HANG_MAX,
+    OPT_LOG_LEVEL,
+    OPT_HELP,
+    OPT_VERSION,
+};
+
+static const struct option long_options[] = {
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"port-file", required_argument, NULL, OPT_PORT_FILE},
+    {"queue-high", required_argument, NULL, OPT_QUEUE_HIGH},
+    {"queue-low", required_argument, NULL, OPT_QUEUE_LOW},
+    {"global-high", required_argument, NULL, OPT_GLOBAL_HIGH},
+    {"global-low", required_argument, NULL, OPT_GLOBAL_LOW},
+    {"commit-delay-ms", required_argument, NULL, OPT_COMMIT_DELAY},
+    {"valid-step", no_argument, NULL, OPT_VALID_STEP},
+    {"invalid-prefix", required_argument, NULL, OPT_INVALID_PREFIX},
+    {"status-memory", required_argument, NULL, OPT_STATUS_MEMORY},
+    {"token", required_argument, NULL, OPT_TOKEN},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"fault-5xx", required_argument, NULL, OPT_FAULT_5XX},
+    {"fault-drop", required_argument, NULL, OPT_FAULT_DROP},
+    {"fault-429", required_argument, NULL, OPT_FAULT_429},
+    {"fault-429-burst", required_argument, NULL, OPT_FAULT_429_BURST},
+    {"fault-slow", required_argument, NULL, OPT_FAULT_SLOW},
+    {"fault-hang", required_argument, NULL, OPT_FAULT_HANG},
+    {"fault-malformed", required_argument, NULL, OPT_FAULT_MALFORMED},
+    {"event-log", required_argument, NULL, OPT_EVENT_LOG},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"hang-max-ms", required_argument, NULL, OPT_HANG_MAX},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+void qw_sim_options_defaults(struct qw_sim_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    snprintf(o->listen_host, sizeof(o->listen_host), "127.0.0.1");
+    o->listen_port = 8008;
+    o->ledger.queue_high = 30;
+    o->ledger.queue_low = 15;
+    o->ledger.commit_delay_us = 20 * 1000;
+    o->ledger.status_memory = 100;
+    o->threads = 2;
+    o->hang_max_ms = 300 * 1000;
+    o->log_level = QW_LOG_INFO;
+}
+
+/* Parses a decimal integer in [min, max]. */
+static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (!text || !isdigit((unsigned char)text[0]))
+        return QW_ERR_INVALID;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return QW_ERR_INVALID;
+    *out = v;
+    return QW_OK;
+}
+
+static int parse_listen(const char *text, struct qw_sim_options *o)
+{
+    const char *colon = strrchr(text, ':');
+    if (!colon || colon == text)
+        return QW_ERR_INVALID;
+    uint64_t port;
+    if (parse_u64(colon + 1, 0, 65535, &port) != QW_OK)
+        return QW_ERR_INVALID;
+    const char *host = text;
+    size_t len = (size_t)(colon - text);
+    if (host[0] == '[') {
+        if (len < 3 || host[len - 1] != ']')
+            return QW_ERR_INVALID;
+        host++;
+        len -= 2;
+    }
+    if (len == 0 || len >= sizeof(o->listen_host))
+        return QW_ERR_INVALID;
+    memcpy(o->listen_host, host, len);
+    o->listen_host[len] = '\0';
+    o->listen_port = (int)port;
+    return QW_OK;
+}
+
+static bool all_hex(const char *text)
+{
+    if (!*text)
+        return false;
+    for (const char *p = text; *p; p++) {
+        if (!isxdigit((unsigned char)*p))
+            return false;
+    }
+    return true;
+}
+
+/* Applies one option; returns QW_OK or QW_ERR_INVALID with `err` set. */
+static int apply(int opt, const char *arg, struct qw_sim_options *o, char *err, size_t errlen)
+{
+    uint64_t u;
+    int rc = QW_OK;
+    switch (opt) {
+    case OPT_LISTEN:
+        rc = parse_listen(arg, o);
+        break;
+    case OPT_PORT_FILE:
+        o->port_file = arg;
+        break;
+    case OPT_QUEUE_HIGH:
+        rc = parse_u64(arg, 1, 1000000, &u);
+        o->ledger.queue_high = (size_t)u;
+        break;
+    case OPT_QUEUE_LOW:
+        rc = parse_u64(arg, 0, 1000000, &u);
+        o->ledger.queue_low = (size_t)u;
+        break;
+    case OPT_GLOBAL_HIGH:
+        rc = parse_u64(arg, 0, 100000000, &u);
+        o->ledger.global_high = (size_t)u;
+        break;
+    case OPT_GLOBAL_LOW:
+        rc = parse_u64(arg, 0, 100000000, &u);
+        o->ledger.global_low = (size_t)u;
+        break;
+    case OPT_COMMIT_DELAY:
+        rc = parse_u64(arg, 0, 3600 * 1000, &u);
+        o->ledger.commit_delay_us = (int64_t)u * 1000;
+        break;
+    case OPT_VALID_STEP:
+        o->ledger.valid_step = true;
+        break;
+    case OPT_INVALID_PREFIX:
+        rc = all_hex(arg) ? QW_OK : QW_ERR_INVALID;
+        o->ledger.invalid_prefix = arg;
+        break;
+    case OPT_STATUS_MEMORY:
+        rc = parse_u64(arg, 0, 100000000, &u);
+        o->ledger.status_memory = (size_t)u;
+        break;
+    case OPT_TOKEN:
+        rc = arg[0] ? QW_OK : QW_ERR_INVALID;
+        o->token = arg;
+        break;
+    case OPT_TOKEN_FILE:
+        o->token_file = arg;
+        break;
+    case OPT_SEED:
+        rc = parse_u64(arg, 0, UINT64_MAX, &o->seed);
+        o->seed_set = true;
+        break;
+    case OPT_FAULT_5XX:
+        rc = qw_sim_fault_parse_rate(arg, &o->faults.rate_5xx);
+        break;
+    case OPT_FAULT_DROP:
+        rc = qw_sim_fault_parse_rate(arg, &o->faults.rate_drop);
+        break;
+    case OPT_FAULT_429:
+        rc = qw_sim_fault_parse_rate(arg, &o->faults.rate_429);
+        break;
+    case OPT_FAULT_429_BURST:
+        rc = qw_sim_fault_parse_burst(arg, &o->faults.burst_every_ms, &o->faults.burst_len_ms);
+        break;
+    case OPT_FAULT_SLOW:
+        rc = qw_sim_fault_parse_slow(arg, &o->faults.rate_slow, &o->faults.slow_ms);
+        break;
+    case OPT_FAULT_HANG:
+        rc = qw_sim_fault_parse_rate(arg, &o->faults.rate_hang);
+        break;
+    case OPT_FAULT_MALFORMED:
+        rc = qw_sim_fault_parse_rate(arg, &o->faults.rate_malformed);
+        break;
+    case OPT_EVENT_LOG:
+        o->event_log = arg;
+        break;
+    case OPT_THREADS:
+        rc = parse_u64(arg, 1, 64, &u);
+        o->threads = (int)u;
+        break;
+    case OPT_HANG_MAX:
+        rc = parse_u64(arg, 1, 24 * 3600 * 1000, &u);
+        o->hang_max_ms = (int64_t)u;
+        break;
+    case OPT_LOG_LEVEL:
+        rc = qw_log_level_parse(arg, &o->log_level);
+        break;
+    default:
+        rc = QW_ERR_INVALID;
+    }
+    if (rc != QW_OK) {
+        const char *name = "?";
+        for (const struct option *lo = long_options; lo->name; lo++) {
+            if (lo->val == opt)
+                name = lo->name;
+        }
+        snprintf(err, errlen, "invalid value for --%s: \"%.100s\"", name, arg ? arg : "");
+    }
+    return rc;
+}
+
+/* Checks the options against each other. */
+static int check(const struct qw_sim_options *o, char *err, size_t errlen)
+{
+    const struct qw_sim_ledger_config *l = &o->ledger;
+    if (l->queue_low > l->queue_high) {
+        snprintf(err, errlen, "--queue-low (%zu) must not exceed --queue-high (%zu)",
+                 l->queue_low, l->queue_high);
+        return QW_ERR_INVALID;
+    }
+    if (l->global_low > l->global_high) {
+        snprintf(err, errlen, "--global-low (%zu) must not exceed --global-high (%zu)",
+                 l->global_low, l->global_high);
+        return QW_ERR_INVALID;
+    }
+    if (o->token && o->token_file) {
+        snprintf(err, errlen, "--token and --token-file are mutually exclusive");
+        return QW_ERR_INVALID;
+    }
+    return QW_OK;
+}
+
+int qw_sim_options_parse(int argc, char **argv, struct qw_sim_options *o, bool *show_usage,
+                         char *err, size_t errlen)
+{
+    qw_sim_options_defaults(o);
+    *show_usage = false;
+    optind = 0; /* GNU: restart scanning (tests parse several times) */
+    opterr = 0;
+    for (;;) {
+        int opt = getopt_long(argc, argv, "h", long_options, NULL);
+        if (opt == -1)
+            break;
+        if (opt == 'h')
+            opt = OPT_HELP;
+        if (opt == '?' || opt == ':') {
+            *show_usage = true;
+            if (optopt >= OPT_LISTEN)
+                snprintf(err, errlen, "option %s needs a value", argv[optind - 1]);
+            else
+                snprintf(err, errlen, "unknown option %s", argv[optind - 1]);
+            return QW_ERR_INVALID;
+        }
+        if (opt == OPT_HELP) {
+            o->help = true;
+            continue;
+        }
+        if (opt == OPT_VERSION) {
+            o->version = true;
+            continue;
+        }
+        int rc = apply(opt, optarg, o, err, errlen);
+        if (rc != QW_OK)
+            return rc;
+    }
+    if (optind < argc) {
+        *show_usage = true;
+        snprintf(err, errlen, "unexpected argument \"%.100s\"", argv[optind]);
+        return QW_ERR_INVALID;
+    }
+    return check(o, err, errlen);
+}
+
+void qw_sim_options_usage(FILE *out, const char *prog)
+{
+    fprintf(out,
+            "usage: %s [options]\n"
+            "A simulated Splinter scabbard ledger (REST) for tests, demos and benchmarks.\n"
+            "\n"
+            "  --listen HOST:PORT        address to listen on (default 127.0.0.1:8008; port 0 = "
+            "any)\n"
+            "  --port-file FILE          write the bound port to FILE once listening\n"
+            "  --queue-high N            per-service queued batches that start 429s (30)\n"
+            "  --queue-low N             ... and below which they stop (15)\n"
+            "  --global-high N           same over all services, 0 = off (0)\n"
+            "  --global-low N            (0)\n"
+            "  --commit-delay-ms MS      time per status step (20)\n"
+            "  --valid-step              Pending -> Valid -> Committed\n"
+            "  --invalid-prefix HEX      batches whose id starts with HEX end Invalid\n"
+            "  --status-memory N         finalized batches remembered per service, 0 = all "
+            "(100)\n"
+            "  --token T                 require 'Authorization: Bearer T'\n"
+            "  --token-file FILE         read T from FILE (trailing newline ignored)\n"
+            "  --seed N                  fault PRNG seed (default: from time and pid)\n"
+            "  --fault-5xx RATE          answer 500/503 with probability RATE (0..1)\n"
+            "  --fault-drop RATE         close the connection without answering\n"
+            "  --fault-429 RATE          extra 429s on submissions\n"
+            "  --fault-429-burst EVERY:LEN  429 storms: the last LEN ms of every EVERY ms\n"
+            "  --fault-slow RATE:MS      answer MS milliseconds late\n"
+            "  --fault-hang RATE         never answer; hold the connection\n"
+            "  --fault-malformed RATE    garble JSON bodies (202 and batch_statuses)\n"
+            "  --event-log FILE          append NDJSON events to FILE\n"
+            "  --threads N               HTTP threads (2)\n"
+            "  --hang-max-ms MS          close a hung connection after MS (300000)\n"
+            "  --log-level LEVEL         debug|info|warn|error (info)\n"
+            "  --help, --version\n"
+            "\n"
+            "Signals: SIGHUP wipes the ledger (node restart); SIGTERM/SIGINT stop.\n"
+            "Control: POST /_sim/restart, GET|POST /_sim/faults, GET /_sim/stats,\n"
+            "         POST /_sim/pause, POST /_sim/resume. See sim/README.md.\n",
+            prog);
+}

@@ -1,0 +1,53 @@
+/*
+ * Command-line options of scabbard-sim: defaults, parsing and usage text.
+ * Parsing is pure (no file is read; --token-file is only recorded).
+ */
+#ifndef QW_SIM_OPTIONS_H
+#define QW_SIM_OPTIONS_H
+
+#include "common/log.h"
+#include "faults.h"
+#include "ledger.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/** Exit status for bad usage (BSD EX_USAGE). */
+#define QW_SIM_EXIT_USAGE 64
+
+struct qw_sim_options {
+    char listen_host[256];              /* address to bind, brackets stripped */
+    int listen_port;                    /* 0..65535, 0 = any free port */
+    const char *port_file;              /* write the bound port here, NULL = don't */
+    struct qw_sim_ledger_config ledger; /* queue limits, delay, steps, memory */
+    const char *token;                  /* required bearer token, NULL = none */
+    const char *token_file;             /* file holding the token, NULL = none */
+    uint64_t seed;                      /* fault PRNG seed */
+    bool seed_set;                      /* --seed was given */
+    struct qw_sim_fault_config faults;  /* initial fault settings */
+    const char *event_log;              /* NDJSON event log path, NULL = none */
+    int threads;                        /* HTTP worker threads */
+    int64_t hang_max_ms;                /* longest a hung request is held, milliseconds */
+    enum qw_log_level log_level;        /* stderr log threshold */
+    bool help;                          /* --help: print usage, exit 0 */
+    bool version;                       /* --version: print version, exit 0 */
+};
+
+/** Fills `o` with the defaults. */
+void qw_sim_options_defaults(struct qw_sim_options *o);
+
+/**
+ * Parses `argv` into `o` (defaults first). Returns QW_OK, or
+ * QW_ERR_INVALID with a one-line reason in `err`; `*show_usage` is set when
+ * the usage text should follow (unknown option, missing argument, stray
+ * argument). Strings in `o` point into `argv`. Not thread-safe (getopt).
+ */
+int qw_sim_options_parse(int argc, char **argv, struct qw_sim_options *o, bool *show_usage,
+                         char *err, size_t errlen);
+
+/** Prints the usage text. */
+void qw_sim_options_usage(FILE *out, const char *prog);
+
+#endif

@@ -1,0 +1,27 @@
+-- Fetch: for each service this instance holds (optionally only those in
+-- $2), its oldest non-final batch plus any batch in flight, as the input
+-- of the one-round serial queuer. $1 instance, $2 text[] or NULL.
+-- Times are microseconds since the epoch on the database clock.
+SELECT c.service_id, c.claim_epoch, b.batch_id,
+       (extract(epoch FROM b.created_at) * 1000000)::bigint AS created_us,
+       b.submitted, coalesce(b.status, '') AS status,
+       coalesce((extract(epoch FROM b.retry_at) * 1000000)::bigint, 0) AS retry_us,
+       b.attempts,
+       (extract(epoch FROM now()) * 1000000)::bigint AS now_us
+  FROM queuer.service_id_claims c
+ CROSS JOIN LATERAL (
+       (SELECT o.batch_id, o.created_at, o.submitted, o.status, o.retry_at, o.attempts
+          FROM queuer.batches o
+         WHERE o.service_id = c.service_id
+           AND (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
+         ORDER BY o.created_at, o.batch_id
+         LIMIT 1)
+       UNION
+       (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts
+          FROM queuer.batches f
+         WHERE f.service_id = c.service_id
+           AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending'))
+     ) b
+ WHERE c.claimant = $1
+   AND c.expiry_1 > now()
+   AND ($2::text[] IS NULL OR c.service_id = ANY ($2::text[]))

@@ -1,0 +1,31 @@
+-- Queue: marks the chosen batches as being submitted (submitted = true,
+-- status cleared), fenced by the claim (claimant, epoch, expiry_1 > now())
+-- and by the state the queuer saw (compare-and-set). Appends a
+-- 'Submitting' history row with the reason. Returns the batches marked
+-- with their payloads; a batch not returned must not be submitted.
+-- $1 instance, $2 batch ids, $3 epochs, $4 statuses seen ('' = none).
+WITH q AS (
+    SELECT * FROM unnest($2::text[], $3::bigint[], $4::text[]) AS q(batch_id, epoch, seen)
+), upd AS (
+    UPDATE queuer.batches b
+       SET submitted = true, status = NULL, status_at = now()
+      FROM q, queuer.service_id_claims c
+     WHERE b.batch_id = q.batch_id
+       AND c.service_id = b.service_id
+       AND c.claimant = $1 AND c.claim_epoch = q.epoch AND c.expiry_1 > now()
+       AND NOT b.submitted
+       AND b.status IS NOT DISTINCT FROM nullif(q.seen, '')
+    RETURNING b.batch_id, b.service_id, b.payload, b.attempts, q.epoch, q.seen, b.last_error
+), hist AS (
+    INSERT INTO queuer.batch_history
+           (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
+    SELECT upd.batch_id, upd.service_id, nullif(upd.seen, ''), 'Submitting', $1, upd.epoch,
+           CASE upd.seen
+               WHEN '' THEN CASE WHEN upd.attempts = 0 THEN 'first submission'
+                                 ELSE 'resubmission: earlier attempt did not reach the ledger' END
+               WHEN 'Unknown' THEN 'resubmission: ledger does not know the batch (confirmed)'
+               WHEN 'Delayed' THEN 'retry after delay: ' || coalesce(upd.last_error, '')
+           END
+      FROM upd
+)
+SELECT upd.batch_id, upd.service_id, upd.epoch, upd.attempts, upd.payload FROM upd

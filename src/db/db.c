@@ -1,0 +1,545 @@
+/* libpq adapter with client-side deadlines and classified errors; see db.h. */
+#include "db/db.h"
+#include "common/clock.h"
+#include "common/embedded.h"
+
+#include <libpq-fe.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QW_DB_MAX_LISTEN 4
+#define QW_DB_MAX_PREPARED 128
+
+struct qw_db {
+    PGconn *conn;                                /* NULL after a drop */
+    char *conninfo;                              /* copied from opts */
+    char *password;                              /* copied; wiped on close */
+    char *app_name;                              /* application_name */
+    int connect_timeout_s;                       /* seconds */
+    int query_timeout_ms;                        /* deadline per call */
+    char listen[QW_DB_MAX_LISTEN][64];           /* channels to re-LISTEN */
+    int nlisten;                                 /* used entries of listen */
+    const char *prepared[QW_DB_MAX_PREPARED];    /* statement names prepared on conn */
+    int nprepared;                               /* used entries of prepared */
+};
+
+struct qw_db_res {
+    PGresult *res; /* owned */
+};
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* Drops the connection (closing the socket) so a hung backend cannot hold us. */
+static void db_drop(struct qw_db *db)
+{
+    if (db->conn) {
+        PQfinish(db->conn);
+        db->conn = NULL;
+    }
+    db->nprepared = 0;
+}
+
+static int is_conn_sqlstate(const char *st)
+{
+    return st && (strncmp(st, "08", 2) == 0 || strcmp(st, "57P01") == 0 ||
+                  strcmp(st, "57P02") == 0 || strcmp(st, "57P03") == 0);
+}
+
+static int classify_sqlstate(const char *st)
+{
+    if (!st)
+        return QW_ERR_DB;
+    if (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0)
+        return QW_ERR_SERIALIZATION;
+    if (is_conn_sqlstate(st))
+        return QW_ERR_DB_CONN;
+    if (strcmp(st, "QU429") == 0)
+        return QW_ERR_BACKPRESSURE;
+    if (strcmp(st, "QU409") == 0)
+        return QW_ERR_DUPLICATE;
+    if (strcmp(st, "QU400") == 0 || strcmp(st, "QU413") == 0)
+        return QW_ERR_INVALID;
+    if (strcmp(st, "57014") == 0)
+        return QW_ERR_TIMEOUT;
+    return QW_ERR_DB;
+}
+
+/* Copies the first line of `msg` into err->msg. */
+static void set_msg_line(struct qw_error *err, const char *prefix, const char *msg)
+{
+    if (!err)
+        return;
+    char line[sizeof(err->msg)];
+    snprintf(line, sizeof(line), "%s", msg ? msg : "");
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(err->msg, sizeof(err->msg), "%s%s", prefix, line);
+}
+
+static int conn_error(struct qw_db *db, struct qw_error *err)
+{
+    if (err) {
+        err->rc = QW_ERR_DB_CONN;
+        err->sqlstate[0] = '\0';
+        set_msg_line(err, "database connection lost: ",
+                     db->conn ? PQerrorMessage(db->conn) : "not connected");
+    }
+    db_drop(db);
+    return QW_ERR_DB_CONN;
+}
+
+/* Classifies a finished result; frees nothing. */
+static int result_rc(struct qw_db *db, PGresult *res, struct qw_error *err)
+{
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_COPY_IN)
+        return QW_OK;
+    if (!res || (db->conn && PQstatus(db->conn) == CONNECTION_BAD))
+        return conn_error(db, err);
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    int rc = classify_sqlstate(state);
+    if (err) {
+        err->rc = rc;
+        snprintf(err->sqlstate, sizeof(err->sqlstate), "%s", state ? state : "");
+        const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+        set_msg_line(err, "", primary ? primary : PQresultErrorMessage(res));
+    }
+    if (rc == QW_ERR_DB_CONN)
+        db_drop(db);
+    return rc;
+}
+
+/*
+ * Waits until the socket is ready for `events` or the deadline passes.
+ * Returns 1 ready, 0 deadline, -1 error.
+ */
+static int wait_socket(PGconn *conn, short events, int64_t deadline_ms)
+{
+    for (;;) {
+        int64_t left = deadline_ms - qw_clock_mono_ms();
+        if (left <= 0)
+            return 0;
+        struct pollfd pfd = {.fd = PQsocket(conn), .events = events};
+        int n = poll(&pfd, 1, left > 1000000 ? 1000000 : (int)left);
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+static int deadline_passed(struct qw_db *db, struct qw_error *err)
+{
+    db_drop(db);
+    return qw_error_set(err, QW_ERR_TIMEOUT,
+                        "database did not answer within %d ms; connection dropped",
+                        db->query_timeout_ms);
+}
+
+/* Flushes the outgoing query under the deadline. */
+static int flush_out(struct qw_db *db, int64_t deadline, struct qw_error *err)
+{
+    for (;;) {
+        int r = PQflush(db->conn);
+        if (r == 0)
+            return QW_OK;
+        if (r < 0)
+            return conn_error(db, err);
+        int w = wait_socket(db->conn, POLLOUT | POLLIN, deadline);
+        if (w == 0)
+            return deadline_passed(db, err);
+        if (w < 0 || !PQconsumeInput(db->conn))
+            return conn_error(db, err);
+    }
+}
+
+/*
+ * Collects the results of the query just sent. Keeps the first error, else
+ * the last result. Stops early at COPY IN (the caller then streams data).
+ */
+static int collect(struct qw_db *db, PGresult **out, struct qw_error *err)
+{
+    int64_t deadline = qw_clock_mono_ms() + db->query_timeout_ms;
+    int rc = flush_out(db, deadline, err);
+    if (rc != QW_OK)
+        return rc;
+    PGresult *keep = NULL;
+    for (;;) {
+        while (PQisBusy(db->conn)) {
+            int w = wait_socket(db->conn, POLLIN, deadline);
+            if (w == 0) {
+                PQclear(keep);
+                return deadline_passed(db, err);
+            }
+            if (w < 0 || !PQconsumeInput(db->conn)) {
+                PQclear(keep);
+                return conn_error(db, err);
+            }
+        }
+        PGresult *r = PQgetResult(db->conn);
+        if (!r)
+            break;
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_COPY_IN) {
+            PQclear(keep);
+            keep = r;
+            break;
+        }
+        int keep_is_error = keep && PQresultStatus(keep) == PGRES_FATAL_ERROR;
+        if (keep_is_error) {
+            PQclear(r);
+        } else {
+            PQclear(keep);
+            keep = r;
+        }
+    }
+    if (!keep)
+        return conn_error(db, err);
+    rc = result_rc(db, keep, err);
+    if (rc != QW_OK || !out)
+        PQclear(keep);
+    else
+        *out = keep;
+    return rc;
+}
+
+static int exec_setup(struct qw_db *db, const char *sql, struct qw_error *err)
+{
+    if (!PQsendQuery(db->conn, sql))
+        return conn_error(db, err);
+    return collect(db, NULL, err);
+}
+
+static int db_open(struct qw_db *db, struct qw_error *err)
+{
+    char timeout[16];
+    snprintf(timeout, sizeof(timeout), "%d", db->connect_timeout_s);
+    const char *keys[8];
+    const char *vals[8];
+    int n = 0;
+    keys[n] = "application_name";
+    vals[n++] = db->app_name;
+    keys[n] = "connect_timeout";
+    vals[n++] = timeout;
+    keys[n] = "keepalives_idle";
+    vals[n++] = "10";
+    keys[n] = "keepalives_interval";
+    vals[n++] = "3";
+    keys[n] = "dbname";
+    vals[n++] = db->conninfo;
+    if (db->password) {
+        keys[n] = "password";
+        vals[n++] = db->password;
+    }
+    keys[n] = NULL;
+    vals[n] = NULL;
+
+    db->conn = PQconnectdbParams(keys, vals, 1);
+    if (!db->conn)
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory connecting to the database");
+    if (PQstatus(db->conn) != CONNECTION_OK)
+        return conn_error(db, err);
+    db->nprepared = 0;
+
+    /* The server gives up shortly after we would (client deadline first). */
+    char sql[128];
+    snprintf(sql, sizeof(sql), "SET statement_timeout = %d", db->query_timeout_ms + 2000);
+    int rc = exec_setup(db, sql, err);
+    for (int i = 0; rc == QW_OK && i < db->nlisten; i++) {
+        snprintf(sql, sizeof(sql), "LISTEN %s", db->listen[i]);
+        rc = exec_setup(db, sql, err);
+    }
+    return rc;
+}
+
+int qw_db_connect(struct qw_db **out, const struct qw_db_opts *opts, struct qw_error *err)
+{
+    *out = NULL;
+    struct qw_db *db = calloc(1, sizeof(*db));
+    if (!db)
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    db->conninfo = dup_or_null(opts->conninfo ? opts->conninfo : "");
+    db->password = dup_or_null(opts->password);
+    db->app_name = dup_or_null(opts->app_name ? opts->app_name : "queuer");
+    db->connect_timeout_s = opts->connect_timeout_s > 0 ? opts->connect_timeout_s : 5;
+    db->query_timeout_ms = opts->query_timeout_ms > 0 ? opts->query_timeout_ms : 10000;
+    if (!db->conninfo || !db->app_name || (opts->password && !db->password)) {
+        qw_db_close(db);
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    }
+    int rc = db_open(db, err);
+    if (rc != QW_OK) {
+        qw_db_close(db);
+        return rc;
+    }
+    *out = db;
+    return QW_OK;
+}
+
+void qw_db_close(struct qw_db *db)
+{
+    if (!db)
+        return;
+    db_drop(db);
+    if (db->password) {
+        explicit_bzero(db->password, strlen(db->password));
+        free(db->password);
+    }
+    free(db->conninfo);
+    free(db->app_name);
+    free(db);
+}
+
+int qw_db_ok(const struct qw_db *db)
+{
+    return db && db->conn && PQstatus(db->conn) == CONNECTION_OK;
+}
+
+int qw_db_reconnect(struct qw_db *db, struct qw_error *err)
+{
+    db_drop(db);
+    return db_open(db, err);
+}
+
+void qw_db_set_timeout(struct qw_db *db, int query_timeout_ms)
+{
+    if (query_timeout_ms > 0)
+        db->query_timeout_ms = query_timeout_ms;
+}
+
+int qw_db_exec(struct qw_db *db, const char *sql, struct qw_error *err)
+{
+    if (!db->conn)
+        return conn_error(db, err);
+    return exec_setup(db, sql, err);
+}
+
+static int wrap_result(PGresult *r, struct qw_db_res **res, struct qw_error *err)
+{
+    if (!res) {
+        PQclear(r);
+        return QW_OK;
+    }
+    struct qw_db_res *w = malloc(sizeof(*w));
+    if (!w) {
+        PQclear(r);
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    }
+    w->res = r;
+    *res = w;
+    return QW_OK;
+}
+
+int qw_db_query_sql(struct qw_db *db, const char *sql, int nparams, const char *const *params,
+                    struct qw_db_res **res, struct qw_error *err)
+{
+    if (res)
+        *res = NULL;
+    if (!db->conn)
+        return conn_error(db, err);
+    if (!PQsendQueryParams(db->conn, sql, nparams, NULL, params, NULL, NULL, 0))
+        return conn_error(db, err);
+    PGresult *r = NULL;
+    int rc = collect(db, &r, err);
+    if (rc != QW_OK)
+        return rc;
+    return wrap_result(r, res, err);
+}
+
+static int is_prepared(const struct qw_db *db, const char *name)
+{
+    for (int i = 0; i < db->nprepared; i++) {
+        if (strcmp(db->prepared[i], name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int qw_db_query(struct qw_db *db, const char *name, int nparams, const char *const *params,
+                struct qw_db_res **res, struct qw_error *err)
+{
+    if (res)
+        *res = NULL;
+    if (!db->conn)
+        return conn_error(db, err);
+    if (!is_prepared(db, name)) {
+        const char *text = qw_statement_text(name);
+        if (!text)
+            return qw_error_set(err, QW_ERR_INVALID, "no embedded statement named %s", name);
+        if (db->nprepared == QW_DB_MAX_PREPARED)
+            return qw_error_set(err, QW_ERR_INVALID, "too many prepared statements");
+        if (!PQsendPrepare(db->conn, name, text, 0, NULL))
+            return conn_error(db, err);
+        int rc = collect(db, NULL, err);
+        if (rc != QW_OK)
+            return rc;
+        db->prepared[db->nprepared++] = name;
+    }
+    if (!PQsendQueryPrepared(db->conn, name, nparams, params, NULL, NULL, 0))
+        return conn_error(db, err);
+    PGresult *r = NULL;
+    int rc = collect(db, &r, err);
+    if (rc != QW_OK)
+        return rc;
+    return wrap_result(r, res, err);
+}
+
+int qw_db_res_rows(const struct qw_db_res *res)
+{
+    return res ? PQntuples(res->res) : 0;
+}
+
+const char *qw_db_res_get(const struct qw_db_res *res, int row, int col)
+{
+    return PQgetvalue(res->res, row, col);
+}
+
+int qw_db_res_isnull(const struct qw_db_res *res, int row, int col)
+{
+    return PQgetisnull(res->res, row, col);
+}
+
+int64_t qw_db_res_int(const struct qw_db_res *res, int row, int col)
+{
+    if (PQgetisnull(res->res, row, col))
+        return 0;
+    return strtoll(PQgetvalue(res->res, row, col), NULL, 10);
+}
+
+void qw_db_res_free(struct qw_db_res *res)
+{
+    if (!res)
+        return;
+    PQclear(res->res);
+    free(res);
+}
+
+int qw_db_copy_begin(struct qw_db *db, const char *sql, struct qw_error *err)
+{
+    if (!db->conn)
+        return conn_error(db, err);
+    if (!PQsendQuery(db->conn, sql))
+        return conn_error(db, err);
+    PGresult *r = NULL;
+    int rc = collect(db, &r, err);
+    if (rc != QW_OK)
+        return rc;
+    int is_copy = PQresultStatus(r) == PGRES_COPY_IN;
+    PQclear(r);
+    if (!is_copy)
+        return qw_error_set(err, QW_ERR_DB, "statement did not start COPY FROM STDIN");
+    return QW_OK;
+}
+
+int qw_db_copy_put(struct qw_db *db, const char *data, size_t len, struct qw_error *err)
+{
+    if (!db->conn)
+        return conn_error(db, err);
+    int64_t deadline = qw_clock_mono_ms() + db->query_timeout_ms;
+    while (len > 0) {
+        int chunk = len > (1 << 20) ? (1 << 20) : (int)len;
+        int r = PQputCopyData(db->conn, data, chunk);
+        if (r < 0)
+            return conn_error(db, err);
+        if (r == 0) {
+            int w = wait_socket(db->conn, POLLOUT, deadline);
+            if (w == 0)
+                return deadline_passed(db, err);
+            if (w < 0)
+                return conn_error(db, err);
+            continue;
+        }
+        data += chunk;
+        len -= (size_t)chunk;
+    }
+    return QW_OK;
+}
+
+int qw_db_copy_end(struct qw_db *db, const char *errmsg, struct qw_error *err)
+{
+    if (!db->conn)
+        return conn_error(db, err);
+    int r;
+    int64_t deadline = qw_clock_mono_ms() + db->query_timeout_ms;
+    while ((r = PQputCopyEnd(db->conn, errmsg)) == 0) {
+        int w = wait_socket(db->conn, POLLOUT, deadline);
+        if (w == 0)
+            return deadline_passed(db, err);
+        if (w < 0)
+            return conn_error(db, err);
+    }
+    if (r < 0)
+        return conn_error(db, err);
+    return collect(db, NULL, err);
+}
+
+static int valid_channel(const char *c)
+{
+    size_t n = strlen(c);
+    if (n == 0 || n >= 64)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!((c[i] >= 'a' && c[i] <= 'z') || c[i] == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+int qw_db_listen(struct qw_db *db, const char *channel, struct qw_error *err)
+{
+    if (!valid_channel(channel) || db->nlisten == QW_DB_MAX_LISTEN)
+        return qw_error_set(err, QW_ERR_INVALID, "bad LISTEN channel");
+    snprintf(db->listen[db->nlisten++], sizeof(db->listen[0]), "%s", channel);
+    if (!db->conn)
+        return conn_error(db, err);
+    char sql[96];
+    snprintf(sql, sizeof(sql), "LISTEN %s", channel);
+    return exec_setup(db, sql, err);
+}
+
+static int drain_notifies(struct qw_db *db)
+{
+    int got = 0;
+    PGnotify *n;
+    while ((n = PQnotifies(db->conn)) != NULL) {
+        got = 1;
+        PQfreemem(n);
+    }
+    return got;
+}
+
+int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, struct qw_error *err)
+{
+    if (!db->conn)
+        return conn_error(db, err);
+    if (!PQconsumeInput(db->conn))
+        return conn_error(db, err);
+    if (drain_notifies(db))
+        return 1;
+    int64_t deadline = qw_clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        int64_t left = deadline - qw_clock_mono_ms();
+        if (left < 0)
+            left = 0;
+        struct pollfd pfd[2] = {{.fd = PQsocket(db->conn), .events = POLLIN},
+                                {.fd = wake_fd, .events = POLLIN}};
+        int n = poll(pfd, wake_fd >= 0 ? 2 : 1, (int)left);
+        if (n < 0 && errno != EINTR)
+            return conn_error(db, err);
+        if (n > 0 && pfd[0].revents) {
+            if (!PQconsumeInput(db->conn))
+                return conn_error(db, err);
+            if (drain_notifies(db))
+                return 1;
+        }
+        if (n > 0 && wake_fd >= 0 && pfd[1].revents)
+            return 2;
+        if (left == 0)
+            return 0;
+    }
+}

@@ -1,0 +1,107 @@
+/*
+ * The database connection: the only module that includes libpq-fe.h.
+ *
+ * A struct qw_db is one libpq connection owned by one thread. Every call
+ * runs under a client-side deadline (`query_timeout_ms`): the query is sent
+ * asynchronously and the socket polled; when the deadline passes the
+ * connection is dropped (a hung or stopped backend cannot hang the caller)
+ * and QW_ERR_TIMEOUT returned. A lost connection is reported as
+ * QW_ERR_DB_CONN; qw_db_reconnect() opens it again and repeats the session
+ * setup (LISTEN channels; prepared statements are re-prepared lazily).
+ *
+ * Statements are referred to by the name of their embedded file in sql/
+ * and prepared on first use per connection. Errors are classified:
+ * 40001/40P01 -> QW_ERR_SERIALIZATION, class 08 and 57P0x -> QW_ERR_DB_CONN,
+ * QU429 -> QW_ERR_BACKPRESSURE, QU409 -> QW_ERR_DUPLICATE, QU400/QU413 ->
+ * QW_ERR_INVALID, anything else -> QW_ERR_DB, with the SQLSTATE and the
+ * server's message in struct qw_error. Messages never contain the conninfo.
+ */
+#ifndef QW_DB_DB_H
+#define QW_DB_DB_H
+
+#include "common/err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct qw_db;
+struct qw_db_res;
+
+/** Connection options; zero values take the documented defaults. */
+struct qw_db_opts {
+    const char *conninfo;      /* libpq connection string, without password */
+    const char *password;      /* from env or a private file; NULL = none */
+    const char *app_name;      /* application_name, default "queuer" */
+    int connect_timeout_s;     /* default 5 */
+    int query_timeout_ms;      /* client-side deadline per call, default 10000 */
+};
+
+/**
+ * Opens a connection. `opts` strings are copied. On failure *out is NULL
+ * and `err` says why (QW_ERR_DB_CONN or QW_ERR_NOMEM).
+ */
+int qw_db_connect(struct qw_db **out, const struct qw_db_opts *opts, struct qw_error *err);
+
+/** Closes the connection and frees everything; NULL is ignored. */
+void qw_db_close(struct qw_db *db);
+
+/** True while the connection is usable. */
+int qw_db_ok(const struct qw_db *db);
+
+/** Drops and reopens the connection, then LISTENs again. */
+int qw_db_reconnect(struct qw_db *db, struct qw_error *err);
+
+/** Changes the per-call deadline (ms, > 0). */
+void qw_db_set_timeout(struct qw_db *db, int query_timeout_ms);
+
+/**
+ * Runs `sql` with the simple query protocol (several statements allowed, no
+ * parameters, results discarded), e.g. "BEGIN" or a migration file.
+ */
+int qw_db_exec(struct qw_db *db, const char *sql, struct qw_error *err);
+
+/**
+ * Runs the embedded statement `name` with `nparams` text parameters (NULL
+ * entries are SQL NULL). On success *res (if res is not NULL) holds the
+ * rows and must be freed with qw_db_res_free().
+ */
+int qw_db_query(struct qw_db *db, const char *name, int nparams, const char *const *params,
+                struct qw_db_res **res, struct qw_error *err);
+
+/**
+ * Like qw_db_query() for ad-hoc SQL text (migrations, tests). Parameters
+ * are always passed as $n, never formatted into `sql`.
+ */
+int qw_db_query_sql(struct qw_db *db, const char *sql, int nparams, const char *const *params,
+                    struct qw_db_res **res, struct qw_error *err);
+
+/** Rows in a result. */
+int qw_db_res_rows(const struct qw_db_res *res);
+/** Value of (row, col) as text; "" for NULL. Valid until qw_db_res_free(). */
+const char *qw_db_res_get(const struct qw_db_res *res, int row, int col);
+/** True if (row, col) is NULL. */
+int qw_db_res_isnull(const struct qw_db_res *res, int row, int col);
+/** Value of (row, col) parsed as int64 (0 for NULL). */
+int64_t qw_db_res_int(const struct qw_db_res *res, int row, int col);
+/** Frees a result; NULL is ignored. */
+void qw_db_res_free(struct qw_db_res *res);
+
+/** Starts `COPY ... FROM STDIN` given as `sql`. */
+int qw_db_copy_begin(struct qw_db *db, const char *sql, struct qw_error *err);
+/** Sends `len` bytes of COPY text data. */
+int qw_db_copy_put(struct qw_db *db, const char *data, size_t len, struct qw_error *err);
+/** Ends the COPY; `errmsg` non-NULL aborts it with that message. */
+int qw_db_copy_end(struct qw_db *db, const char *errmsg, struct qw_error *err);
+
+/** LISTENs on `channel` now and again after every reconnect (max 4 channels). */
+int qw_db_listen(struct qw_db *db, const char *channel, struct qw_error *err);
+
+/**
+ * Waits up to `timeout_ms` for a notification on this connection or for
+ * `wake_fd` (-1: none) to become readable (the caller drains it). Returns 1
+ * when a notification arrived (all queued ones are consumed), 2 when
+ * `wake_fd` is readable, 0 on timeout, negative on a connection error.
+ */
+int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, struct qw_error *err);
+
+#endif

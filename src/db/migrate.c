@@ -1,0 +1,142 @@
+/* Applies the embedded migrations under an advisory lock; see migrate.h. */
+#include "db/migrate.h"
+#include "common/embedded.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* pg_advisory_lock key shared by every `queuer migrate` ("queu"). */
+#define QW_MIGRATE_LOCK_KEY "1903519093"
+
+static int migration_version(const char *name)
+{
+    return atoi(name);
+}
+
+int qw_migrate_latest(void)
+{
+    int latest = 0;
+    for (const struct qw_embedded *m = qw_migrations; m->name; m++) {
+        int v = migration_version(m->name);
+        if (v > latest)
+            latest = v;
+    }
+    return latest;
+}
+
+static int current_version(struct qw_db *db, int *version, struct qw_error *err)
+{
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query_sql(db,
+                             "SELECT CASE WHEN to_regclass('queuer.schema_migrations') IS NULL "
+                             "THEN -1 ELSE 0 END",
+                             0, NULL, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    int exists = qw_db_res_int(res, 0, 0) == 0;
+    qw_db_res_free(res);
+    if (!exists) {
+        *version = 0;
+        return QW_OK;
+    }
+    rc = qw_db_query_sql(db, "SELECT coalesce(max(version), 0) FROM queuer.schema_migrations", 0,
+                         NULL, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    *version = (int)qw_db_res_int(res, 0, 0);
+    qw_db_res_free(res);
+    return QW_OK;
+}
+
+static int apply_one(struct qw_db *db, const struct qw_embedded *m, struct qw_error *err)
+{
+    int rc = qw_db_exec(db, "BEGIN", err);
+    if (rc != QW_OK)
+        return rc;
+    rc = qw_db_exec(db, m->text, err);
+    if (rc == QW_OK) {
+        char version[16];
+        snprintf(version, sizeof(version), "%d", migration_version(m->name));
+        const char *params[] = {version, m->name};
+        rc = qw_db_query_sql(db,
+                             "INSERT INTO queuer.schema_migrations (version, name) "
+                             "VALUES ($1::integer, $2)",
+                             2, params, NULL, err);
+    }
+    if (rc == QW_OK)
+        return qw_db_exec(db, "COMMIT", err);
+    struct qw_error ignored;
+    qw_db_exec(db, "ROLLBACK", &ignored);
+    char why[sizeof(err->msg)];
+    snprintf(why, sizeof(why), "%s", err->msg);
+    snprintf(err->msg, sizeof(err->msg), "migration %s failed: %.400s", m->name, why);
+    return rc;
+}
+
+int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_error *err)
+{
+    int count = 0;
+    int rc = qw_db_exec(db, "SELECT pg_advisory_lock(" QW_MIGRATE_LOCK_KEY ")", err);
+    if (rc != QW_OK)
+        return rc;
+    rc = qw_db_exec(db,
+                    "SET client_min_messages = warning;"
+                    "CREATE SCHEMA IF NOT EXISTS queuer;"
+                    "CREATE TABLE IF NOT EXISTS queuer.schema_migrations ("
+                    " version integer PRIMARY KEY,"
+                    " name text NOT NULL,"
+                    " applied_at timestamptz NOT NULL DEFAULT now())",
+                    err);
+    int version = 0;
+    if (rc == QW_OK)
+        rc = current_version(db, &version, err);
+    if (rc == QW_OK && version > qw_migrate_latest()) {
+        rc = qw_error_set(err, QW_ERR_SCHEMA,
+                          "database schema is version %d, newer than this binary knows (%d)",
+                          version, qw_migrate_latest());
+    }
+    for (const struct qw_embedded *m = qw_migrations; rc == QW_OK && m->name; m++) {
+        if (migration_version(m->name) <= version)
+            continue;
+        rc = apply_one(db, m, err);
+        if (rc == QW_OK) {
+            count++;
+            if (report)
+                fprintf(report, "applied %s\n", m->name);
+        }
+    }
+    if (rc == QW_OK && report)
+        fprintf(report, count ? "schema is now at version %d\n"
+                              : "schema is up to date (version %d)\n",
+                qw_migrate_latest());
+    struct qw_error ignored;
+    if (qw_db_ok(db))
+        qw_db_exec(db, "SELECT pg_advisory_unlock(" QW_MIGRATE_LOCK_KEY ")", &ignored);
+    if (applied)
+        *applied = count;
+    return rc;
+}
+
+int qw_migrate_check(struct qw_db *db, int *version, struct qw_error *err)
+{
+    int v = 0;
+    int rc = current_version(db, &v, err);
+    if (rc != QW_OK)
+        return rc;
+    if (version)
+        *version = v;
+    if (v == 0)
+        return qw_error_set(err, QW_ERR_SCHEMA,
+                            "the database has no queuer schema; run 'queuer migrate' first");
+    if (v < qw_migrate_latest())
+        return qw_error_set(err, QW_ERR_SCHEMA,
+                            "the database schema is version %d but this binary needs %d; "
+                            "run 'queuer migrate'",
+                            v, qw_migrate_latest());
+    if (v > qw_migrate_latest())
+        return qw_error_set(err, QW_ERR_SCHEMA,
+                            "the database schema is version %d, newer than this binary (%d); "
+                            "upgrade queuer",
+                            v, qw_migrate_latest());
+    return QW_OK;
+}

@@ -1,0 +1,29 @@
+/*
+ * Schema migrations: the numbered files of migrations/, embedded at build
+ * time, applied forward-only, one transaction each, recorded in
+ * queuer.schema_migrations. Concurrent runs serialise on an advisory lock,
+ * so two `queuer migrate` at once are safe and the second finds nothing to do.
+ */
+#ifndef QW_DB_MIGRATE_H
+#define QW_DB_MIGRATE_H
+
+#include "db/db.h"
+
+#include <stdio.h>
+
+/** Version number of the newest embedded migration. */
+int qw_migrate_latest(void);
+
+/**
+ * Applies pending migrations, printing one line per applied migration to
+ * `report` (may be NULL). *applied (may be NULL) gets how many ran.
+ */
+int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_error *err);
+
+/**
+ * Reads the schema version into *version (0 = no schema). Returns
+ * QW_ERR_SCHEMA with an explanation when it is not qw_migrate_latest().
+ */
+int qw_migrate_check(struct qw_db *db, int *version, struct qw_error *err);
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * The retrying SERIALIZABLE transaction (DESIGN §3): run a body between
+ * BEGIN and COMMIT, and re-run the whole of it on 40001/40P01 with capped
+ * full-jitter backoff, bounded in attempts and in time.
+ *
+ * Rules the helper enforces, in the spirit of pgbench's retry logic
+ * (classify first, then decide):
+ *  - nothing the body read may be acted on before qw_txn_run() returns
+ *    QW_OK: the body only collects; the caller acts afterwards;
+ *  - the body is re-run from scratch on every attempt, so it must reset
+ *    whatever it collected (stats->attempts tells it which attempt it is);
+ *  - the COMMIT result is checked: 40001 on COMMIT re-runs the body; a
+ *    connection lost during COMMIT is QW_ERR_OUTCOME_UNKNOWN and is never
+ *    re-run automatically (the caller re-reads by key and claim epoch);
+ *  - a connection lost (or a client-side timeout, which drops the
+ *    connection) before COMMIT reconnects, repeating the session setup,
+ *    and re-runs the body within the same budgets;
+ *  - any other failure rolls back and is returned unchanged
+ *    (QW_ERR_CLAIM_LOST included: a fenced write that touched zero rows is
+ *    never retried).
+ *
+ * The database is reached through struct qw_txn_ops so the logic is tested
+ * against a fake; qw_txn_db_ops adapts struct qw_db. The clock, sleep and
+ * PRNG are hooks, so tests run instantly and deterministically.
+ */
+#ifndef QW_DB_TXN_H
+#define QW_DB_TXN_H
+
+#include "common/backoff.h"
+#include "common/err.h"
+
+#include <stdint.h>
+
+/** How the helper talks to one connection. All three are required. */
+struct qw_txn_ops {
+    /** Runs a statement without results (BEGIN, COMMIT, ROLLBACK). */
+    int (*exec)(void *conn, const char *sql, struct qw_error *err);
+    /** Drops and reopens the connection, repeating the session setup. */
+    int (*reconnect)(void *conn, struct qw_error *err);
+    /** Non-zero while the connection is usable. */
+    int (*ok)(void *conn);
+};
+
+/** qw_txn_ops over a struct qw_db (src/db/db.h); `conn` is a struct qw_db *. */
+extern const struct qw_txn_ops qw_txn_db_ops;
+
+/**
+ * The transaction body: runs the statements of one attempt on `conn`.
+ * Returns QW_OK, or a result code with detail in `err`. It must not commit,
+ * roll back or act outside the database.
+ */
+typedef int (*qw_txn_body_fn)(void *conn, void *arg, struct qw_error *err);
+
+/** Time and randomness for the helper; tests substitute fakes. */
+struct qw_txn_hooks {
+    int64_t (*now_ms)(void *ctx);           /* monotonic milliseconds */
+    void (*sleep_ms)(void *ctx, int64_t ms); /* waits `ms` milliseconds */
+    int (*should_stop)(void *ctx);          /* optional: non-zero = give up before the
+                                               next attempt with QW_ERR_SHUTDOWN */
+    void *ctx;                              /* passed to the three functions */
+};
+
+/** Retry budget and backoff; zero fields take the defaults shown. */
+struct qw_txn_policy {
+    int max_attempts;             /* runs (BEGIN sent), >= 1; default 20 */
+    int64_t max_ms;               /* time budget from the first attempt, ms; default 10000 */
+    int backoff_base_ms;          /* full-jitter base, ms; default 2 */
+    int backoff_max_ms;           /* backoff cap, ms; default 200 */
+    const char *begin_sql;        /* default "BEGIN ISOLATION LEVEL SERIALIZABLE" */
+    const struct qw_txn_hooks *hooks; /* NULL = qw_clock_mono_ms/qw_clock_sleep_ms */
+    struct qw_rng *rng;           /* the calling thread's PRNG; NULL = seeded per call
+                                     from the monotonic clock */
+};
+
+/** What one qw_txn_run() did; updated as it goes. */
+struct qw_txn_stats {
+    int attempts;              /* runs started (BEGIN sent); 1 during the first run */
+    int serialization_retries; /* re-runs caused by 40001/40P01 (body, BEGIN or COMMIT) */
+    int reconnects;            /* reconnect calls made (successful or not) */
+};
+
+/**
+ * Runs `body` in a transaction on `conn`, retrying as described above.
+ *
+ * Before each run `stats->attempts` is set to the run number (1, 2, ...),
+ * so a body that keeps `stats` in its `arg` can see which attempt it is.
+ * `stats` may be NULL. A connection found unusable at the start is
+ * reconnected first; reconnect failures back off and count against the
+ * time budget only.
+ *
+ * Returns QW_OK after a successful COMMIT. Otherwise the transaction was
+ * rolled back (or its outcome is unknown) and the result is one of:
+ * QW_ERR_OUTCOME_UNKNOWN (connection lost during COMMIT), QW_ERR_SHUTDOWN
+ * (hooks->should_stop), the last retryable error when the attempt or time
+ * budget ran out (its message says which and how much was spent), or the
+ * body's own non-retryable error. `err` gets the detail (SQLSTATE kept).
+ *
+ * Thread-safety: uses only `conn` (owned by the calling thread) and the
+ * policy's rng, which must not be shared between threads.
+ */
+int qw_txn_run(const struct qw_txn_ops *ops, void *conn, const struct qw_txn_policy *policy,
+               qw_txn_body_fn body, void *arg, struct qw_txn_stats *stats, struct qw_error *err);
+
+#endif

@@ -1,0 +1,213 @@
+/* Classification of ledger responses; see dlt_outcome.h. */
+#include "dlt/dlt_outcome.h"
+
+#include "common/err.h"
+#include "dlt/dlt_text.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *qw_dlt_outcome_name(enum qw_dlt_outcome outcome)
+{
+    switch (outcome) {
+    case QW_DLT_ACCEPTED:
+        return "accepted";
+    case QW_DLT_OK:
+        return "ok";
+    case QW_DLT_BACKPRESSURE:
+        return "backpressure";
+    case QW_DLT_INVALID:
+        return "invalid";
+    case QW_DLT_AUTH:
+        return "auth";
+    case QW_DLT_RETRY:
+        return "retry";
+    case QW_DLT_ABANDONED:
+        return "abandoned";
+    }
+    return "?";
+}
+
+const char *qw_dlt_transport_name(enum qw_dlt_transport transport)
+{
+    switch (transport) {
+    case QW_DLT_TRANSPORT_OK:
+        return "ok";
+    case QW_DLT_TRANSPORT_CONNECT:
+        return "connect failed";
+    case QW_DLT_TRANSPORT_TIMEOUT:
+        return "timeout";
+    case QW_DLT_TRANSPORT_DROPPED:
+        return "connection dropped";
+    case QW_DLT_TRANSPORT_TOO_LARGE:
+        return "response too large";
+    case QW_DLT_TRANSPORT_TLS:
+        return "tls failure";
+    case QW_DLT_TRANSPORT_OTHER:
+        return "transport error";
+    }
+    return "?";
+}
+
+/*
+ * Writes "<prefix>: <sanitised text>" (or just the prefix when the text is
+ * empty) into msg. The prefix is trusted; the text is not.
+ */
+static void message_set(char *msg, size_t cap, const char *prefix, const char *text, size_t len)
+{
+    if (!msg || cap == 0)
+        return;
+    size_t n = strlen(prefix);
+    if (n > cap - 1)
+        n = cap - 1;
+    memcpy(msg, prefix, n);
+    msg[n] = '\0';
+    if (n + 3 >= cap || !text || len == 0)
+        return;
+    memcpy(msg + n, ": ", 2);
+    size_t added = qw_dlt_text_sanitize(msg + n + 2, cap - n - 2, text, len);
+    if (added == 0)
+        msg[n] = '\0';
+}
+
+static void message_http(char *msg, size_t cap, const char *what,
+                         const struct qw_dlt_response *resp)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "HTTP %ld %s", resp->http_status, what);
+    message_set(msg, cap, prefix, resp->body, resp->body ? resp->body_len : 0);
+}
+
+/* Message for a transport failure; true when there was one. */
+static bool transport_failed(const struct qw_dlt_response *resp, char *msg, size_t cap)
+{
+    if (resp->transport == QW_DLT_TRANSPORT_OK)
+        return false;
+    const char *detail = resp->transport_detail;
+    message_set(msg, cap, qw_dlt_transport_name(resp->transport), detail,
+                detail ? strlen(detail) : 0);
+    return true;
+}
+
+/* Parses the body as a JSON object; NULL when it is not one (jansson bounds the nesting). */
+static json_t *body_object(const struct qw_dlt_response *resp)
+{
+    if (!resp->body || resp->body_len == 0)
+        return NULL;
+    json_t *root = json_loadb(resp->body, resp->body_len, 0, NULL);
+    if (root && !json_is_object(root)) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* The body's "message" for a 400: JSON {"message": "..."} or else the raw body. */
+static void message_invalid(const struct qw_dlt_response *resp, char *msg, size_t cap)
+{
+    if (!msg || cap == 0)
+        return;
+    json_t *root = body_object(resp);
+    const json_t *text = root ? json_object_get(root, "message") : NULL;
+    size_t written = 0;
+    if (json_is_string(text))
+        written = qw_dlt_text_sanitize(msg, cap, json_string_value(text), json_string_length(text));
+    else if (resp->body)
+        written = qw_dlt_text_sanitize(msg, cap, resp->body, resp->body_len);
+    if (written == 0) {
+        static const char none[] = "HTTP 400 without a message";
+        qw_dlt_text_sanitize(msg, cap, none, sizeof(none) - 1);
+    }
+    json_decref(root);
+}
+
+static enum qw_dlt_outcome classify_accepted(const struct qw_dlt_response *resp, char *msg,
+                                             size_t cap)
+{
+    json_t *root = body_object(resp);
+    const json_t *link = root ? json_object_get(root, "link") : NULL;
+    enum qw_dlt_outcome outcome;
+    if (json_is_string(link) && json_string_length(link) > 0) {
+        outcome = QW_DLT_ACCEPTED;
+        message_set(msg, cap, "accepted", json_string_value(link), json_string_length(link));
+    } else {
+        outcome = QW_DLT_RETRY;
+        message_http(msg, cap, "without a link", resp);
+    }
+    json_decref(root);
+    return outcome;
+}
+
+enum qw_dlt_outcome qw_dlt_classify_post(const struct qw_dlt_response *resp, char *msg,
+                                         size_t msg_cap)
+{
+    if (msg && msg_cap > 0)
+        msg[0] = '\0';
+    if (transport_failed(resp, msg, msg_cap))
+        return QW_DLT_RETRY;
+    switch (resp->http_status) {
+    case 202:
+        return classify_accepted(resp, msg, msg_cap);
+    case 429:
+        message_http(msg, msg_cap, "back pressure", resp);
+        return QW_DLT_BACKPRESSURE;
+    case 400:
+        message_invalid(resp, msg, msg_cap);
+        return QW_DLT_INVALID;
+    case 401:
+    case 403:
+        message_http(msg, msg_cap, "credentials refused", resp);
+        return QW_DLT_AUTH;
+    default:
+        message_http(msg, msg_cap, "unexpected", resp);
+        return QW_DLT_RETRY;
+    }
+}
+
+enum qw_dlt_outcome qw_dlt_classify_status(const struct qw_dlt_response *resp,
+                                           const char *const *ids, size_t n,
+                                           struct qw_dlt_status *out,
+                                           struct qw_dlt_status_counts *counts, char *msg,
+                                           size_t msg_cap)
+{
+    struct qw_dlt_status_counts local = {0};
+    enum qw_dlt_outcome outcome = QW_DLT_RETRY;
+    if (msg && msg_cap > 0)
+        msg[0] = '\0';
+    /* Start from "nothing reported" whatever happens below. */
+    if (out && ids && n > 0 && n <= QW_DLT_STATUS_MAX_IDS) {
+        for (size_t i = 0; i < n; i++) {
+            memset(&out[i], 0, sizeof(out[i]));
+            if (qw_dlt_batch_id_valid(ids[i]))
+                memcpy(out[i].id, ids[i], QW_DLT_BATCH_ID_LEN + 1);
+        }
+    }
+
+    if (transport_failed(resp, msg, msg_cap)) {
+        outcome = QW_DLT_RETRY;
+    } else if (resp->http_status == 200) {
+        char why[256];
+        if (qw_dlt_json_parse_statuses(resp->body, resp->body_len, ids, n, out, &local, why,
+                                       sizeof(why)) == QW_OK) {
+            outcome = QW_DLT_OK;
+            char summary[96];
+            int len = snprintf(summary, sizeof(summary), "reported=%zu missing=%zu ignored=%zu",
+                               local.reported, local.missing, local.ignored);
+            if (msg && msg_cap > 0 && len > 0)
+                qw_dlt_text_sanitize(msg, msg_cap, summary, (size_t)len);
+        } else {
+            outcome = QW_DLT_RETRY;
+            message_set(msg, msg_cap, "HTTP 200 malformed", why, strlen(why));
+        }
+    } else if (resp->http_status == 401 || resp->http_status == 403) {
+        outcome = QW_DLT_AUTH;
+        message_http(msg, msg_cap, "credentials refused", resp);
+    } else {
+        outcome = QW_DLT_RETRY;
+        message_http(msg, msg_cap, "unexpected", resp);
+    }
+    if (counts)
+        *counts = local;
+    return outcome;
+}

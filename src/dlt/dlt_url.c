@@ -1,0 +1,154 @@
+/* Ledger identifiers and scabbard REST URLs; see dlt_url.h. */
+#include "dlt/dlt_url.h"
+
+#include "common/err.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+static bool is_alnum(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+static bool all_alnum(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!is_alnum(s[i]))
+            return false;
+    }
+    return true;
+}
+
+int qw_dlt_service_id_parse(const char *service_id, struct qw_dlt_service_ref *out)
+{
+    const size_t total = QW_DLT_SERVICE_ID_LEN; /* circuit (11) + "::" + service (4) */
+    if (!service_id || strnlen(service_id, total + 1) != total)
+        return QW_ERR_INVALID;
+    const char *s = service_id;
+    if (!all_alnum(s, 5) || s[5] != '-' || !all_alnum(s + 6, 5))
+        return QW_ERR_INVALID;
+    if (s[11] != ':' || s[12] != ':' || !all_alnum(s + 13, QW_DLT_SERVICE_LEN))
+        return QW_ERR_INVALID;
+    if (out) {
+        memcpy(out->circuit, s, QW_DLT_CIRCUIT_LEN);
+        out->circuit[QW_DLT_CIRCUIT_LEN] = '\0';
+        memcpy(out->service, s + 13, QW_DLT_SERVICE_LEN);
+        out->service[QW_DLT_SERVICE_LEN] = '\0';
+    }
+    return QW_OK;
+}
+
+bool qw_dlt_batch_id_valid(const char *id)
+{
+    if (!id)
+        return false;
+    size_t i = 0;
+    for (; i < QW_DLT_BATCH_ID_LEN; i++) {
+        char c = id[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return false;
+    }
+    return id[i] == '\0';
+}
+
+bool qw_dlt_base_url_valid(const char *base)
+{
+    if (!base)
+        return false;
+    size_t skip;
+    if (strncasecmp(base, "http://", 7) == 0)
+        skip = 7;
+    else if (strncasecmp(base, "https://", 8) == 0)
+        skip = 8;
+    else
+        return false;
+    const char *host = base + skip;
+    if (*host == '\0' || *host == '/')
+        return false;
+    for (const char *p = base; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c <= 0x20 || c == 0x7f || c == '?' || c == '#' || c == '@')
+            return false;
+    }
+    return true;
+}
+
+/* Length of `base` without its trailing slashes. */
+static size_t base_len(const char *base)
+{
+    size_t len = strlen(base);
+    while (len > 0 && base[len - 1] == '/')
+        len--;
+    return len;
+}
+
+/*
+ * Appends `len` bytes of `s` at *pos in buf, keeping one byte for the NUL.
+ * Returns false (and leaves the buffer unterminated) when it would not fit.
+ */
+static bool append(char *buf, size_t cap, size_t *pos, const char *s, size_t len)
+{
+    if (cap == 0 || len >= cap - *pos)
+        return false;
+    memcpy(buf + *pos, s, len);
+    *pos += len;
+    return true;
+}
+
+static bool append_str(char *buf, size_t cap, size_t *pos, const char *s)
+{
+    return append(buf, cap, pos, s, strlen(s));
+}
+
+/* Writes `{base}/scabbard/{circuit}/{service}/` and returns false when bad or too long. */
+static bool append_service_prefix(char *buf, size_t cap, size_t *pos, const char *base,
+                                  const char *service_id)
+{
+    struct qw_dlt_service_ref ref;
+    if (!qw_dlt_base_url_valid(base) || qw_dlt_service_id_parse(service_id, &ref) != QW_OK)
+        return false;
+    return append(buf, cap, pos, base, base_len(base)) &&
+           append_str(buf, cap, pos, "/scabbard/") && append_str(buf, cap, pos, ref.circuit) &&
+           append_str(buf, cap, pos, "/") && append_str(buf, cap, pos, ref.service) &&
+           append_str(buf, cap, pos, "/");
+}
+
+static int finish(char *buf, size_t cap, size_t pos, bool ok)
+{
+    if (!ok) {
+        if (cap > 0)
+            buf[0] = '\0';
+        return QW_ERR_INVALID;
+    }
+    buf[pos] = '\0';
+    return QW_OK;
+}
+
+int qw_dlt_url_batches(char *buf, size_t cap, const char *base, const char *service_id)
+{
+    size_t pos = 0;
+    bool ok = append_service_prefix(buf, cap, &pos, base, service_id) &&
+              append_str(buf, cap, &pos, "batches");
+    return finish(buf, cap, pos, ok);
+}
+
+int qw_dlt_url_statuses(char *buf, size_t cap, const char *base, const char *service_id,
+                        const char *const *ids, size_t n, int wait_s)
+{
+    size_t pos = 0;
+    bool ok = n > 0 && ids && wait_s >= 0 && wait_s <= QW_DLT_MAX_WAIT_S &&
+              append_service_prefix(buf, cap, &pos, base, service_id) &&
+              append_str(buf, cap, &pos, "batch_statuses?ids=");
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = qw_dlt_batch_id_valid(ids[i]) && (i == 0 || append_str(buf, cap, &pos, ",")) &&
+             append(buf, cap, &pos, ids[i], QW_DLT_BATCH_ID_LEN);
+    }
+    if (ok) {
+        char wait[32];
+        int len = snprintf(wait, sizeof(wait), "&wait=%d", wait_s);
+        ok = len > 0 && append(buf, cap, &pos, wait, (size_t)len);
+    }
+    return finish(buf, cap, pos, ok);
+}

@@ -1,0 +1,57 @@
+/* Ledger identifiers and scabbard REST URLs: validation and building. Pure functions. */
+#ifndef QW_DLT_DLT_URL_H
+#define QW_DLT_DLT_URL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define QW_DLT_CIRCUIT_LEN 11   /* "abcde-fghij" */
+#define QW_DLT_SERVICE_LEN 4    /* "a1b2" */
+#define QW_DLT_SERVICE_ID_LEN 17 /* "abcde-fghij::a1b2" */
+#define QW_DLT_BATCH_ID_LEN 128 /* header_signature: lower-case hex characters */
+#define QW_DLT_MAX_WAIT_S 3600  /* largest long-poll wait a URL may carry, seconds */
+
+/** The two halves of a service_id `circuit::service`, NUL-terminated. */
+struct qw_dlt_service_ref {
+    char circuit[QW_DLT_CIRCUIT_LEN + 1]; /* [A-Za-z0-9]{5}-[A-Za-z0-9]{5} */
+    char service[QW_DLT_SERVICE_LEN + 1]; /* [A-Za-z0-9]{4} */
+};
+
+/**
+ * Splits and validates a service_id `circuit::service` (circuit
+ * `[A-Za-z0-9]{5}-[A-Za-z0-9]{5}`, service `[A-Za-z0-9]{4}`, nothing else).
+ * `out` may be NULL to validate only. Returns QW_OK or QW_ERR_INVALID.
+ */
+int qw_dlt_service_id_parse(const char *service_id, struct qw_dlt_service_ref *out);
+
+/** True when `id` is exactly 128 lower-case hex characters (a batch header_signature). */
+bool qw_dlt_batch_id_valid(const char *id);
+
+/**
+ * True when `base` can be a ledger base URL: starts with http:// or
+ * https:// (any case), has a host, holds no whitespace, control
+ * characters, '?', '#' or '@' (no user:password in URLs: the token is
+ * the credential, and URLs get logged). Trailing slashes are allowed (they are dropped
+ * when URLs are built).
+ */
+bool qw_dlt_base_url_valid(const char *base);
+
+/**
+ * Writes `{base}/scabbard/{circuit}/{service}/batches` into `buf`
+ * (capacity `cap`, including the NUL). Returns QW_OK, or QW_ERR_INVALID
+ * when an input is malformed or the URL would not fit; on error `buf`
+ * (when cap > 0) holds "".
+ */
+int qw_dlt_url_batches(char *buf, size_t cap, const char *base, const char *service_id);
+
+/**
+ * Writes `{base}/scabbard/{circuit}/{service}/batch_statuses?ids=a,b&wait=N`
+ * into `buf` (capacity `cap`). `ids` holds `n` >= 1 batch ids, each
+ * accepted by qw_dlt_batch_id_valid(); `wait_s` is 0..QW_DLT_MAX_WAIT_S.
+ * Returns QW_OK, or QW_ERR_INVALID when an input is malformed or the URL
+ * would not fit; on error `buf` (when cap > 0) holds "".
+ */
+int qw_dlt_url_statuses(char *buf, size_t cap, const char *base, const char *service_id,
+                        const char *const *ids, size_t n, int wait_s);
+
+#endif

@@ -1,0 +1,90 @@
+/* Parser for bulk enqueue lines; see tsv.h. */
+#include "ingest/tsv.h"
+
+#include "common/hex.h"
+#include "ingest/validate.h"
+
+#include <string.h>
+
+static int is_hex(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes,
+                 struct qw_tsv_record *rec, struct qw_error *err)
+{
+    memset(rec, 0, sizeof(*rec));
+    rec->kind = QW_TSV_SKIP;
+    if (len > 0 && line[len - 1] == '\n')
+        len--;
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+
+    size_t first = 0;
+    while (first < len && (line[first] == ' ' || line[first] == '\t'))
+        first++;
+    if (first == len || line[first] == '#')
+        return QW_OK;
+
+    const char *field[3];
+    size_t field_len[3];
+    size_t nfields = 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && line[i] != '\t')
+            continue;
+        if (nfields < 3) {
+            field[nfields] = line + start;
+            field_len[nfields] = i - start;
+        }
+        nfields++;
+        start = i + 1;
+    }
+    if (nfields != 3)
+        return qw_error_set(err, QW_ERR_INVALID,
+                            "expected 3 tab-separated fields (service_id, batch_id, hex payload), "
+                            "found %zu",
+                            nfields);
+    if (qw_validate_service_id(field[0], field_len[0], err) != QW_OK)
+        return QW_ERR_INVALID;
+    if (qw_validate_batch_id(field[1], field_len[1], err) != QW_OK)
+        return QW_ERR_INVALID;
+
+    const char *hex = field[2];
+    size_t hex_len = field_len[2];
+    if (hex_len == 0)
+        return qw_error_set(err, QW_ERR_INVALID, "payload is empty");
+    if (hex_len / 2 > max_payload_bytes) {
+        rec->too_large = 1;
+        return qw_error_set(err, QW_ERR_INVALID, "payload is %zu bytes, the limit is %zu",
+                            hex_len / 2, max_payload_bytes);
+    }
+    for (size_t i = 0; i < hex_len; i++) {
+        unsigned char c = (unsigned char)hex[i];
+        if (is_hex(c))
+            continue;
+        if (c >= 0x20 && c < 0x7f)
+            return qw_error_set(err, QW_ERR_INVALID,
+                                "payload hex character %zu is '%c', not a hex digit", i + 1, c);
+        return qw_error_set(err, QW_ERR_INVALID,
+                            "payload hex character %zu is byte 0x%02x, not a hex digit", i + 1, c);
+    }
+    if (hex_len % 2 != 0)
+        return qw_error_set(err, QW_ERR_INVALID,
+                            "payload hex has an odd number of digits (%zu)", hex_len);
+
+    rec->kind = QW_TSV_RECORD;
+    rec->service_id = field[0];
+    rec->service_id_len = field_len[0];
+    rec->batch_id = field[1];
+    rec->batch_id_len = field_len[1];
+    rec->payload_hex = hex;
+    rec->payload_hex_len = hex_len;
+    return QW_OK;
+}
+
+long qw_tsv_decode_payload(const struct qw_tsv_record *rec, uint8_t *out, size_t cap)
+{
+    return qw_hex_decode(rec->payload_hex, rec->payload_hex_len, out, cap);
+}

@@ -1,0 +1,130 @@
+/* The claims transaction; see claims.h. */
+#include "worker/claims.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct claims_txn {
+    const struct qw_claims_params *p; /* inputs */
+    struct qw_claims_result *out;     /* collected, reset on every attempt */
+};
+
+static int append_held(struct qw_claims_result *r, const char *service_id, int64_t epoch)
+{
+    if (r->n_held == r->cap_held) {
+        size_t cap = r->cap_held ? r->cap_held * 2 : 256;
+        struct qw_claim *grown = realloc(r->held, cap * sizeof(*grown));
+        if (!grown)
+            return QW_ERR_NOMEM;
+        r->held = grown;
+        r->cap_held = cap;
+    }
+    struct qw_claim *c = &r->held[r->n_held++];
+    snprintf(c->service_id, sizeof(c->service_id), "%s", service_id);
+    c->epoch = epoch;
+    return QW_OK;
+}
+
+static int collect_held(struct qw_claims_result *r, struct qw_db_res *res, struct qw_error *err)
+{
+    for (int i = 0; i < qw_db_res_rows(res); i++) {
+        if (append_held(r, qw_db_res_get(res, i, 0), qw_db_res_int(res, i, 1)) != QW_OK)
+            return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    }
+    return QW_OK;
+}
+
+static int claims_body(void *conn, void *arg, struct qw_error *err)
+{
+    struct qw_db *db = conn;
+    struct claims_txn *t = arg;
+    const struct qw_claims_params *p = t->p;
+    struct qw_claims_result *r = t->out;
+    r->n_held = 0;
+    r->freed = r->released = r->acquired = 0;
+
+    char lease[16], hard[16], live[16], slack[16], maxc[16], share[16], want[16];
+    snprintf(lease, sizeof(lease), "%d", p->lease_ms);
+    snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
+    snprintf(live, sizeof(live), "%d", p->liveness_ms);
+    snprintf(slack, sizeof(slack), "%d", p->slack);
+    snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
+
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "claims_maintain", 0, NULL, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    r->freed = qw_db_res_rows(res);
+    qw_db_res_free(res);
+
+    const char *share_params[] = {p->instance_id, live, slack, maxc};
+    rc = qw_db_query(db, "claims_share", 4, share_params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    r->share = (int)qw_db_res_int(res, 0, 0);
+    r->with_work = qw_db_res_int(res, 0, 1);
+    r->live = (int)qw_db_res_int(res, 0, 2);
+    qw_db_res_free(res);
+    snprintf(share, sizeof(share), "%d", p->acquire ? r->share : 0);
+
+    const char *release_params[] = {p->instance_id, share};
+    rc = qw_db_query(db, "claims_release_idle", 2, release_params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    r->released = qw_db_res_rows(res);
+    qw_db_res_free(res);
+
+    const char *renew_params[] = {p->instance_id, lease, hard};
+    rc = qw_db_query(db, "claims_renew", 3, renew_params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    rc = collect_held(r, res, err);
+    qw_db_res_free(res);
+    if (rc != QW_OK || !p->acquire)
+        return rc;
+
+    int n = r->share - (int)r->n_held;
+    if (n <= 0)
+        return QW_OK;
+    snprintf(want, sizeof(want), "%d", n);
+    const char *acquire_params[] = {p->instance_id, want, lease, hard};
+    rc = qw_db_query(db, "claims_acquire", 4, acquire_params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    size_t before = r->n_held;
+    rc = collect_held(r, res, err);
+    r->acquired = (int)(r->n_held - before);
+    qw_db_res_free(res);
+    return rc;
+}
+
+int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
+                    const struct qw_claims_params *p, struct qw_claims_result *out,
+                    struct qw_txn_stats *stats, struct qw_error *err)
+{
+    struct claims_txn t = {.p = p, .out = out};
+    return qw_txn_run(&qw_txn_db_ops, db, policy, claims_body, &t, stats, err);
+}
+
+void qw_claims_result_free(struct qw_claims_result *r)
+{
+    free(r->held);
+    memset(r, 0, sizeof(*r));
+}
+
+int qw_claims_release_all(struct qw_db *db, const char *instance_id, int *released,
+                          struct qw_error *err)
+{
+    struct qw_db_res *res = NULL;
+    const char *params[] = {instance_id};
+    int rc = qw_db_query(db, "claims_release_all", 1, params, &res, err);
+    if (rc == QW_OK && released)
+        *released = qw_db_res_rows(res);
+    int any = rc == QW_OK && qw_db_res_rows(res) > 0;
+    qw_db_res_free(res);
+    /* Wake the other workers so they take the services over at once. */
+    if (any)
+        rc = qw_db_exec(db, "NOTIFY queuer_work", err);
+    return rc;
+}

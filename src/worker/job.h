@@ -1,0 +1,65 @@
+/*
+ * A job: one batch travelling from the queuer thread to the submitter
+ * thread and back. The queuer allocates it and pushes it onto the handoff
+ * queue; from then on the submitter owns it until it pushes it onto the
+ * completion queue with `end` set; the queuer then reads and frees it.
+ * Exactly one thread owns a job at any time, so it needs no lock.
+ */
+#ifndef QW_WORKER_JOB_H
+#define QW_WORKER_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define QW_SERVICE_ID_MAX 24 /* bytes of a service_id with its NUL (17 used) */
+#define QW_BATCH_ID_LEN 128  /* hex characters of a batch_id */
+
+enum qw_job_kind {
+    QW_JOB_SUBMIT = 0, /* marked submitted by the queuer: POST it, then follow it */
+    QW_JOB_ADOPT,      /* found in flight (earlier owner or run): follow its status */
+};
+
+/** How a job ended, told back to the queuer. */
+enum qw_job_end {
+    QW_JOB_END_NONE = 0,    /* still running (never seen by the queuer) */
+    QW_JOB_END_FINAL,       /* Committed, Valid or Invalid recorded: the service moves on */
+    QW_JOB_END_RETRY_LATER, /* Delayed or Unknown recorded: the queuer resubmits when due */
+    QW_JOB_END_LOST,        /* a fenced write matched nothing: the claim was lost */
+    QW_JOB_END_ABANDONED,   /* stopped without a recorded outcome (shutdown, lease) */
+};
+
+/** Submitter-side progress of a job. */
+enum qw_job_state {
+    QW_JOB_WAITING = 0, /* not yet posted (paused, or waiting for a transfer slot) */
+    QW_JOB_POSTING,     /* POST in flight */
+    QW_JOB_RECORDING,   /* outcome waits in the grouped write */
+    QW_JOB_POLLING,     /* status long-poll in flight */
+    QW_JOB_POLL_WAIT,   /* waiting to poll again (after an error or Unknown) */
+};
+
+struct qw_job {
+    enum qw_job_kind kind;                 /* what the submitter does with it */
+    char service_id[QW_SERVICE_ID_MAX];    /* "<circuit>::<service>" */
+    char batch_id[QW_BATCH_ID_LEN + 1];    /* header_signature */
+    int64_t epoch;                         /* claim epoch the queuer held when it made the job */
+    int attempts;                          /* POSTs recorded before this one */
+    int64_t deadline_ms;                   /* monotonic ms: do not POST after this (lease) */
+    uint8_t *payload;                      /* SUBMIT: BatchList bytes, owned; ADOPT: NULL */
+    size_t payload_len;                    /* bytes in payload */
+
+    /* submitter-private */
+    enum qw_job_state state;               /* progress */
+    int64_t next_at_ms;                    /* monotonic ms of the next action when waiting */
+    int64_t unknown_since_ms;              /* monotonic ms Unknown was first seen, 0 = not */
+    int poll_errors;                       /* consecutive failed status polls */
+    int64_t posted_us;                     /* monotonic us the POST was started, for latency */
+
+    /* result, set by the submitter before handing the job back */
+    enum qw_job_end end;                   /* how it ended */
+    struct qw_job *next;                   /* intrusive list link, owner's use */
+};
+
+/** Frees a job and its payload; NULL is ignored. */
+void qw_job_free(struct qw_job *job);
+
+#endif

@@ -1,0 +1,511 @@
+/*
+ * Queuer thread: claims, fetch, one-round serial choice, fenced marking,
+ * handoff. The database is the truth; the local service map only
+ * remembers each held service's claim epoch and whether a job of it is
+ * with the submitter (then the service is skipped until the job returns).
+ */
+#include "worker/queuer.h"
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/hex.h"
+#include "common/log.h"
+#include "db/db.h"
+#include "db/pgarray.h"
+#include "db/txn.h"
+#include "worker/claims.h"
+#include "worker/job.h"
+#include "worker/serial.h"
+#include "worker/svcmap.h"
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct queuer {
+    struct qw_worker *w;              /* shared state */
+    const struct qw_config *cfg;      /* read-only */
+    struct qw_db *db;                 /* this thread's connection */
+    struct qw_svcmap svcs;            /* services we hold */
+    struct qw_claims_result claims;   /* last claims transaction */
+    struct qw_rng rng;                /* for backoff */
+    struct qw_txn_policy policy;      /* serializable retry policy */
+    int64_t lease_deadline_ms;        /* monotonic: our claims surely valid until */
+    int64_t next_retry_ms;            /* monotonic: a Delayed/Unknown batch becomes due */
+    char **dirty;                     /* services to fetch again now (jobs came back) */
+    size_t n_dirty;                   /* entries in dirty */
+    size_t cap_dirty;                 /* allocated entries */
+    struct qw_pgarray arr[3];         /* reusable array parameters */
+};
+
+/* One fetched row, with its strings owned by the fetch result. */
+struct fetched {
+    const char *service_id; /* from the result */
+    int64_t epoch;          /* claim epoch */
+    int attempts;           /* attempts so far */
+};
+
+/* What one fetch-and-queue transaction produced; reset on every attempt. */
+struct queue_txn {
+    struct queuer *q;              /* owner */
+    const char *filter;            /* text[] literal or NULL for all services */
+    struct qw_job *jobs;           /* jobs to hand over after COMMIT (list) */
+    size_t n_jobs;                 /* entries in jobs */
+    int64_t next_retry_us;         /* from the serial choice, database clock */
+    int64_t db_now_us;             /* database clock at fetch */
+};
+
+static void free_job_list(struct qw_job *list)
+{
+    while (list) {
+        struct qw_job *next = list->next;
+        qw_job_free(list);
+        list = next;
+    }
+}
+
+static struct qw_job *new_job(enum qw_job_kind kind, const char *service_id, const char *batch_id,
+                              int64_t epoch, int attempts)
+{
+    struct qw_job *job = calloc(1, sizeof(*job));
+    if (!job)
+        return NULL;
+    job->kind = kind;
+    snprintf(job->service_id, sizeof(job->service_id), "%s", service_id);
+    snprintf(job->batch_id, sizeof(job->batch_id), "%s", batch_id);
+    job->epoch = epoch;
+    job->attempts = attempts;
+    return job;
+}
+
+/* The service's entry if we hold it at `epoch` and no job of it is out. */
+static struct qw_svc *usable(struct queuer *q, const char *service_id, int64_t epoch)
+{
+    struct qw_svc *s = qw_svcmap_get(&q->svcs, service_id);
+    if (!s || !s->held || s->busy || s->epoch != epoch)
+        return NULL;
+    return s;
+}
+
+static int queue_body(void *conn, void *arg, struct qw_error *err)
+{
+    struct qw_db *db = conn;
+    struct queue_txn *t = arg;
+    struct queuer *q = t->q;
+    free_job_list(t->jobs);
+    t->jobs = NULL;
+    t->n_jobs = 0;
+    t->next_retry_us = 0;
+
+    const char *params[] = {q->w->instance_id, t->filter};
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "batches_fetch", 2, params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    int n = qw_db_res_rows(res);
+    struct qw_serial_batch *in = calloc((size_t)n + 1, sizeof(*in));
+    struct fetched *meta = calloc((size_t)n + 1, sizeof(*meta));
+    size_t *chosen = calloc((size_t)n + 1, sizeof(*chosen));
+    if (!in || !meta || !chosen) {
+        rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    size_t m = 0;
+    for (int i = 0; i < n; i++) {
+        const char *svc = qw_db_res_get(res, i, 0);
+        int64_t epoch = qw_db_res_int(res, i, 1);
+        if (!usable(q, svc, epoch))
+            continue;
+        enum qw_batch_status status;
+        if (qw_batch_status_parse(qw_db_res_get(res, i, 5), &status) != 0)
+            status = (enum qw_batch_status)99; /* blocks the service */
+        in[m] = (struct qw_serial_batch){
+            .service_id = svc,
+            .batch_id = qw_db_res_get(res, i, 2),
+            .created_at_us = qw_db_res_int(res, i, 3),
+            .submitted = qw_db_res_get(res, i, 4)[0] == 't',
+            .status = status,
+            .retry_at_us = qw_db_res_int(res, i, 6),
+        };
+        meta[m] = (struct fetched){svc, epoch, (int)qw_db_res_int(res, i, 7)};
+        m++;
+        t->db_now_us = qw_db_res_int(res, i, 8);
+    }
+
+    /* Batches in flight that no job of ours follows: adopt them. */
+    const struct qw_config *cfg = q->cfg;
+    long room = (long)cfg->dlt_max_in_flight - (long)q->svcs.busy;
+    for (size_t i = 0; i < m && room > 0; i++) {
+        bool in_flight = (in[i].submitted && in[i].status == QW_STATUS_NONE) ||
+                         in[i].status == QW_STATUS_PENDING;
+        if (!in_flight)
+            continue;
+        struct qw_job *job = new_job(QW_JOB_ADOPT, in[i].service_id, in[i].batch_id,
+                                     meta[i].epoch, meta[i].attempts);
+        if (!job) {
+            rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        job->next = t->jobs;
+        t->jobs = job;
+        t->n_jobs++;
+        room--;
+    }
+
+    size_t n_chosen = 0;
+    struct qw_serial_stats stats;
+    rc = qw_serial_choose(in, m, t->db_now_us, NULL, chosen, &n_chosen, &stats);
+    if (rc != QW_OK) {
+        rc = qw_error_set(err, rc, "serial queuing failed");
+        goto out;
+    }
+    t->next_retry_us = stats.next_retry_us;
+    if (n_chosen > (size_t)(room > 0 ? room : 0))
+        n_chosen = (size_t)(room > 0 ? room : 0);
+    if (n_chosen == 0)
+        goto out;
+
+    for (int i = 0; i < 3; i++)
+        qw_pgarray_reset(&q->arr[i]);
+    for (size_t i = 0; i < n_chosen; i++) {
+        const struct qw_serial_batch *b = &in[chosen[i]];
+        qw_pgarray_text(&q->arr[0], b->batch_id);
+        qw_pgarray_int(&q->arr[1], meta[chosen[i]].epoch);
+        qw_pgarray_text(&q->arr[2], qw_batch_status_name(b->status));
+    }
+    const char *mark[4] = {q->w->instance_id, qw_pgarray_finish(&q->arr[0]),
+                           qw_pgarray_finish(&q->arr[1]), qw_pgarray_finish(&q->arr[2])};
+    if (!mark[1] || !mark[2] || !mark[3]) {
+        rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    struct qw_db_res *marked = NULL;
+    rc = qw_db_query(db, "batches_mark", 4, mark, &marked, err);
+    if (rc != QW_OK)
+        goto out;
+    for (int i = 0; i < qw_db_res_rows(marked); i++) {
+        struct qw_job *job =
+            new_job(QW_JOB_SUBMIT, qw_db_res_get(marked, i, 1), qw_db_res_get(marked, i, 0),
+                    qw_db_res_int(marked, i, 2), (int)qw_db_res_int(marked, i, 3));
+        const char *hex = qw_db_res_get(marked, i, 4);
+        size_t hexlen = strlen(hex);
+        if (job && hexlen >= 2 && hex[0] == '\\' && hex[1] == 'x') {
+            job->payload = malloc(hexlen / 2);
+            long len = job->payload
+                           ? qw_hex_decode(hex + 2, hexlen - 2, job->payload, hexlen / 2)
+                           : -1;
+            job->payload_len = len > 0 ? (size_t)len : 0;
+        }
+        if (!job || job->payload_len == 0) {
+            qw_job_free(job);
+            qw_db_res_free(marked);
+            rc = qw_error_set(err, QW_ERR_NOMEM, "cannot decode a payload");
+            goto out;
+        }
+        job->next = t->jobs;
+        t->jobs = job;
+        t->n_jobs++;
+    }
+    qw_db_res_free(marked);
+out:
+    free(in);
+    free(meta);
+    free(chosen);
+    qw_db_res_free(res);
+    return rc;
+}
+
+static void add_serialization_retries(struct queuer *q, const struct qw_txn_stats *st)
+{
+    if (st->serialization_retries)
+        atomic_fetch_add_explicit(&q->w->stats.serialization_retries, st->serialization_retries,
+                                  memory_order_relaxed);
+}
+
+/* Fetch + queue for all held services (filter NULL) or the listed ones. */
+static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error *err)
+{
+    struct queue_txn t = {.q = q, .filter = filter};
+    struct qw_txn_stats st = {0};
+    int rc = qw_txn_run(&qw_txn_db_ops, q->db, &q->policy, queue_body, &t, &st, err);
+    add_serialization_retries(q, &st);
+    if (rc != QW_OK) {
+        free_job_list(t.jobs);
+        return rc;
+    }
+    int64_t deadline = q->lease_deadline_ms;
+    struct qw_job *job = t.jobs;
+    while (job) {
+        struct qw_job *next = job->next;
+        job->next = NULL;
+        job->deadline_ms = deadline;
+        struct qw_svc *s = qw_svcmap_get(&q->svcs, job->service_id);
+        if (s && qw_handoff_push(q->w->jobs, job) == QW_OK) {
+            qw_svcmap_set_busy(&q->svcs, s, true);
+        } else {
+            /* The batch stays marked in the database; the next fetch adopts it. */
+            qw_log_warn("handoff.full", "service=%s batch=%.16s", job->service_id,
+                        job->batch_id);
+            qw_job_free(job);
+        }
+        job = next;
+    }
+    atomic_store_explicit(&q->w->stats.jobs_busy, (long long)q->svcs.busy, memory_order_relaxed);
+    if (t.next_retry_us > 0) {
+        int64_t in_ms = (t.next_retry_us - t.db_now_us) / 1000 + 1;
+        q->next_retry_ms = qw_clock_mono_ms() + (in_ms > 0 ? in_ms : 0);
+    } else {
+        q->next_retry_ms = INT64_MAX;
+    }
+    return QW_OK;
+}
+
+static int heartbeat(struct queuer *q, struct qw_error *err)
+{
+    const char *params[] = {q->w->instance_id};
+    return qw_db_query(q->db, "instance_heartbeat", 1, params, NULL, err);
+}
+
+/* Steps 1-3, then reconcile the local map with what the database says we hold. */
+static int claims_step(struct queuer *q, bool acquire, struct qw_error *err)
+{
+    const struct qw_config *cfg = q->cfg;
+    struct qw_claims_params p = {
+        .instance_id = q->w->instance_id,
+        .lease_ms = cfg->worker_lease_ms,
+        .hard_expiry_ms = cfg->worker_hard_expiry_ms,
+        .liveness_ms = cfg->worker_lease_ms,
+        .slack = cfg->worker_claim_slack,
+        .max_claims = cfg->worker_max_claims,
+        .acquire = acquire,
+    };
+    int64_t began = qw_clock_mono_ms();
+    struct qw_txn_stats st = {0};
+    int rc = qw_claims_cycle(q->db, &q->policy, &p, &q->claims, &st, err);
+    add_serialization_retries(q, &st);
+    atomic_fetch_add_explicit(&q->w->stats.cycles, 1, memory_order_relaxed);
+    if (rc != QW_OK)
+        return rc;
+    /* Conservative: the claims were renewed no earlier than `began`. */
+    q->lease_deadline_ms = began + cfg->worker_lease_ms - cfg->worker_lease_ms / 4;
+
+    size_t pos = 0;
+    struct qw_svc *s;
+    while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL)
+        s->held = false;
+    for (size_t i = 0; i < q->claims.n_held; i++) {
+        const struct qw_claim *c = &q->claims.held[i];
+        s = qw_svcmap_put(&q->svcs, c->service_id);
+        if (!s)
+            return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+        if (s->epoch != c->epoch && s->epoch != 0)
+            qw_log_info("claim.epoch_changed", "service=%s old=%lld new=%lld", c->service_id,
+                        (long long)s->epoch, (long long)c->epoch);
+        s->epoch = c->epoch;
+        s->held = true;
+    }
+    pos = 0;
+    while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
+        if (!s->held && !s->busy) {
+            qw_svcmap_del(&q->svcs, s->service_id);
+        } else if (!s->held) {
+            s->epoch = -1; /* lost; forgotten when its job comes back */
+        }
+    }
+    atomic_store_explicit(&q->w->stats.claims_held, (long long)q->claims.n_held,
+                          memory_order_relaxed);
+    if (q->claims.acquired || q->claims.released || q->claims.freed)
+        qw_log_info("claims.changed",
+                    "held=%zu acquired=%d released=%d freed=%d share=%d services_with_work=%lld "
+                    "live_instances=%d",
+                    q->claims.n_held, q->claims.acquired, q->claims.released, q->claims.freed,
+                    q->claims.share, (long long)q->claims.with_work, q->claims.live);
+    return QW_OK;
+}
+
+static int add_dirty(struct queuer *q, const char *service_id)
+{
+    if (q->n_dirty == q->cap_dirty) {
+        size_t cap = q->cap_dirty ? q->cap_dirty * 2 : 64;
+        char **grown = realloc(q->dirty, cap * sizeof(*grown));
+        if (!grown)
+            return QW_ERR_NOMEM;
+        q->dirty = grown;
+        q->cap_dirty = cap;
+    }
+    q->dirty[q->n_dirty] = strdup(service_id);
+    if (!q->dirty[q->n_dirty])
+        return QW_ERR_NOMEM;
+    q->n_dirty++;
+    return QW_OK;
+}
+
+static void clear_dirty(struct queuer *q)
+{
+    for (size_t i = 0; i < q->n_dirty; i++)
+        free(q->dirty[i]);
+    q->n_dirty = 0;
+}
+
+/* Takes finished jobs back from the submitter. */
+static void take_done(struct queuer *q)
+{
+    void *item;
+    while (qw_handoff_pop(q->w->done, 0, &item) == QW_OK) {
+        struct qw_job *job = item;
+        struct qw_svc *s = qw_svcmap_get(&q->svcs, job->service_id);
+        if (s) {
+            qw_svcmap_set_busy(&q->svcs, s, false);
+            if (!s->held)
+                qw_svcmap_del(&q->svcs, job->service_id);
+            else if (add_dirty(q, job->service_id) != QW_OK)
+                q->next_retry_ms = 0; /* fall back to a full fetch */
+        }
+        qw_job_free(job);
+    }
+    atomic_store_explicit(&q->w->stats.jobs_busy, (long long)q->svcs.busy, memory_order_relaxed);
+}
+
+static void drain_wake_fd(int fd)
+{
+    uint64_t v;
+    while (read(fd, &v, sizeof(v)) > 0) {
+    }
+}
+
+/* Waits for the next reason to work; returns 1 when a NOTIFY arrived. */
+static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
+{
+    int64_t t = qw_clock_mono_ms();
+    int64_t until = next_cycle_ms < q->next_retry_ms ? next_cycle_ms : q->next_retry_ms;
+    int64_t timeout = until - t;
+    if (timeout < 0 || q->n_dirty > 0)
+        timeout = 0;
+    struct qw_error err;
+    qw_error_clear(&err);
+    int r;
+    if (q->cfg->worker_listen) {
+        r = qw_db_wait_notify(q->db, (int)timeout, q->w->wake_fd, &err);
+    } else {
+        /* Polling only (e.g. behind a transaction pooler): sleep on the wake fd. */
+        struct pollfd pfd = {.fd = q->w->wake_fd, .events = POLLIN};
+        r = poll(&pfd, 1, (int)timeout) > 0 ? 2 : 0;
+    }
+    if (r == 2)
+        drain_wake_fd(q->w->wake_fd);
+    if (r < 0) {
+        qw_log_warn("db.lost", "error=%s", qw_log_quote((char[300]){0}, 300, err.msg));
+        qw_clock_sleep_ms(50);
+    }
+    take_done(q);
+    return r == 1;
+}
+
+static void log_failure(const char *event, const struct qw_error *err)
+{
+    char quoted[600];
+    qw_log_warn(event, "error=%s sqlstate=%s", qw_log_quote(quoted, sizeof(quoted), err->msg),
+                err->sqlstate);
+}
+
+static void queuer_loop(struct queuer *q)
+{
+    const struct qw_config *cfg = q->cfg;
+    int64_t next_cycle = 0;
+    int failures = 0;
+    bool notified = false;
+    while (!atomic_load(&q->w->stop)) {
+        struct qw_error err;
+        qw_error_clear(&err);
+        int64_t t = qw_clock_mono_ms();
+        int rc = QW_OK;
+        if (t >= next_cycle || notified) {
+            notified = false;
+            rc = heartbeat(q, &err);
+            if (rc == QW_OK)
+                rc = claims_step(q, true, &err);
+            if (rc == QW_OK) {
+                clear_dirty(q);
+                rc = fetch_and_queue(q, NULL, &err);
+            }
+            if (rc == QW_OK) {
+                failures = 0;
+                next_cycle = t + cfg->worker_cycle_ms;
+            } else {
+                log_failure("cycle.failed", &err);
+                next_cycle = t + qw_backoff_full_jitter(failures++, 50, cfg->worker_cycle_ms,
+                                                        &q->rng);
+                if (!qw_db_ok(q->db))
+                    qw_db_reconnect(q->db, &err);
+            }
+        } else if (q->n_dirty > 0 || t >= q->next_retry_ms) {
+            const char *filter = NULL;
+            qw_pgarray_reset(&q->arr[0]);
+            if (q->n_dirty > 0 && t < q->next_retry_ms) {
+                for (size_t i = 0; i < q->n_dirty; i++)
+                    qw_pgarray_text(&q->arr[0], q->dirty[i]);
+                filter = qw_pgarray_finish(&q->arr[0]);
+            }
+            clear_dirty(q);
+            rc = fetch_and_queue(q, filter, &err);
+            if (rc != QW_OK) {
+                log_failure("queue.failed", &err);
+                q->next_retry_ms = t + 100;
+                if (!qw_db_ok(q->db))
+                    qw_db_reconnect(q->db, &err);
+            }
+        }
+        if (wait_for_work(q, next_cycle))
+            notified = true;
+    }
+}
+
+/* Stops: hands no more jobs, waits for the submitter, gives the claims back. */
+static void queuer_shutdown(struct queuer *q, pthread_t submitter)
+{
+    qw_log_info("worker.stopping", "claims=%zu busy=%zu", q->claims.n_held, q->svcs.busy);
+    qw_handoff_close(q->w->jobs);
+    pthread_join(submitter, NULL);
+    take_done(q);
+    struct qw_error err;
+    qw_error_clear(&err);
+    int released = 0;
+    if (!qw_db_ok(q->db))
+        qw_db_reconnect(q->db, &err);
+    if (qw_claims_release_all(q->db, q->w->instance_id, &released, &err) != QW_OK)
+        log_failure("claims.release_failed", &err);
+    const char *params[] = {q->w->instance_id};
+    if (qw_db_query(q->db, "instance_stop", 1, params, NULL, &err) != QW_OK)
+        log_failure("instance.stop_failed", &err);
+    qw_log_info("worker.stopped", "released=%d", released);
+}
+
+int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter,
+                  struct qw_error *err)
+{
+    struct queuer q = {.w = w, .cfg = w->cfg, .db = db, .next_retry_ms = INT64_MAX};
+    const struct qw_config *cfg = w->cfg;
+    if (qw_svcmap_init(&q.svcs) != 0)
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < 3; i++)
+        qw_pgarray_init(&q.arr[i]);
+    qw_rng_seed(&q.rng, (uint64_t)qw_clock_mono_us() ^ (uint64_t)getpid());
+    q.policy = (struct qw_txn_policy){
+        .max_attempts = cfg->worker_txn_max_attempts,
+        .max_ms = cfg->worker_txn_max_ms,
+        .backoff_base_ms = cfg->worker_txn_backoff_base_ms,
+        .backoff_max_ms = cfg->worker_txn_backoff_max_ms,
+        .rng = &q.rng,
+    };
+    queuer_loop(&q);
+    queuer_shutdown(&q, submitter);
+    clear_dirty(&q);
+    free(q.dirty);
+    qw_claims_result_free(&q.claims);
+    qw_svcmap_free(&q.svcs);
+    for (int i = 0; i < 3; i++)
+        qw_pgarray_free(&q.arr[i]);
+    return QW_OK;
+}

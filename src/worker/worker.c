@@ -1,0 +1,169 @@
+/* `queuer run` process setup: instance, signals, threads; see worker.h. */
+#include "worker/worker.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "db/db.h"
+#include "db/migrate.h"
+#include "dlt/dlt_client.h"
+#include "worker/job.h"
+#include "worker/queuer.h"
+#include "worker/submitter.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* The worker the signal handler stops; set once before threads start. */
+static struct qw_worker *signal_worker;
+
+void qw_worker_wake(struct qw_worker *w)
+{
+    int saved = errno;
+    uint64_t one = 1;
+    ssize_t n = write(w->wake_fd, &one, sizeof(one));
+    (void)n;
+    errno = saved;
+}
+
+/* Only sets a flag and writes the wake fd: async-signal-safe. */
+static void on_signal(int sig)
+{
+    (void)sig;
+    struct qw_worker *w = signal_worker;
+    if (!w)
+        _exit(130);
+    if (atomic_exchange(&w->stop, 1) != 0)
+        _exit(130); /* second signal: exit now */
+    qw_worker_wake(w);
+}
+
+static int install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0)
+        return -1;
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+static void make_instance_id(const struct qw_config *cfg, char *out, size_t len)
+{
+    if (cfg->worker_instance_id && cfg->worker_instance_id[0]) {
+        snprintf(out, len, "%s", cfg->worker_instance_id);
+        return;
+    }
+    char host[64] = "host";
+    gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = '\0';
+    uint64_t r = (uint64_t)qw_clock_wall_ms() * 2654435761u ^ (uint64_t)getpid();
+    snprintf(out, len, "%.40s-%d-%04x", host, (int)getpid(), (unsigned)(r & 0xffff));
+}
+
+static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_error *err)
+{
+    const struct qw_config *cfg = w->cfg;
+    struct qw_db_opts opts = {
+        .conninfo = cfg->db_conninfo,
+        .password = cfg->db_password,
+        .app_name = "queuer-worker",
+        .connect_timeout_s = cfg->db_connect_timeout_s,
+        .query_timeout_ms = cfg->db_query_timeout_ms,
+    };
+    int rc = qw_db_connect(db, &opts, err);
+    if (rc != QW_OK)
+        return rc;
+    rc = qw_migrate_check(*db, NULL, err);
+    if (rc == QW_OK && cfg->worker_listen)
+        rc = qw_db_listen(*db, "queuer_work", err);
+    if (rc == QW_OK) {
+        char pid[16];
+        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        char host[64] = "host";
+        gethostname(host, sizeof(host) - 1);
+        host[sizeof(host) - 1] = '\0';
+        const char *params[] = {w->instance_id, host, pid, QW_VERSION};
+        rc = qw_db_query(*db, "instance_register", 4, params, NULL, err);
+    }
+    if (rc != QW_OK) {
+        qw_db_close(*db);
+        *db = NULL;
+    }
+    return rc;
+}
+
+int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
+{
+    struct qw_worker *w = calloc(1, sizeof(*w));
+    if (!w)
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    w->cfg = cfg;
+    w->wake_fd = -1;
+    make_instance_id(cfg, w->instance_id, sizeof(w->instance_id));
+    enum qw_log_level level = QW_LOG_INFO;
+    qw_log_level_parse(cfg->log_level, &level);
+    qw_log_init(level, w->instance_id);
+    qw_log_set_thread("queuer");
+
+    struct qw_db *db = NULL;
+    int rc = qw_dlt_global_init();
+    if (rc != QW_OK)
+        qw_error_set(err, rc, "cannot initialise libcurl");
+    if (rc == QW_OK) {
+        w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (w->wake_fd < 0)
+            rc = qw_error_set(err, QW_ERR_IO, "eventfd: %s", strerror(errno));
+    }
+    size_t jobs_cap = (size_t)(cfg->worker_queue_capacity > cfg->dlt_max_in_flight
+                                   ? cfg->worker_queue_capacity
+                                   : cfg->dlt_max_in_flight);
+    if (rc == QW_OK)
+        rc = qw_handoff_create(&w->jobs, jobs_cap, err);
+    if (rc == QW_OK)
+        rc = qw_handoff_create(&w->done, jobs_cap + (size_t)cfg->dlt_max_in_flight + 16, err);
+    if (rc == QW_OK)
+        rc = connect_queuer_db(w, &db, err);
+    if (rc == QW_OK) {
+        signal_worker = w;
+        if (install_signals() != 0)
+            rc = qw_error_set(err, QW_ERR_IO, "cannot install signal handlers");
+    }
+    pthread_t submitter;
+    if (rc == QW_OK)
+        rc = qw_submitter_start(w, &submitter, err);
+    if (rc == QW_OK) {
+        qw_log_info("worker.started",
+                    "version=%s lease_ms=%d hard_expiry_ms=%d cycle_ms=%d listen=%d "
+                    "max_in_flight=%d",
+                    QW_VERSION, cfg->worker_lease_ms, cfg->worker_hard_expiry_ms,
+                    cfg->worker_cycle_ms, cfg->worker_listen, cfg->dlt_max_in_flight);
+        rc = qw_queuer_run(w, db, submitter, err);
+        struct qw_worker_stats *st = &w->stats;
+        qw_log_info("worker.summary",
+                    "accepted=%lld committed=%lld valid=%lld invalid=%lld backpressure=%lld "
+                    "retries=%lld unknown=%lld lost=%lld flushes=%lld outcomes=%lld "
+                    "serialization_retries=%lld cycles=%lld",
+                    (long long)st->posts_accepted, (long long)st->final_committed,
+                    (long long)st->final_valid, (long long)st->final_invalid,
+                    (long long)st->posts_backpressure, (long long)st->posts_retry,
+                    (long long)st->unknown_confirmed, (long long)st->lost,
+                    (long long)st->flushes, (long long)st->outcomes,
+                    (long long)st->serialization_retries, (long long)st->cycles);
+    }
+    qw_db_close(db);
+    if (w->jobs)
+        qw_handoff_destroy(w->jobs, (void (*)(void *))qw_job_free);
+    if (w->done)
+        qw_handoff_destroy(w->done, (void (*)(void *))qw_job_free);
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);
+    signal_worker = NULL;
+    free(w);
+    return rc;
+}

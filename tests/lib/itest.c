@@ -1,0 +1,217 @@
+/* Integration-test helpers; see itest.h. */
+#include "itest.h"
+#include "db/migrate.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char *itest_base_conninfo(void)
+{
+    const char *c = getenv("QW_TEST_CONNINFO");
+    if (!c) {
+        fprintf(stderr, "QW_TEST_CONNINFO is not set: run this test through tests/lib/with-pg.sh\n");
+        exit(2);
+    }
+    return c;
+}
+
+const char *itest_queuer_bin(void)
+{
+    const char *b = getenv("QUEUER_BIN");
+    if (!b) {
+        fprintf(stderr, "QUEUER_BIN is not set\n");
+        exit(2);
+    }
+    return b;
+}
+
+struct qw_db *itest_connect(const char *conninfo)
+{
+    struct qw_db_opts opts = {.conninfo = conninfo, .query_timeout_ms = 120000};
+    struct qw_db *db = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_connect(&db, &opts, &err) != QW_OK)
+        fail_msg("connect %s: %s", conninfo, err.msg);
+    return db;
+}
+
+void itest_exec(struct qw_db *db, const char *sql)
+{
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_exec(db, sql, &err) != QW_OK)
+        fail_msg("SQL failed: %s\n  %s", err.msg, sql);
+}
+
+static struct qw_db_res *query_or_fail(struct qw_db *db, const char *sql)
+{
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query_sql(db, sql, 0, NULL, &res, &err) != QW_OK)
+        fail_msg("SQL failed: %s\n  %s", err.msg, sql);
+    return res;
+}
+
+int64_t itest_scalar(struct qw_db *db, const char *sql)
+{
+    struct qw_db_res *res = query_or_fail(db, sql);
+    if (qw_db_res_rows(res) < 1)
+        fail_msg("no rows from: %s", sql);
+    int64_t v = qw_db_res_int(res, 0, 0);
+    qw_db_res_free(res);
+    return v;
+}
+
+char *itest_string(struct qw_db *db, const char *sql)
+{
+    struct qw_db_res *res = query_or_fail(db, sql);
+    char *s = NULL;
+    if (qw_db_res_rows(res) > 0 && !qw_db_res_isnull(res, 0, 0))
+        s = strdup(qw_db_res_get(res, 0, 0));
+    qw_db_res_free(res);
+    return s;
+}
+
+char *itest_db_create(const char *hint, int migrate)
+{
+    static int counter;
+    char name[96];
+    snprintf(name, sizeof(name), "%s_%d_%d", hint, (int)getpid(), ++counter);
+    for (char *p = name; *p; p++) {
+        if (*p >= 'A' && *p <= 'Z')
+            *p = (char)(*p - 'A' + 'a');
+        else if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9')))
+            *p = '_';
+    }
+    struct qw_db *admin = itest_connect(itest_base_conninfo());
+    char sql[160];
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", name);
+    itest_exec(admin, sql);
+    qw_db_close(admin);
+
+    size_t len = strlen(itest_base_conninfo()) + strlen(name) + 16;
+    char *conninfo = malloc(len);
+    snprintf(conninfo, len, "%s dbname=%s", itest_base_conninfo(), name);
+    if (migrate) {
+        struct qw_db *db = itest_connect(conninfo);
+        struct qw_error err;
+        qw_error_clear(&err);
+        if (qw_migrate_apply(db, NULL, NULL, &err) != QW_OK)
+            fail_msg("migrate: %s", err.msg);
+        qw_db_close(db);
+    }
+    return conninfo;
+}
+
+/* Reads whatever is ready on fd into *buf (growing it). Returns 0 at EOF. */
+static int drain(int fd, char **buf, size_t *len)
+{
+    char chunk[4096];
+    ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return 1;
+    if (n <= 0)
+        return 0;
+    char *grown = realloc(*buf, *len + (size_t)n + 1);
+    if (!grown)
+        fail_msg("out of memory");
+    memcpy(grown + *len, chunk, (size_t)n);
+    *len += (size_t)n;
+    grown[*len] = '\0';
+    *buf = grown;
+    return 1;
+}
+
+int itest_run(const char *const *argv, const char *const *env, const char *input, char **out,
+              char **errout)
+{
+    int pin[2], pout[2], perr[2];
+    if (pipe(pin) || pipe(pout) || pipe(perr))
+        fail_msg("pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(pin[0], 0);
+        dup2(pout[1], 1);
+        dup2(perr[1], 2);
+        close(pin[0]);
+        close(pin[1]);
+        close(pout[0]);
+        close(pout[1]);
+        close(perr[0]);
+        close(perr[1]);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)(uintptr_t)env[i]);
+        execv(argv[0], (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    close(pin[0]);
+    close(pout[1]);
+    close(perr[1]);
+    size_t in_left = input ? strlen(input) : 0;
+    if (in_left == 0) {
+        close(pin[1]);
+        pin[1] = -1;
+    } else {
+        fcntl(pin[1], F_SETFL, O_NONBLOCK);
+    }
+    char *obuf = calloc(1, 1), *ebuf = calloc(1, 1);
+    size_t olen = 0, elen = 0;
+    int oopen = 1, eopen = 1;
+    while (oopen || eopen) {
+        struct pollfd pfd[3] = {{.fd = oopen ? pout[0] : -1, .events = POLLIN},
+                                {.fd = eopen ? perr[0] : -1, .events = POLLIN},
+                                {.fd = pin[1], .events = POLLOUT}};
+        if (poll(pfd, 3, -1) < 0 && errno != EINTR)
+            fail_msg("poll: %s", strerror(errno));
+        if (pfd[0].revents)
+            oopen = drain(pout[0], &obuf, &olen);
+        if (pfd[1].revents)
+            eopen = drain(perr[0], &ebuf, &elen);
+        if (pin[1] >= 0 && pfd[2].revents) {
+            ssize_t w = write(pin[1], input, in_left);
+            if (w > 0) {
+                input += w;
+                in_left -= (size_t)w;
+            }
+            if (w < 0 && errno != EAGAIN && errno != EINTR)
+                in_left = 0;
+            if (in_left == 0) {
+                close(pin[1]);
+                pin[1] = -1;
+            }
+        }
+    }
+    if (pin[1] >= 0)
+        close(pin[1]);
+    close(pout[0]);
+    close(perr[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (out)
+        *out = obuf;
+    else
+        free(obuf);
+    if (errout)
+        *errout = ebuf;
+    else
+        free(ebuf);
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    return 128 + WTERMSIG(status);
+}

@@ -1,0 +1,46 @@
+/*
+ * Integration-test helpers: a fresh database per test in the private
+ * cluster that with-pg.sh started (QW_TEST_CONNINFO), SQL shortcuts that
+ * fail the test on error, and running the built `queuer` binary.
+ */
+#ifndef QW_TESTS_ITEST_H
+#define QW_TESTS_ITEST_H
+
+#include "db/db.h"
+
+#include <stdint.h>
+
+/** Conninfo of the cluster's maintenance database (QW_TEST_CONNINFO). */
+const char *itest_base_conninfo(void);
+
+/**
+ * Creates a new database named after `hint` (plus pid and a counter) and,
+ * if `migrate`, applies all migrations. Returns its conninfo (malloc'd).
+ */
+char *itest_db_create(const char *hint, int migrate);
+
+/** Connects to `conninfo` or fails the test. */
+struct qw_db *itest_connect(const char *conninfo);
+
+/** Runs `sql` (simple protocol) or fails the test. */
+void itest_exec(struct qw_db *db, const char *sql);
+
+/** Runs `sql` and returns the integer in row 0 column 0, failing the test on error. */
+int64_t itest_scalar(struct qw_db *db, const char *sql);
+
+/** Runs `sql` and returns row 0 column 0 as a malloc'd string (NULL for no rows / NULL). */
+char *itest_string(struct qw_db *db, const char *sql);
+
+/**
+ * Runs `argv` (argv[0] a path) with `env` entries ("NAME=value") added to
+ * the environment, `input` (may be NULL) on stdin; captures stdout and
+ * stderr into malloc'd strings if the pointers are not NULL. Returns the
+ * exit status (128+signal if killed).
+ */
+int itest_run(const char *const *argv, const char *const *env, const char *input, char **out,
+              char **errout);
+
+/** Path of the built queuer binary (QUEUER_BIN). */
+const char *itest_queuer_bin(void);
+
+#endif
