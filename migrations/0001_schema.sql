@@ -19,103 +19,279 @@ COMMENT ON TABLE queuer.settings IS
     'A session may override high/low with SET queuer.ingest_high / queuer.ingest_low.';
 INSERT INTO queuer.settings DEFAULT VALUES;
 
--- Decodes a Sawtooth BatchList (protobuf) far enough to prove it holds
--- exactly one Batch, and returns that Batch's header_signature. Raises
--- SQLSTATE QU400 naming the defect otherwise.
-CREATE FUNCTION queuer.batchlist_signature(p bytea) RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
+-- queuer.batchlist_defect(payload, batch_id) says what is wrong with a
+-- payload, or NULL when it is a protobuf BatchList (proto/batch.proto)
+-- holding exactly one Batch whose header_signature is batch_id and whose
+-- header is not empty. It takes the same decisions as the client's
+-- protobuf-c check (src/ingest/batchlist.c); the tests hold the two together.
+--
+-- batchlist_defect_walk() is the general decoder: it walks every field of
+-- the BatchList, its Batch and the Batch's Transactions with protobuf-c's
+-- rules (tags of at most 5 bytes, a one-byte tag may not name field 0,
+-- varints of at most 10 bytes, lengths within their message, wire types
+-- 0, 1, 2 and 5 only, known fields with their declared wire type, bool
+-- fields with any, unknown fields skipped, the last of repeated singular
+-- fields winning).
+CREATE FUNCTION queuer.batchlist_defect_walk(p bytea, p_batch_id text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
 DECLARE
-    n        integer := octet_length(p);
-    pos      integer := 0;     -- next byte, 0-based
-    lvl      integer := 1;     -- 1 = inside BatchList, 2 = inside the Batch
-    lvl_end  integer := n;     -- end of the current message
-    key      bigint;
-    val      bigint;
-    shift    integer;
-    b        integer;
-    fnum     bigint;
-    wtype    integer;
-    batches  integer := 0;
-    sigs     integer := 0;
-    sig      text;
-    readlen  boolean;
+    n       integer := octet_length(p);
+    pos     integer := 0;     -- next byte, 0-based
+    lvl     integer := 1;     -- 1 = BatchList, 2 = its Batch, 3 = one of the Batch's Transactions
+    lvl_end integer := n;     -- end of the message being read
+    b_end   integer;          -- end of the Batch while reading one of its Transactions
+    b       integer;
+    tag     bigint;
+    fnum    bigint;
+    wt      integer;
+    len     bigint;
+    shift   integer;
+    batches integer := 0;
+    sig_at  integer := 0;     -- the last header_signature seen: offset and length
+    sig_len integer := 0;
+    hdr_len integer := 0;     -- length of the last header seen
 BEGIN
-    IF n = 0 THEN
-        RAISE EXCEPTION 'payload is empty' USING ERRCODE = 'QU400';
+    IF n IS NULL OR n = 0 THEN
+        RETURN 'payload is empty';
     END IF;
     LOOP
-        IF pos = lvl_end THEN
+        IF pos >= lvl_end THEN
             EXIT WHEN lvl = 1;
-            lvl := 1;
-            lvl_end := n;
+            IF lvl = 3 THEN
+                lvl := 2;
+                lvl_end := b_end;
+            ELSE
+                lvl := 1;
+                lvl_end := n;
+            END IF;
             CONTINUE;
         END IF;
-        -- key varint, then (for wire types 0 and 2) a value varint
-        readlen := false;
-        LOOP
-            val := 0;
-            shift := 0;
+        -- Field tag: a varint of at most 5 bytes. Like protobuf-c, a
+        -- one-byte tag must not name field 0.
+        b := get_byte(p, pos);
+        pos := pos + 1;
+        IF b < 8 THEN
+            RETURN format('payload is not a BatchList: field number 0 at byte %s', pos - 1);
+        END IF;
+        tag := b & 127;
+        IF b >= 128 THEN
+            shift := 7;
             LOOP
-                IF pos >= lvl_end OR shift > 63 THEN
-                    RAISE EXCEPTION 'payload is not a BatchList: truncated varint at byte %', pos
-                        USING ERRCODE = 'QU400';
+                IF pos >= lvl_end OR shift > 28 THEN
+                    RETURN format('payload is not a BatchList: bad field tag at byte %s', pos);
                 END IF;
                 b := get_byte(p, pos);
                 pos := pos + 1;
-                val := val | ((b & 127)::bigint << shift);
+                tag := tag | ((b & 127)::bigint << shift);
                 shift := shift + 7;
                 EXIT WHEN b < 128;
             END LOOP;
-            IF NOT readlen THEN
-                key := val;
-                fnum := key >> 3;
-                wtype := (key & 7)::integer;
-                IF fnum = 0 THEN
-                    RAISE EXCEPTION 'payload is not a BatchList: field number 0 at byte %', pos
-                        USING ERRCODE = 'QU400';
+        END IF;
+        fnum := tag >> 3;
+        wt := (tag & 7)::integer;
+        IF wt = 2 THEN
+            -- length prefix: a varint of at most 5 bytes
+            len := 0;
+            shift := 0;
+            LOOP
+                IF pos >= lvl_end OR shift > 28 THEN
+                    RETURN format('payload is not a BatchList: truncated length at byte %s', pos);
                 END IF;
-                EXIT WHEN wtype NOT IN (0, 2);
-                readlen := true;
-            ELSE
-                EXIT;
+                b := get_byte(p, pos);
+                pos := pos + 1;
+                len := len | ((b & 127)::bigint << shift);
+                shift := shift + 7;
+                EXIT WHEN b < 128;
+            END LOOP;
+        ELSIF wt = 0 THEN
+            -- a varint of at most 10 bytes
+            shift := 0;
+            LOOP
+                IF pos >= lvl_end OR shift = 10 THEN
+                    RETURN format('payload is not a BatchList: truncated varint at byte %s', pos);
+                END IF;
+                b := get_byte(p, pos);
+                pos := pos + 1;
+                shift := shift + 1;
+                EXIT WHEN b < 128;
+            END LOOP;
+            len := 0;
+        ELSIF wt = 1 THEN
+            len := 8;
+        ELSIF wt = 5 THEN
+            len := 4;
+        ELSE
+            RETURN format('payload is not a BatchList: wire type %s at byte %s', wt, pos);
+        END IF;
+        IF len > lvl_end - pos THEN
+            RETURN format('payload is not a BatchList: field overruns its message at byte %s', pos);
+        END IF;
+        IF lvl = 1 THEN
+            IF fnum = 1 THEN
+                IF wt <> 2 THEN
+                    RETURN format('payload is not a BatchList: batches field has wire type %s', wt);
+                END IF;
+                batches := batches + 1;
+                IF batches > 1 THEN
+                    RETURN 'BatchList holds more than one Batch, expected exactly one';
+                END IF;
+                lvl := 2;
+                lvl_end := pos + len::integer;
+                CONTINUE;
             END IF;
-        END LOOP;
-        IF wtype = 1 THEN
-            val := 8;
-        ELSIF wtype = 5 THEN
-            val := 4;
-        ELSIF wtype = 0 THEN
-            val := 0;
-        ELSIF wtype <> 2 THEN
-            RAISE EXCEPTION 'payload is not a BatchList: wire type % at byte %', wtype, pos
-                USING ERRCODE = 'QU400';
-        END IF;
-        IF val < 0 OR pos + val > lvl_end THEN
-            RAISE EXCEPTION 'payload is not a BatchList: field overruns its message at byte %', pos
-                USING ERRCODE = 'QU400';
-        END IF;
-        IF lvl = 1 AND fnum = 1 AND wtype = 2 THEN
-            batches := batches + 1;
-            IF batches > 1 THEN
-                RAISE EXCEPTION 'BatchList holds more than one Batch' USING ERRCODE = 'QU400';
+        ELSIF lvl = 2 THEN
+            IF fnum = 3 THEN
+                IF wt <> 2 THEN
+                    RETURN format('payload is not a BatchList: Batch.transactions has wire type %s', wt);
+                END IF;
+                b_end := lvl_end;
+                lvl := 3;
+                lvl_end := pos + len::integer;
+                CONTINUE;
+            ELSIF fnum = 2 THEN
+                IF wt <> 2 THEN
+                    RETURN format('payload is not a BatchList: Batch.header_signature has wire type %s', wt);
+                END IF;
+                sig_at := pos;
+                sig_len := len::integer;
+            ELSIF fnum = 1 THEN
+                IF wt <> 2 THEN
+                    RETURN format('payload is not a BatchList: Batch.header has wire type %s', wt);
+                END IF;
+                hdr_len := len::integer;
             END IF;
-            lvl := 2;
-            lvl_end := pos + val::integer;
-            CONTINUE;
+            -- field 4 (trace, a bool) may come with any wire type, as in protobuf-c
+        ELSIF fnum >= 1 AND fnum <= 3 AND wt <> 2 THEN
+            RETURN format('payload is not a BatchList: Transaction field %s has wire type %s', fnum, wt);
         END IF;
-        IF lvl = 2 AND fnum = 2 AND wtype = 2 THEN
-            sigs := sigs + 1;
-            sig := convert_from(substring(p FROM pos + 1 FOR val::integer), 'SQL_ASCII');
-        END IF;
-        pos := pos + val::integer;
+        pos := pos + len::integer;
     END LOOP;
     IF batches = 0 THEN
-        RAISE EXCEPTION 'BatchList holds no Batch' USING ERRCODE = 'QU400';
+        RETURN 'BatchList holds no Batch, expected exactly one';
     END IF;
-    IF sigs = 0 OR sig = '' THEN
-        RAISE EXCEPTION 'Batch has no header_signature' USING ERRCODE = 'QU400';
+    IF sig_len = 0 THEN
+        RETURN 'Batch has no header_signature';
     END IF;
-    RETURN sig;
+    IF sig_len <> 128 OR substring(p FROM sig_at + 1 FOR sig_len) <> convert_to(p_batch_id, 'UTF8') THEN
+        RETURN 'Batch header_signature does not equal batch_id';
+    END IF;
+    IF hdr_len = 0 THEN
+        RETURN 'Batch header is empty';
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+
+-- batchlist_defect() first tries the layout every protobuf encoder writes
+-- (fields in number order, one-byte tags, lengths of one or two bytes):
+--   0a <len> Batch { 0a <len> header, 12 80 01 <batch_id>,
+--                    (1a <len> Transaction { [0a <len> ..] [12 <len> ..] [1a <len> ..] })*,
+--                    [20 01] }
+-- in a few statements, and hands anything else to the general walker. It
+-- runs once for every inserted batch, so its cost bounds bulk enqueue.
+CREATE FUNCTION queuer.batchlist_defect(p bytea, p_batch_id text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+DECLARE
+    n integer := octet_length(p);
+    q bytea;        -- p with padding: reading a few bytes past its end is harmless
+    i integer;      -- next byte, 0-based
+    t integer;      -- end of the current Transaction
+    b integer;
+    l integer;      -- a field's length
+    k integer;      -- lowest tag the next Transaction field may have
+BEGIN
+    IF n IS NULL OR n < 136 THEN
+        RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+    END IF;
+    q := p || '\x000000'::bytea;
+    -- BatchList: a single field 1 (0a <len>) whose Batch runs to the end.
+    IF get_byte(q, 0) <> 10 THEN
+        RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+    END IF;
+    b := get_byte(q, 1);
+    IF b < 128 THEN
+        l := b;
+        i := 2;
+    ELSIF get_byte(q, 2) < 128 THEN
+        l := (b & 127) | (get_byte(q, 2) << 7);
+        i := 3;
+    ELSE
+        RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+    END IF;
+    IF i + l <> n OR get_byte(q, i) <> 10 THEN
+        RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+    END IF;
+    -- Batch.header: 0a <len>, not empty.
+    b := get_byte(q, i + 1);
+    IF b < 128 THEN
+        l := b;
+        i := i + 2;
+    ELSIF get_byte(q, i + 2) < 128 THEN
+        l := (b & 127) | (get_byte(q, i + 2) << 7);
+        i := i + 3;
+    ELSE
+        RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+    END IF;
+    i := i + l;
+    -- Batch.header_signature: 12 80 01 and the 128 characters of batch_id.
+    IF l = 0 OR i + 131 > n THEN
+        RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+    END IF;
+    IF get_byte(q, i) <> 18 OR get_byte(q, i + 1) <> 128 OR get_byte(q, i + 2) <> 1
+       OR substring(p FROM i + 4 FOR 128) <> convert_to(p_batch_id, 'UTF8') THEN
+        RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+    END IF;
+    i := i + 131;
+    -- Batch.transactions: 1a <len> Transaction, each holding fields 1..3
+    -- (0a, 12, 1a <len>) in increasing order.
+    LOOP
+        EXIT WHEN i >= n;
+        EXIT WHEN get_byte(q, i) <> 26;
+        b := get_byte(q, i + 1);
+        IF b < 128 THEN
+            l := b;
+            i := i + 2;
+        ELSIF get_byte(q, i + 2) < 128 THEN
+            l := (b & 127) | (get_byte(q, i + 2) << 7);
+            i := i + 3;
+        ELSE
+            RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+        END IF;
+        t := i + l;
+        IF t > n THEN
+            RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+        END IF;
+        k := 10;
+        WHILE i < t LOOP
+            b := get_byte(q, i);
+            IF b < k OR (b <> 10 AND b <> 18 AND b <> 26) THEN
+                RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+            END IF;
+            k := b + 8;
+            b := get_byte(q, i + 1);
+            IF b < 128 THEN
+                l := b;
+                i := i + 2;
+            ELSIF get_byte(q, i + 2) < 128 THEN
+                l := (b & 127) | (get_byte(q, i + 2) << 7);
+                i := i + 3;
+            ELSE
+                RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+            END IF;
+            i := i + l;
+        END LOOP;
+        IF i <> t THEN
+            RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+        END IF;
+    END LOOP;
+    -- Batch.trace = true (20 01) may end it; false is not written.
+    IF i + 2 = n AND get_byte(q, i) = 32 AND get_byte(q, i + 1) = 1 THEN
+        i := n;
+    END IF;
+    IF i <> n THEN
+        RETURN queuer.batchlist_defect_walk(p, p_batch_id);
+    END IF;
+    RETURN NULL;
 END
 $fn$;
 
@@ -150,21 +326,18 @@ CREATE INDEX batches_open ON queuer.batches (service_id, created_at, batch_id)
 CREATE UNIQUE INDEX batches_one_in_flight ON queuer.batches (service_id)
     WHERE (submitted AND status IS NULL) OR status = 'Pending';
 
--- The payload must decode as a BatchList whose one Batch is signed with
--- batch_id; checked on insert (not on status updates, which are hot).
+-- Every stored payload is a valid one-Batch BatchList signed with its
+-- batch_id: checked on insert and when payload or batch_id change (never
+-- on the hot status updates). The size limit is ingest policy, enforced by
+-- queuer.enqueue_rows(); reading queuer.settings here would cost a query
+-- for every inserted batch.
 CREATE FUNCTION queuer.batches_check_payload() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    max_bytes integer;
+    defect text := queuer.batchlist_defect(NEW.payload, NEW.batch_id);
 BEGIN
-    SELECT max_payload_bytes INTO max_bytes FROM queuer.settings;
-    IF octet_length(NEW.payload) > max_bytes THEN
-        RAISE EXCEPTION 'batch %: payload is % bytes, the limit is %',
-            NEW.batch_id, octet_length(NEW.payload), max_bytes USING ERRCODE = 'QU413';
-    END IF;
-    IF queuer.batchlist_signature(NEW.payload) IS DISTINCT FROM NEW.batch_id THEN
-        RAISE EXCEPTION 'batch %: the Batch header_signature does not equal batch_id',
-            NEW.batch_id USING ERRCODE = 'QU400';
+    IF defect IS NOT NULL THEN
+        RAISE EXCEPTION 'batch %: %', NEW.batch_id, defect USING ERRCODE = 'QU400';
     END IF;
     RETURN NEW;
 END
@@ -210,6 +383,9 @@ CREATE TABLE queuer.service_id_claims (
 );
 CREATE INDEX service_id_claims_claimant ON queuer.service_id_claims (claimant)
     WHERE claimant IS NOT NULL;
+-- Maintenance reads only expired claims (a narrow predicate lock).
+CREATE INDEX service_id_claims_expiry ON queuer.service_id_claims (expiry_1)
+    WHERE claimant IS NOT NULL;
 
 CREATE TABLE queuer.service_ingest (
     service_id      text PRIMARY KEY,
@@ -238,185 +414,279 @@ CREATE TYPE queuer.enqueue_row AS (
     payload    bytea
 );
 
--- Enqueues rows in order. Returns one row per line that was not inserted:
--- outcome 'duplicate' (same batch_id, service and payload already stored:
--- an idempotent no-op), 'conflict' (batch_id stored with other content),
--- 'backpressure' (service backlog at the high mark), 'invalid' (format).
--- With p_skip = false the first such line other than 'duplicate' raises
--- (QU409, QU429, QU400) and the caller's transaction loads nothing.
+-- What happened to a row that was not stored (see queuer.enqueue_rows).
+CREATE TYPE queuer.enqueue_outcome AS (
+    line_no integer,
+    batch_id text,
+    outcome text,
+    detail  text
+);
+
+-- Enqueues rows in array order and returns one row for each one not
+-- stored, with outcome
+--   'duplicate'    the same batch (id, service, payload) is stored, or came
+--                  earlier in p_rows: an idempotent no-op
+--   'conflict'     the batch_id is stored, or came earlier, with other content
+--   'backpressure' the service's backlog is at the high mark (see below)
+--   'invalid'      malformed service_id, batch_id or payload
+--   'too_large'    payload over queuer.settings.max_payload_bytes
+-- With p_skip = false any outcome but 'duplicate' raises instead (QU400,
+-- QU409, QU413, QU429; the message names the first such line) and nothing
+-- is stored; with p_skip = true the other rows are stored regardless.
+--
+-- Back pressure, per service, with the hysteresis state in
+-- queuer.service_ingest.blocked: a service is blocked once its non-final
+-- backlog reaches high, and stays blocked until the backlog is below low.
+-- high and low come from queuer.settings unless the session sets
+-- queuer.ingest_high / queuer.ingest_low; high = 0 disables.
+--
+-- Concurrency: the services' service_ingest rows are created if needed and
+-- locked in service_id order (no deadlocks between loads) before anything
+-- is counted, so concurrent loads into one service are serialised and
+-- every count is exact under READ COMMITTED. Each service's batches get
+-- strictly increasing created_at in array order, also across loads.
+--
+-- Speed: one set-based statement classifies and inserts; payloads are
+-- checked once, by the batches_check_payload trigger. Only when that check
+-- fails (a caller sent a bad payload) is the statement re-run with the
+-- check done per row up front, so that bad rows are reported, not fatal.
 CREATE FUNCTION queuer.enqueue_rows(p_rows queuer.enqueue_row[], p_skip boolean)
-RETURNS TABLE (line_no integer, batch_id text, outcome text, detail text)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer AS $fn$
+RETURNS SETOF queuer.enqueue_outcome
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
 DECLARE
-    s_high integer;
-    s_low  integer;
-    s_max  integer;
-    bad    record;
+    s_high   integer;
+    s_low    integer;
+    s_max    integer;
+    services text[];
+    outcomes queuer.enqueue_outcome[];
+    stored   bigint;
+    check_payloads boolean := false;
+    v_now    timestamptz;
+    bad      queuer.enqueue_outcome;
 BEGIN
-    SELECT ingest_high, ingest_low, max_payload_bytes INTO s_high, s_low, s_max
-      FROM queuer.settings;
+    IF p_rows IS NULL OR cardinality(p_rows) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT s.ingest_high, s.ingest_low, s.max_payload_bytes INTO s_high, s_low, s_max
+      FROM queuer.settings s;
     s_high := coalesce(nullif(current_setting('queuer.ingest_high', true), '')::integer, s_high);
     s_low := coalesce(nullif(current_setting('queuer.ingest_low', true), '')::integer, s_low);
-
-    CREATE TEMP TABLE IF NOT EXISTS queuer_enqueue_work (
-        line_no integer, service_id text, batch_id text, payload bytea,
-        outcome text, detail text, rnk integer
-    ) ON COMMIT DROP;
-    TRUNCATE queuer_enqueue_work;
-    INSERT INTO queuer_enqueue_work (line_no, service_id, batch_id, payload)
-        SELECT r.line_no, r.service_id, r.batch_id, r.payload FROM unnest(p_rows) r;
-
-    -- Formats (the C client checks these first; SQL callers may not).
-    UPDATE queuer_enqueue_work w SET outcome = 'invalid', detail = CASE
-            WHEN w.service_id IS NULL
-                 OR w.service_id !~ '^[A-Za-z0-9]{5}-[A-Za-z0-9]{5}::[A-Za-z0-9]{4}$'
-                THEN 'service_id must be <5 alnum>-<5 alnum>::<4 alnum>'
-            WHEN w.batch_id IS NULL OR w.batch_id !~ '^[0-9a-f]{128}$'
-                THEN 'batch_id must be 128 lowercase hex characters'
-            WHEN w.payload IS NULL OR octet_length(w.payload) = 0 THEN 'payload is empty'
-            ELSE 'payload is ' || octet_length(w.payload) || ' bytes, the limit is ' || s_max
-        END
-     WHERE w.service_id IS NULL
-        OR w.service_id !~ '^[A-Za-z0-9]{5}-[A-Za-z0-9]{5}::[A-Za-z0-9]{4}$'
-        OR w.batch_id IS NULL OR w.batch_id !~ '^[0-9a-f]{128}$'
-        OR w.payload IS NULL OR octet_length(w.payload) = 0
-        OR octet_length(w.payload) > s_max;
-
-    -- The same batch_id twice in one load: later copies are conflicts.
-    UPDATE queuer_enqueue_work w SET outcome = 'conflict',
-           detail = 'batch_id repeats line ' || f.first_line
-      FROM (SELECT x.batch_id, min(x.line_no) AS first_line FROM queuer_enqueue_work x
-             WHERE x.outcome IS NULL GROUP BY x.batch_id HAVING count(*) > 1) f
-     WHERE w.outcome IS NULL AND w.batch_id = f.batch_id AND w.line_no > f.first_line;
-
-    -- Already stored: identical content is an idempotent no-op.
-    UPDATE queuer_enqueue_work w SET
-           outcome = CASE WHEN b.service_id = w.service_id AND b.payload = w.payload
-                          THEN 'duplicate' ELSE 'conflict' END,
-           detail = CASE WHEN b.service_id = w.service_id AND b.payload = w.payload
-                         THEN 'already enqueued with the same content'
-                         ELSE 'batch_id already enqueued with a different service or payload' END
-      FROM queuer.batches b
-     WHERE w.outcome IS NULL AND b.batch_id = w.batch_id;
-
-    -- Per-service ingest state, locked in a fixed order (no deadlocks).
-    INSERT INTO queuer.service_ingest (service_id)
-        SELECT DISTINCT w.service_id FROM queuer_enqueue_work w WHERE w.outcome IS NULL
-        ON CONFLICT DO NOTHING;
-    PERFORM 1 FROM queuer.service_ingest i
-      WHERE i.service_id IN (SELECT w.service_id FROM queuer_enqueue_work w
-                              WHERE w.outcome IS NULL)
-      ORDER BY i.service_id FOR UPDATE;
-
-    UPDATE queuer_enqueue_work w SET rnk = r.rnk
-      FROM (SELECT x.line_no, row_number() OVER (PARTITION BY x.service_id ORDER BY x.line_no) AS rnk
-              FROM queuer_enqueue_work x WHERE x.outcome IS NULL) r
-     WHERE w.line_no = r.line_no AND w.outcome IS NULL;
-
-    IF s_high > 0 THEN
-        -- Hysteresis: a blocked service opens again once its backlog is
-        -- below low; an open one closes when its backlog reaches high.
-        CREATE TEMP TABLE IF NOT EXISTS queuer_enqueue_svc (
-            service_id text, backlog integer, blocked boolean, accept integer
-        ) ON COMMIT DROP;
-        TRUNCATE queuer_enqueue_svc;
-        INSERT INTO queuer_enqueue_svc
-            SELECT i.service_id,
-                   (SELECT count(*) FROM queuer.batches b
-                     WHERE b.service_id = i.service_id
-                       AND (b.status IS NULL OR b.status IN ('Pending', 'Unknown', 'Delayed'))),
-                   i.blocked, 0
-              FROM queuer.service_ingest i
-             WHERE i.service_id IN (SELECT w.service_id FROM queuer_enqueue_work w
-                                     WHERE w.outcome IS NULL);
-        UPDATE queuer_enqueue_svc v SET blocked = false WHERE v.blocked AND v.backlog < s_low;
-        UPDATE queuer_enqueue_svc v SET blocked = true WHERE NOT v.blocked AND v.backlog >= s_high;
-        UPDATE queuer_enqueue_svc v SET accept = CASE WHEN v.blocked THEN 0
-                                                    ELSE s_high - v.backlog END;
-        UPDATE queuer_enqueue_work w SET outcome = 'backpressure',
-               detail = 'service ' || w.service_id || ' has ' || v.backlog
-                        || ' batches waiting (high mark ' || s_high || ', accepting again below '
-                        || s_low || ')'
-          FROM queuer_enqueue_svc v
-         WHERE w.outcome IS NULL AND w.service_id = v.service_id AND w.rnk > v.accept;
-        UPDATE queuer.service_ingest i SET blocked =
-               v.blocked OR EXISTS (SELECT 1 FROM queuer_enqueue_work w
-                                     WHERE w.service_id = v.service_id
-                                       AND w.outcome = 'backpressure')
-          FROM queuer_enqueue_svc v
-         WHERE i.service_id = v.service_id;
+    IF s_high < 0 OR s_low < 0 OR (s_high > 0 AND s_low >= s_high) THEN
+        RAISE EXCEPTION 'ingest marks: low (%) must be below high (%), both >= 0', s_low, s_high
+            USING ERRCODE = '22023';
     END IF;
 
+    SELECT array_agg(DISTINCT r.service_id ORDER BY r.service_id) INTO services
+      FROM unnest(p_rows) r
+     WHERE r.service_id ~ '^[A-Za-z0-9]{5}-[A-Za-z0-9]{5}::[A-Za-z0-9]{4}$';
+    IF services IS NOT NULL THEN
+        INSERT INTO queuer.service_ingest AS i (service_id)
+            SELECT s FROM unnest(services) s ORDER BY s
+            ON CONFLICT DO NOTHING;
+        PERFORM 1 FROM queuer.service_ingest i
+          WHERE i.service_id = ANY (services)
+          ORDER BY i.service_id FOR UPDATE;
+    END IF;
+
+    v_now := clock_timestamp();
+    LOOP
+        BEGIN
+            WITH src AS (
+                SELECT r.line_no, r.service_id, r.batch_id, r.payload, r.ord
+                  FROM unnest(p_rows) WITH ORDINALITY
+                       AS r(line_no, service_id, batch_id, payload, ord)
+            ), chk AS (
+                -- formats, size, (on the re-run) payloads, and batch ids already stored
+                SELECT s.*,
+                       CASE WHEN f.code = 4 THEN 'too_large'
+                            WHEN f.code > 0 OR v.defect IS NOT NULL THEN 'invalid'
+                            WHEN b.service_id = s.service_id AND b.payload = s.payload
+                            THEN 'duplicate'
+                            WHEN b.batch_id IS NOT NULL THEN 'conflict' END AS outcome,
+                       CASE f.code
+                            WHEN 1 THEN 'service_id must be <5 letters/digits>-<5 letters/digits>'
+                                        '::<4 letters/digits>'
+                            WHEN 2 THEN 'batch_id must be 128 lower-case hex characters'
+                            WHEN 3 THEN 'payload is empty'
+                            WHEN 4 THEN format('payload is %s bytes, the limit is %s',
+                                               octet_length(s.payload), s_max)
+                            ELSE coalesce(v.defect,
+                                 CASE WHEN b.service_id = s.service_id AND b.payload = s.payload
+                                      THEN 'already enqueued with the same service and payload'
+                                      WHEN b.service_id = s.service_id
+                                      THEN 'batch_id is already enqueued with a different payload'
+                                      WHEN b.batch_id IS NOT NULL
+                                      THEN 'batch_id is already enqueued for service '
+                                           || b.service_id END) END AS detail
+                  FROM src s
+                  CROSS JOIN LATERAL (
+                      SELECT CASE WHEN s.service_id IS NULL
+                                       OR s.service_id !~ '^[A-Za-z0-9]{5}-[A-Za-z0-9]{5}::[A-Za-z0-9]{4}$'
+                                  THEN 1
+                                  WHEN s.batch_id IS NULL OR length(s.batch_id) <> 128
+                                       OR s.batch_id !~ '^[0-9a-f]*$'
+                                  THEN 2
+                                  WHEN s.payload IS NULL OR octet_length(s.payload) = 0 THEN 3
+                                  WHEN octet_length(s.payload) > s_max THEN 4
+                                  ELSE 0 END AS code) f
+                  LEFT JOIN LATERAL (
+                      SELECT queuer.batchlist_defect(s.payload, s.batch_id) AS defect
+                       WHERE check_payloads AND f.code = 0) v ON true
+                  LEFT JOIN LATERAL (
+                      SELECT x.batch_id, x.service_id, x.payload FROM queuer.batches x
+                       WHERE f.code = 0 AND x.batch_id = s.batch_id) b ON true
+            ), fresh AS (
+                -- batches new to the table; a batch_id repeated in p_rows counts once
+                SELECT k.*,
+                       first_value(k.ord) OVER w AS first_ord,
+                       first_value(k.line_no) OVER w AS first_line,
+                       (k.service_id = first_value(k.service_id) OVER w
+                        AND k.payload = first_value(k.payload) OVER w) AS same_as_first
+                  FROM chk k
+                 WHERE k.outcome IS NULL
+                WINDOW w AS (PARTITION BY k.batch_id COLLATE "C" ORDER BY k.ord)
+            ), cand AS (
+                SELECT f.*, row_number() OVER (PARTITION BY f.service_id ORDER BY f.ord) AS rnk
+                  FROM fresh f WHERE f.ord = f.first_ord
+            ), facts AS (
+                -- the service's ingest state and backlog, looked up on its first row
+                SELECT c.*, i.blocked, i.last_created_at, i.backlog
+                  FROM cand c
+                  LEFT JOIN LATERAL (
+                      SELECT g.blocked, g.last_created_at,
+                             CASE WHEN s_high > 0 THEN
+                                 (SELECT count(*) FROM queuer.batches b
+                                   WHERE b.service_id = g.service_id
+                                     AND (b.status IS NULL
+                                          OR b.status IN ('Pending', 'Unknown', 'Delayed')))::integer
+                             ELSE 0 END AS backlog
+                        FROM queuer.service_ingest g
+                       WHERE c.rnk = 1 AND g.service_id = c.service_id) i ON true
+            ), spread AS (
+                SELECT f.line_no, f.service_id, f.batch_id, f.payload, f.ord, f.rnk,
+                       coalesce(max(f.backlog) OVER s, 0) AS backlog,
+                       coalesce(bool_or(f.blocked) OVER s, false) AS blocked,
+                       max(f.last_created_at) OVER s AS last_created_at
+                  FROM facts f
+                WINDOW s AS (PARTITION BY f.service_id)
+            ), dec AS (
+                -- hysteresis: blocked from reaching high until the backlog is below low
+                SELECT p.*, e.blocked_now,
+                       s_high = 0 OR (NOT e.blocked_now AND p.rnk <= s_high - p.backlog) AS accepted,
+                       greatest(v_now, coalesce(p.last_created_at, '-infinity')
+                                       + interval '1 microsecond')
+                           + (p.rnk - 1) * interval '1 microsecond' AS created_at
+                  FROM spread p
+                  CROSS JOIN LATERAL (
+                      SELECT s_high > 0 AND ((p.blocked AND p.backlog >= s_low)
+                                             OR p.backlog >= s_high) AS blocked_now) e
+            ), ins AS (
+                INSERT INTO queuer.batches AS b (batch_id, service_id, payload, created_at)
+                SELECT d.batch_id, d.service_id, d.payload, d.created_at
+                  FROM dec d WHERE d.accepted ORDER BY d.ord
+                ON CONFLICT (batch_id) DO NOTHING
+                RETURNING b.batch_id, b.service_id
+            ), hist AS (
+                INSERT INTO queuer.batch_history (batch_id, service_id, to_status)
+                SELECT n.batch_id, n.service_id, 'Enqueued' FROM ins n
+            ), claims AS (
+                INSERT INTO queuer.service_id_claims (service_id)
+                SELECT DISTINCT n.service_id FROM ins n ORDER BY 1
+                ON CONFLICT DO NOTHING
+            ), ingest AS (
+                UPDATE queuer.service_ingest i
+                   SET blocked = s_high > 0 AND (x.blocked_now OR x.backlog + x.added >= s_high),
+                       last_created_at = coalesce(x.last, i.last_created_at)
+                  FROM (SELECT d.service_id, bool_or(d.blocked_now) AS blocked_now,
+                               max(d.backlog) AS backlog,
+                               count(*) FILTER (WHERE d.accepted) AS added,
+                               max(d.created_at) FILTER (WHERE d.accepted) AS last
+                          FROM dec d GROUP BY d.service_id) x
+                 WHERE i.service_id = x.service_id
+            ), refused AS (
+                SELECT k.line_no, k.batch_id, k.outcome, k.detail, k.ord FROM chk k
+                 WHERE k.outcome IS NOT NULL
+                UNION ALL
+                SELECT f.line_no, f.batch_id,
+                       CASE WHEN f.same_as_first THEN 'duplicate' ELSE 'conflict' END,
+                       CASE WHEN f.same_as_first
+                            THEN 'same batch as line ' || coalesce(f.first_line::text, '?')
+                            ELSE 'batch_id repeats line ' || coalesce(f.first_line::text, '?')
+                                 || ' with a different service or payload' END,
+                       f.ord
+                  FROM fresh f WHERE f.ord <> f.first_ord
+                UNION ALL
+                SELECT d.line_no, d.batch_id, 'backpressure',
+                       format('service %s has %s batches waiting (high mark %s); enqueues '
+                              'resume below %s waiting', d.service_id, d.backlog, s_high, s_low),
+                       d.ord
+                  FROM dec d WHERE NOT d.accepted
+                UNION ALL
+                -- lost an insert race (ON CONFLICT) to a concurrent load of another service
+                SELECT d.line_no, d.batch_id, 'conflict',
+                       'batch_id was enqueued at the same moment by another load', d.ord
+                  FROM dec d
+                 WHERE d.accepted
+                   AND (SELECT count(*) FROM ins) < (SELECT count(*) FROM dec WHERE accepted)
+                   AND NOT EXISTS (SELECT 1 FROM ins n WHERE n.batch_id = d.batch_id)
+            )
+            SELECT (SELECT count(*) FROM ins),
+                   (SELECT array_agg(ROW(r.line_no, r.batch_id, r.outcome, r.detail)
+                                     ::queuer.enqueue_outcome ORDER BY r.ord) FROM refused r)
+              INTO stored, outcomes;
+            EXIT;
+        EXCEPTION WHEN SQLSTATE 'QU400' THEN
+            -- a payload failed the trigger's check: report it instead
+            IF check_payloads THEN
+                RAISE;
+            END IF;
+            check_payloads := true;
+        END;
+    END LOOP;
+
     IF NOT p_skip THEN
-        SELECT w.line_no, w.batch_id, w.outcome, w.detail INTO bad FROM queuer_enqueue_work w
-         WHERE w.outcome IN ('invalid', 'conflict', 'backpressure')
-         ORDER BY w.line_no LIMIT 1;
+        SELECT o.* INTO bad FROM unnest(outcomes) o WHERE o.outcome <> 'duplicate' LIMIT 1;
         IF FOUND THEN
-            RAISE EXCEPTION 'line %: %', bad.line_no, bad.detail
-                USING ERRCODE = CASE bad.outcome WHEN 'invalid' THEN 'QU400'
-                                                 WHEN 'conflict' THEN 'QU409'
-                                                 ELSE 'QU429' END,
+            RAISE EXCEPTION 'line %: %', coalesce(bad.line_no::text, '?'), bad.detail
+                USING ERRCODE = CASE bad.outcome WHEN 'conflict' THEN 'QU409'
+                                                 WHEN 'backpressure' THEN 'QU429'
+                                                 WHEN 'too_large' THEN 'QU413'
+                                                 ELSE 'QU400' END,
                       DETAIL = 'batch_id ' || coalesce(bad.batch_id, '(none)');
         END IF;
     END IF;
-
-    -- Strictly increasing created_at per service, in line order.
-    WITH base AS (
-        SELECT i.service_id,
-               greatest(clock_timestamp(),
-                        coalesce(i.last_created_at, '-infinity') + interval '1 microsecond') AS t0
-          FROM queuer.service_ingest i
-         WHERE i.service_id IN (SELECT w.service_id FROM queuer_enqueue_work w
-                                 WHERE w.outcome IS NULL)
-    ), ins AS (
-        INSERT INTO queuer.batches (batch_id, service_id, payload, created_at)
-        SELECT w.batch_id, w.service_id, w.payload,
-               base.t0 + (w.rnk - 1) * interval '1 microsecond'
-          FROM queuer_enqueue_work w JOIN base ON base.service_id = w.service_id
-         WHERE w.outcome IS NULL
-         ORDER BY w.line_no
-        RETURNING queuer.batches.service_id, queuer.batches.created_at
-    )
-    UPDATE queuer.service_ingest i SET last_created_at = m.last
-      FROM (SELECT ins.service_id, max(ins.created_at) AS last FROM ins GROUP BY ins.service_id) m
-     WHERE i.service_id = m.service_id;
-
-    INSERT INTO queuer.service_id_claims (service_id)
-        SELECT DISTINCT w.service_id FROM queuer_enqueue_work w
-         WHERE w.outcome IS NULL
-           AND NOT EXISTS (SELECT 1 FROM queuer.service_id_claims c
-                            WHERE c.service_id = w.service_id)
-        ON CONFLICT DO NOTHING;
-
-    INSERT INTO queuer.batch_history (batch_id, service_id, to_status, detail)
-        SELECT w.batch_id, w.service_id, 'Enqueued', NULL
-          FROM queuer_enqueue_work w WHERE w.outcome IS NULL;
-
-    IF EXISTS (SELECT 1 FROM queuer_enqueue_work w WHERE w.outcome IS NULL) THEN
+    IF stored > 0 THEN
         PERFORM pg_notify('queuer_work', '');
     END IF;
-
-    RETURN QUERY SELECT w.line_no, w.batch_id, w.outcome, w.detail FROM queuer_enqueue_work w
-                  WHERE w.outcome IS NOT NULL ORDER BY w.line_no;
+    RETURN QUERY SELECT * FROM unnest(outcomes);
 END
 $fn$;
 
 -- The application's enqueue: one batch. Returns 'enqueued', or 'duplicate'
 -- when the same batch (id, service, payload) is already stored. Raises
 -- QU400 (invalid), QU409 (batch_id taken by other content), QU413 (payload
--- too large), QU429 (back pressure: retry after the service drains).
+-- too large), QU429 (back pressure: retry once the service's backlog is
+-- below the low mark; the message says which).
 CREATE FUNCTION queuer.enqueue_batch(p_service_id text, p_batch_id text, p_payload bytea)
 RETURNS text
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
 DECLARE
-    res record;
+    res queuer.enqueue_outcome;
 BEGIN
     SELECT * INTO res FROM queuer.enqueue_rows(
-        ARRAY[ROW(1, p_service_id, p_batch_id, p_payload)::queuer.enqueue_row], false);
-    IF FOUND THEN
-        RETURN res.outcome;
+        ARRAY[ROW(NULL, p_service_id, p_batch_id, p_payload)::queuer.enqueue_row], true);
+    IF NOT FOUND THEN
+        RETURN 'enqueued';
     END IF;
-    RETURN 'enqueued';
+    IF res.outcome = 'duplicate' THEN
+        RETURN 'duplicate';
+    END IF;
+    RAISE EXCEPTION '%', res.detail
+        USING ERRCODE = CASE res.outcome WHEN 'conflict' THEN 'QU409'
+                                         WHEN 'backpressure' THEN 'QU429'
+                                         WHEN 'too_large' THEN 'QU413'
+                                         ELSE 'QU400' END,
+              DETAIL = 'batch_id ' || coalesce(p_batch_id, '(none)');
 END
 $fn$;
 

@@ -3,15 +3,17 @@
 -- and by the state the queuer saw (compare-and-set). Appends a
 -- 'Submitting' history row with the reason. Returns the batches marked
 -- with their payloads; a batch not returned must not be submitted.
--- $1 instance, $2 batch ids, $3 epochs, $4 statuses seen ('' = none).
+-- $1 instance, $2 batch ids, $3 service ids, $4 epochs, $5 statuses seen ('' = none).
 WITH q AS (
-    SELECT * FROM unnest($2::text[], $3::bigint[], $4::text[]) AS q(batch_id, epoch, seen)
+    SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[])
+        AS q(batch_id, service_id, epoch, seen)
 ), upd AS (
     UPDATE queuer.batches b
        SET submitted = true, status = NULL, status_at = now()
       FROM q, queuer.service_id_claims c
      WHERE b.batch_id = q.batch_id
-       AND c.service_id = b.service_id
+       AND b.service_id = q.service_id
+       AND c.service_id = q.service_id
        AND c.claimant = $1 AND c.claim_epoch = q.epoch AND c.expiry_1 > now()
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nullif(q.seen, '')

@@ -7,23 +7,25 @@
 --   expect 'pending'  : status Pending
 --   expect 'inflight' : either of the above (adopted batches)
 -- Returns the batch ids written; a missing id means "claim lost, drop it".
--- $1 instance, then parallel arrays: $2 batch ids, $3 epochs, $4 expect,
--- $5 new status ('' = none), $6 submitted after, $7 attempts to add,
--- $8 retry_at in ms from now (NULL = none, -1 = never: parked),
--- $9 last_error ('' = keep), $10 history detail, $11 posted (sets last_submitted_at).
+-- $1 instance, then parallel arrays: $2 batch ids, $3 service ids, $4 epochs,
+-- $5 expect, $6 new status ('' = none), $7 submitted after, $8 attempts to
+-- add, $9 retry_at in ms from now (NULL = none, -1 = never: parked),
+-- $10 last_error ('' = keep), $11 history detail, $12 posted (sets
+-- last_submitted_at).
 WITH o AS (
-    SELECT * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::boolean[],
-                         $7::integer[], $8::bigint[], $9::text[], $10::text[], $11::boolean[])
-        AS o(batch_id, epoch, expect, status, submitted, attempts_add, retry_ms, last_error,
-             detail, posted)
+    SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                         $7::boolean[], $8::integer[], $9::bigint[], $10::text[], $11::text[],
+                         $12::boolean[])
+        AS o(batch_id, service_id, epoch, expect, status, submitted, attempts_add, retry_ms,
+             last_error, detail, posted)
 ), fence AS (
     SELECT c.service_id, c.claim_epoch
       FROM queuer.service_id_claims c
      WHERE c.claimant = $1
        AND c.expiry_1 > now()
-       AND c.service_id IN (SELECT b.service_id FROM queuer.batches b
-                             WHERE b.batch_id IN (SELECT o.batch_id FROM o))
-       FOR SHARE OF c
+       AND c.service_id IN (SELECT o.service_id FROM o)
+     ORDER BY c.service_id
+       FOR SHARE OF c NOWAIT
 ), prev AS (
     SELECT b.batch_id,
            coalesce(b.status, CASE WHEN b.submitted THEN 'Submitting' END) AS status
@@ -42,8 +44,9 @@ WITH o AS (
            last_error = CASE WHEN o.last_error = '' THEN b.last_error ELSE o.last_error END
       FROM o, fence f, prev p
      WHERE b.batch_id = o.batch_id
+       AND b.service_id = o.service_id
        AND p.batch_id = o.batch_id
-       AND f.service_id = b.service_id
+       AND f.service_id = o.service_id
        AND f.claim_epoch = o.epoch
        AND CASE o.expect
                WHEN 'posting' THEN b.submitted AND b.status IS NULL

@@ -55,7 +55,7 @@ static int classify_sqlstate(const char *st)
 {
     if (!st)
         return QW_ERR_DB;
-    if (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0)
+    if (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0 || strcmp(st, "55P03") == 0)
         return QW_ERR_SERIALIZATION;
     if (is_conn_sqlstate(st))
         return QW_ERR_DB_CONN;

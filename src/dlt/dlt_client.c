@@ -21,41 +21,41 @@
 
 /* One transfer in flight. Owned by the client; freed after its callback. */
 struct qw_dlt_xfer {
-    struct qw_dlt_xfer *prev, *next;              /* links in the client's transfer list */
-    CURL *easy;                                   /* the curl handle of this transfer */
-    enum qw_dlt_kind kind;                        /* POST or STATUS */
-    void *user;                                   /* the caller's pointer */
-    char service_id[QW_DLT_SERVICE_ID_LEN + 1];   /* copy of the service_id */
-    char *payload;                                /* POST: copy of the request body */
-    size_t max_body;                              /* response cap, bytes */
-    char *body;                                   /* response body so far, NUL-terminated */
-    size_t body_len;                              /* bytes in body */
-    size_t body_cap;                              /* bytes allocated for body */
-    bool too_large;                               /* the body cap was hit */
-    CURLcode result;                              /* libcurl's result once finished */
-    char retry_after[RETRY_AFTER_VALUE_MAX];      /* raw Retry-After value, "" if none */
-    char errbuf[CURL_ERROR_SIZE];                 /* libcurl's error text */
-    int64_t start_us;                             /* monotonic start time, microseconds */
-    size_t n_ids;                                 /* STATUS: ids asked for */
-    char (*ids)[QW_DLT_BATCH_ID_LEN + 1];         /* STATUS: copies of the ids */
-    const char **id_ptrs;                         /* STATUS: pointers into ids */
-    struct qw_dlt_status *statuses;               /* STATUS: parsed result, n_ids entries */
+    struct qw_dlt_xfer *prev, *next;            /* links in the client's transfer list */
+    CURL *easy;                                 /* the curl handle of this transfer */
+    enum qw_dlt_kind kind;                      /* POST or STATUS */
+    void *user;                                 /* the caller's pointer */
+    char service_id[QW_DLT_SERVICE_ID_LEN + 1]; /* copy of the service_id */
+    char *payload;                              /* POST: copy of the request body */
+    size_t max_body;                            /* response cap, bytes */
+    char *body;                                 /* response body so far, NUL-terminated */
+    size_t body_len;                            /* bytes in body */
+    size_t body_cap;                            /* bytes allocated for body */
+    bool too_large;                             /* the body cap was hit */
+    CURLcode result;                            /* libcurl's result once finished */
+    char retry_after[RETRY_AFTER_VALUE_MAX];    /* raw Retry-After value, "" if none */
+    char errbuf[CURL_ERROR_SIZE];               /* libcurl's error text */
+    int64_t start_us;                           /* monotonic start time, microseconds */
+    size_t n_ids;                               /* STATUS: ids asked for */
+    char (*ids)[QW_DLT_BATCH_ID_LEN + 1];       /* STATUS: copies of the ids */
+    const char **id_ptrs;                       /* STATUS: pointers into ids */
+    struct qw_dlt_status *statuses;             /* STATUS: parsed result, n_ids entries */
 };
 
 struct qw_dlt_client {
-    CURLM *multi;                      /* the multi handle: transfers and connection cache */
-    char *base_url;                    /* copy of opts.base_url */
-    char *ca_file;                     /* copy of opts.ca_file, NULL = system default */
-    struct curl_slist *post_headers;   /* headers of a POST (may hold the token) */
-    struct curl_slist *get_headers;    /* headers of a GET (may hold the token) */
-    long connect_timeout_ms;           /* ms */
-    long request_timeout_ms;           /* ms */
-    size_t max_response_bytes;         /* bytes */
-    int max_in_flight;                 /* transfers */
-    int64_t retry_after_max_ms;        /* ms */
-    int in_flight;                     /* transfers started and not yet reported */
-    bool in_callback;                  /* a result callback is running */
-    struct qw_dlt_xfer *head;          /* transfers in flight, newest first */
+    CURLM *multi;                    /* the multi handle: transfers and connection cache */
+    char *base_url;                  /* copy of opts.base_url */
+    char *ca_file;                   /* copy of opts.ca_file, NULL = system default */
+    struct curl_slist *post_headers; /* headers of a POST (may hold the token) */
+    struct curl_slist *get_headers;  /* headers of a GET (may hold the token) */
+    long connect_timeout_ms;         /* ms */
+    long request_timeout_ms;         /* ms */
+    size_t max_response_bytes;       /* bytes */
+    int max_in_flight;               /* transfers */
+    int64_t retry_after_max_ms;      /* ms */
+    int in_flight;                   /* transfers started and not yet reported */
+    bool in_callback;                /* a result callback is running */
+    struct qw_dlt_xfer *head;        /* transfers in flight, newest first */
 };
 
 int qw_dlt_global_init(void)
@@ -324,8 +324,8 @@ static struct qw_dlt_xfer *xfer_new(struct qw_dlt_client *c, enum qw_dlt_kind ki
               curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L) == CURLE_OK &&
               curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L) == CURLE_OK &&
               (!c->ca_file || curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file) == CURLE_OK) &&
-              curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE,
-                               (curl_off_t)c->max_response_bytes) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)c->max_response_bytes) ==
+                  CURLE_OK &&
               curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) == CURLE_OK &&
               curl_easy_setopt(e, CURLOPT_WRITEDATA, x) == CURLE_OK &&
               curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header) == CURLE_OK &&
@@ -508,8 +508,8 @@ static void xfer_report(struct qw_dlt_client *c, struct qw_dlt_xfer *x, qw_dlt_d
     if (x->kind == QW_DLT_KIND_POST) {
         r.outcome = qw_dlt_classify_post(&resp, msg, sizeof(msg));
     } else {
-        r.outcome = qw_dlt_classify_status(&resp, x->id_ptrs, x->n_ids, x->statuses, &r.counts,
-                                           msg, sizeof(msg));
+        r.outcome = qw_dlt_classify_status(&resp, x->id_ptrs, x->n_ids, x->statuses, &r.counts, msg,
+                                           sizeof(msg));
         r.statuses = x->statuses;
         r.n_statuses = x->n_ids;
     }

@@ -63,15 +63,15 @@ enum qw_dlt_kind {
  * must outlive it.
  */
 struct qw_dlt_result {
-    enum qw_dlt_kind kind;           /* POST or STATUS */
-    void *user;                      /* the caller's pointer given when the transfer started */
-    const char *service_id;          /* the transfer's service_id */
-    enum qw_dlt_outcome outcome;     /* what to do; ABANDONED after qw_dlt_cancel_all() */
-    enum qw_dlt_transport transport; /* how the exchange ended below HTTP */
-    long http_status;                /* 0 when no response arrived */
-    int64_t retry_after_ms;          /* Retry-After of the response, ms, -1 when absent */
-    int64_t latency_us;              /* from start call to completion, microseconds */
-    const char *message;             /* one sanitised line (link, ledger message, error) */
+    enum qw_dlt_kind kind;                /* POST or STATUS */
+    void *user;                           /* the caller's pointer given when the transfer started */
+    const char *service_id;               /* the transfer's service_id */
+    enum qw_dlt_outcome outcome;          /* what to do; ABANDONED after qw_dlt_cancel_all() */
+    enum qw_dlt_transport transport;      /* how the exchange ended below HTTP */
+    long http_status;                     /* 0 when no response arrived */
+    int64_t retry_after_ms;               /* Retry-After of the response, ms, -1 when absent */
+    int64_t latency_us;                   /* from start call to completion, microseconds */
+    const char *message;                  /* one sanitised line (link, ledger message, error) */
     const struct qw_dlt_status *statuses; /* STATUS: n_statuses entries parallel to the ids
                                              asked for; NULL for POST */
     size_t n_statuses;                    /* STATUS: number of ids asked for; 0 for POST */

@@ -11,10 +11,8 @@
 #include <string.h>
 
 static const char *const status_names[] = {
-    [QW_DLT_STATUS_UNKNOWN] = "Unknown",
-    [QW_DLT_STATUS_PENDING] = "Pending",
-    [QW_DLT_STATUS_VALID] = "Valid",
-    [QW_DLT_STATUS_COMMITTED] = "Committed",
+    [QW_DLT_STATUS_UNKNOWN] = "Unknown", [QW_DLT_STATUS_PENDING] = "Pending",
+    [QW_DLT_STATUS_VALID] = "Valid",     [QW_DLT_STATUS_COMMITTED] = "Committed",
     [QW_DLT_STATUS_INVALID] = "Invalid",
 };
 #define STATUS_NAME_COUNT (sizeof(status_names) / sizeof(status_names[0]))

@@ -13,10 +13,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define QW_DLT_STATUS_MESSAGE_MAX 256  /* bytes of qw_dlt_status.message, with the NUL */
-#define QW_DLT_STATUS_MAX_IDS 1000     /* ids per status request */
+#define QW_DLT_STATUS_MESSAGE_MAX 256   /* bytes of qw_dlt_status.message, with the NUL */
+#define QW_DLT_STATUS_MAX_IDS 1000      /* ids per status request */
 #define QW_DLT_STATUS_MAX_ENTRIES 10000 /* entries an answer may hold before it is refused */
-#define QW_DLT_JSON_MAX_DEPTH 32       /* nesting of arrays/objects an answer may use */
+#define QW_DLT_JSON_MAX_DEPTH 32        /* nesting of arrays/objects an answer may use */
 
 /** A batch status as scabbard spells it (statusType). */
 enum qw_dlt_status_type {
@@ -29,10 +29,10 @@ enum qw_dlt_status_type {
 
 /** Status of one requested batch id. */
 struct qw_dlt_status {
-    char id[QW_DLT_BATCH_ID_LEN + 1];          /* the requested id */
-    bool reported;                             /* false: the answer did not mention this id */
-    enum qw_dlt_status_type type;              /* meaningful only when reported */
-    char message[QW_DLT_STATUS_MESSAGE_MAX];   /* sanitised text of "message", may be "" */
+    char id[QW_DLT_BATCH_ID_LEN + 1];        /* the requested id */
+    bool reported;                           /* false: the answer did not mention this id */
+    enum qw_dlt_status_type type;            /* meaningful only when reported */
+    char message[QW_DLT_STATUS_MESSAGE_MAX]; /* sanitised text of "message", may be "" */
 };
 
 /** What an answer held compared with the request. */

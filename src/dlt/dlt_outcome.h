@@ -26,13 +26,13 @@ enum qw_dlt_transport {
 
 /** What a finished request means for the caller. */
 enum qw_dlt_outcome {
-    QW_DLT_ACCEPTED = 0,  /* POST: 202 with a "link"; the batch is Pending */
-    QW_DLT_OK,            /* status GET: 200 with a well-formed array */
-    QW_DLT_BACKPRESSURE,  /* POST: 429; Delayed, pause submissions to the ledger */
-    QW_DLT_INVALID,       /* POST: 400; the batch is bad (message says why) */
-    QW_DLT_AUTH,          /* 401/403: credentials refused; stop, burn no attempts */
-    QW_DLT_RETRY,         /* anything else; try again later with backoff */
-    QW_DLT_ABANDONED,     /* never finished: cancelled (shutdown); outcome unknown */
+    QW_DLT_ACCEPTED = 0, /* POST: 202 with a "link"; the batch is Pending */
+    QW_DLT_OK,           /* status GET: 200 with a well-formed array */
+    QW_DLT_BACKPRESSURE, /* POST: 429; Delayed, pause submissions to the ledger */
+    QW_DLT_INVALID,      /* POST: 400; the batch is bad (message says why) */
+    QW_DLT_AUTH,         /* 401/403: credentials refused; stop, burn no attempts */
+    QW_DLT_RETRY,        /* anything else; try again later with backoff */
+    QW_DLT_ABANDONED,    /* never finished: cancelled (shutdown); outcome unknown */
 };
 
 /** A finished exchange as the classifier sees it; all pointers borrowed. */

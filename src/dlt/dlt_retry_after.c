@@ -154,8 +154,7 @@ static bool parse_asctime_rest(struct cursor *c, struct http_date *t)
     } else if (!take_digits(c, 2, &t->day)) {
         return false;
     }
-    return take_char(c, ' ') && take_time(c, t) && take_char(c, ' ') &&
-           take_digits(c, 4, &t->year);
+    return take_char(c, ' ') && take_time(c, t) && take_char(c, ' ') && take_digits(c, 4, &t->year);
 }
 
 /* Parses an HTTP-date filling the whole cursor; *unix_s = seconds since the epoch. */

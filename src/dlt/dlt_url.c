@@ -109,10 +109,9 @@ static bool append_service_prefix(char *buf, size_t cap, size_t *pos, const char
     struct qw_dlt_service_ref ref;
     if (!qw_dlt_base_url_valid(base) || qw_dlt_service_id_parse(service_id, &ref) != QW_OK)
         return false;
-    return append(buf, cap, pos, base, base_len(base)) &&
-           append_str(buf, cap, pos, "/scabbard/") && append_str(buf, cap, pos, ref.circuit) &&
-           append_str(buf, cap, pos, "/") && append_str(buf, cap, pos, ref.service) &&
-           append_str(buf, cap, pos, "/");
+    return append(buf, cap, pos, base, base_len(base)) && append_str(buf, cap, pos, "/scabbard/") &&
+           append_str(buf, cap, pos, ref.circuit) && append_str(buf, cap, pos, "/") &&
+           append_str(buf, cap, pos, ref.service) && append_str(buf, cap, pos, "/");
 }
 
 static int finish(char *buf, size_t cap, size_t pos, bool ok)

@@ -1,6 +1,7 @@
 /* The claims transaction; see claims.h. */
 #include "worker/claims.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,13 +44,12 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     struct qw_claims_result *r = t->out;
     r->n_held = 0;
     r->freed = r->released = r->acquired = 0;
+    r->lease_left_ms = INT64_MAX;
 
-    char lease[16], hard[16], live[16], slack[16], maxc[16], share[16], want[16];
+    char lease[16], hard[16], share[16], want[16];
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
-    snprintf(live, sizeof(live), "%d", p->liveness_ms);
-    snprintf(slack, sizeof(slack), "%d", p->slack);
-    snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
+    snprintf(share, sizeof(share), "%d", p->acquire ? r->share : 0);
 
     struct qw_db_res *res = NULL;
     int rc = qw_db_query(db, "claims_maintain", 0, NULL, &res, err);
@@ -57,16 +57,6 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
         return rc;
     r->freed = qw_db_res_rows(res);
     qw_db_res_free(res);
-
-    const char *share_params[] = {p->instance_id, live, slack, maxc};
-    rc = qw_db_query(db, "claims_share", 4, share_params, &res, err);
-    if (rc != QW_OK)
-        return rc;
-    r->share = (int)qw_db_res_int(res, 0, 0);
-    r->with_work = qw_db_res_int(res, 0, 1);
-    r->live = (int)qw_db_res_int(res, 0, 2);
-    qw_db_res_free(res);
-    snprintf(share, sizeof(share), "%d", p->acquire ? r->share : 0);
 
     const char *release_params[] = {p->instance_id, share};
     rc = qw_db_query(db, "claims_release_idle", 2, release_params, &res, err);
@@ -76,16 +66,25 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     qw_db_res_free(res);
 
     const char *renew_params[] = {p->instance_id, lease, hard};
-    rc = qw_db_query(db, "claims_renew", 3, renew_params, &res, err);
+    rc = qw_db_query(db, "claims_renew", 3, renew_params, NULL, err);
+    if (rc != QW_OK)
+        return rc;
+    const char *held_params[] = {p->instance_id};
+    rc = qw_db_query(db, "claims_held", 1, held_params, &res, err);
     if (rc != QW_OK)
         return rc;
     rc = collect_held(r, res, err);
+    for (int i = 0; i < qw_db_res_rows(res); i++) {
+        int64_t left = qw_db_res_int(res, i, 2);
+        if (left < r->lease_left_ms)
+            r->lease_left_ms = left;
+    }
     qw_db_res_free(res);
     if (rc != QW_OK || !p->acquire)
         return rc;
 
     int n = r->share - (int)r->n_held;
-    if (n <= 0)
+    if (n <= 0 || (r->free_with_work == 0 && r->freed == 0))
         return QW_OK;
     snprintf(want, sizeof(want), "%d", n);
     const char *acquire_params[] = {p->instance_id, want, lease, hard};
@@ -95,8 +94,31 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     size_t before = r->n_held;
     rc = collect_held(r, res, err);
     r->acquired = (int)(r->n_held - before);
+    if (r->acquired > 0 && p->lease_ms < r->lease_left_ms)
+        r->lease_left_ms = p->lease_ms;
     qw_db_res_free(res);
     return rc;
+}
+
+/* The advisory fair share, read outside the serializable transaction. */
+static int read_share(struct qw_db *db, const struct qw_claims_params *p,
+                      struct qw_claims_result *r, struct qw_error *err)
+{
+    char live[16], slack[16], maxc[16];
+    snprintf(live, sizeof(live), "%d", p->liveness_ms);
+    snprintf(slack, sizeof(slack), "%d", p->slack);
+    snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
+    const char *params[] = {p->instance_id, live, slack, maxc};
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "claims_share", 4, params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    r->share = (int)qw_db_res_int(res, 0, 0);
+    r->with_work = qw_db_res_int(res, 0, 1);
+    r->live = (int)qw_db_res_int(res, 0, 2);
+    r->free_with_work = qw_db_res_int(res, 0, 3);
+    qw_db_res_free(res);
+    return QW_OK;
 }
 
 int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
@@ -104,6 +126,9 @@ int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
                     struct qw_txn_stats *stats, struct qw_error *err)
 {
     struct claims_txn t = {.p = p, .out = out};
+    int rc = read_share(db, p, out, err);
+    if (rc != QW_OK)
+        return rc;
     return qw_txn_run(&qw_txn_db_ops, db, policy, claims_body, &t, stats, err);
 }
 

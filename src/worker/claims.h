@@ -2,7 +2,10 @@
  * Steps 1-3 of the worker cycle (DESIGN §3) as one retried SERIALIZABLE
  * transaction: maintenance (free expired claims, decided per service),
  * release of idle claims and of claims beyond the fair share, renewal of
- * our claims, and new claims up to the fair share. The result is the set
+ * our claims (those past half their lease, so claim rows are written
+ * rarely), and new claims up to the fair share. The fair share itself is
+ * advisory and read just before, outside the transaction, so the
+ * transaction's reads stay narrow and conflicts between workers rare. The result is the set
  * of claims this instance holds after COMMIT, with their epochs; nothing
  * in it may be acted on unless qw_claims_cycle() returned QW_OK.
  */
@@ -44,7 +47,9 @@ struct qw_claims_result {
     int acquired;          /* new claims */
     int share;             /* our fair share this cycle */
     int64_t with_work;     /* services with non-final batches */
+    int64_t free_with_work; /* of those, held by nobody (before maintenance) */
     int live;              /* live instances */
+    int64_t lease_left_ms; /* shortest lease left among held claims, database clock */
 };
 
 /**

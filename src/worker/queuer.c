@@ -37,7 +37,8 @@ struct queuer {
     char **dirty;                     /* services to fetch again now (jobs came back) */
     size_t n_dirty;                   /* entries in dirty */
     size_t cap_dirty;                 /* allocated entries */
-    struct qw_pgarray arr[3];         /* reusable array parameters */
+    struct qw_pgarray arr[4];         /* reusable array parameters of the mark */
+    struct qw_pgarray filter;         /* services of a partial fetch */
 };
 
 /* One fetched row, with its strings owned by the fetch result. */
@@ -167,22 +168,24 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
     if (n_chosen == 0)
         goto out;
 
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         qw_pgarray_reset(&q->arr[i]);
     for (size_t i = 0; i < n_chosen; i++) {
         const struct qw_serial_batch *b = &in[chosen[i]];
         qw_pgarray_text(&q->arr[0], b->batch_id);
-        qw_pgarray_int(&q->arr[1], meta[chosen[i]].epoch);
-        qw_pgarray_text(&q->arr[2], qw_batch_status_name(b->status));
+        qw_pgarray_text(&q->arr[1], b->service_id);
+        qw_pgarray_int(&q->arr[2], meta[chosen[i]].epoch);
+        qw_pgarray_text(&q->arr[3], qw_batch_status_name(b->status));
     }
-    const char *mark[4] = {q->w->instance_id, qw_pgarray_finish(&q->arr[0]),
-                           qw_pgarray_finish(&q->arr[1]), qw_pgarray_finish(&q->arr[2])};
-    if (!mark[1] || !mark[2] || !mark[3]) {
+    const char *mark[5] = {q->w->instance_id, qw_pgarray_finish(&q->arr[0]),
+                           qw_pgarray_finish(&q->arr[1]), qw_pgarray_finish(&q->arr[2]),
+                           qw_pgarray_finish(&q->arr[3])};
+    if (!mark[1] || !mark[2] || !mark[3] || !mark[4]) {
         rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
         goto out;
     }
     struct qw_db_res *marked = NULL;
-    rc = qw_db_query(db, "batches_mark", 4, mark, &marked, err);
+    rc = qw_db_query(db, "batches_mark", 5, mark, &marked, err);
     if (rc != QW_OK)
         goto out;
     for (int i = 0; i < qw_db_res_rows(marked); i++) {
@@ -229,8 +232,11 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
 {
     struct queue_txn t = {.q = q, .filter = filter};
     struct qw_txn_stats st = {0};
+    int64_t began_us = qw_clock_mono_us();
     int rc = qw_txn_run(&qw_txn_db_ops, q->db, &q->policy, queue_body, &t, &st, err);
     add_serialization_retries(q, &st);
+    qw_log_debug("queue.done", "all=%d jobs=%zu attempts=%d us=%lld", filter == NULL, t.n_jobs,
+                 st.attempts, (long long)(qw_clock_mono_us() - began_us));
     if (rc != QW_OK) {
         free_job_list(t.jobs);
         return rc;
@@ -285,11 +291,16 @@ static int claims_step(struct queuer *q, bool acquire, struct qw_error *err)
     struct qw_txn_stats st = {0};
     int rc = qw_claims_cycle(q->db, &q->policy, &p, &q->claims, &st, err);
     add_serialization_retries(q, &st);
+    qw_log_debug("claims.done", "held=%zu attempts=%d us=%lld", q->claims.n_held, st.attempts,
+                 (long long)(qw_clock_mono_ms() - began) * 1000);
     atomic_fetch_add_explicit(&q->w->stats.cycles, 1, memory_order_relaxed);
     if (rc != QW_OK)
         return rc;
-    /* Conservative: the claims were renewed no earlier than `began`. */
-    q->lease_deadline_ms = began + cfg->worker_lease_ms - cfg->worker_lease_ms / 4;
+    /* Conservative: every claim held has at least lease_left_ms left as of a
+     * moment after `began`; keep a tenth of the lease as a safety margin. */
+    int64_t left = q->claims.lease_left_ms == INT64_MAX ? cfg->worker_lease_ms
+                                                        : q->claims.lease_left_ms;
+    q->lease_deadline_ms = began + left - cfg->worker_lease_ms / 10;
 
     size_t pos = 0;
     struct qw_svc *s;
@@ -442,11 +453,11 @@ static void queuer_loop(struct queuer *q)
             }
         } else if (q->n_dirty > 0 || t >= q->next_retry_ms) {
             const char *filter = NULL;
-            qw_pgarray_reset(&q->arr[0]);
+            qw_pgarray_reset(&q->filter);
             if (q->n_dirty > 0 && t < q->next_retry_ms) {
                 for (size_t i = 0; i < q->n_dirty; i++)
-                    qw_pgarray_text(&q->arr[0], q->dirty[i]);
-                filter = qw_pgarray_finish(&q->arr[0]);
+                    qw_pgarray_text(&q->filter, q->dirty[i]);
+                filter = qw_pgarray_finish(&q->filter);
             }
             clear_dirty(q);
             rc = fetch_and_queue(q, filter, &err);
@@ -489,8 +500,9 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter,
     const struct qw_config *cfg = w->cfg;
     if (qw_svcmap_init(&q.svcs) != 0)
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         qw_pgarray_init(&q.arr[i]);
+    qw_pgarray_init(&q.filter);
     qw_rng_seed(&q.rng, (uint64_t)qw_clock_mono_us() ^ (uint64_t)getpid());
     q.policy = (struct qw_txn_policy){
         .max_attempts = cfg->worker_txn_max_attempts,
@@ -505,7 +517,8 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter,
     free(q.dirty);
     qw_claims_result_free(&q.claims);
     qw_svcmap_free(&q.svcs);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         qw_pgarray_free(&q.arr[i]);
+    qw_pgarray_free(&q.filter);
     return QW_OK;
 }

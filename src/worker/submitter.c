@@ -76,7 +76,7 @@ struct submitter {
     int64_t grace_deadline_ms;           /* stopping: abandon what is left after this */
     int owned;                           /* jobs owned and not yet handed back */
     int posting;                         /* POSTs in flight */
-    struct qw_pgarray arr[10];           /* reusable parameter builders */
+    struct qw_pgarray arr[11];           /* reusable parameter builders */
 };
 
 static void flush_outcomes(struct submitter *s);
@@ -409,26 +409,27 @@ static void flush_outcomes(struct submitter *s)
 {
     if (s->n_out == 0)
         return;
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 11; i++)
         qw_pgarray_reset(&s->arr[i]);
     for (size_t i = 0; i < s->n_out; i++) {
         const struct outcome *o = &s->out[i];
         qw_pgarray_text(&s->arr[0], o->job->batch_id);
-        qw_pgarray_int(&s->arr[1], o->job->epoch);
-        qw_pgarray_text(&s->arr[2], o->expect);
-        qw_pgarray_text(&s->arr[3], o->status);
-        qw_pgarray_bool(&s->arr[4], o->submitted);
-        qw_pgarray_int(&s->arr[5], o->attempts_add);
+        qw_pgarray_text(&s->arr[1], o->job->service_id);
+        qw_pgarray_int(&s->arr[2], o->job->epoch);
+        qw_pgarray_text(&s->arr[3], o->expect);
+        qw_pgarray_text(&s->arr[4], o->status);
+        qw_pgarray_bool(&s->arr[5], o->submitted);
+        qw_pgarray_int(&s->arr[6], o->attempts_add);
         if (o->retry_ms == NO_RETRY)
-            qw_pgarray_text(&s->arr[6], NULL);
+            qw_pgarray_text(&s->arr[7], NULL);
         else
-            qw_pgarray_int(&s->arr[6], o->retry_ms);
-        qw_pgarray_text(&s->arr[7], o->last_error);
-        qw_pgarray_text(&s->arr[8], o->detail);
-        qw_pgarray_bool(&s->arr[9], o->posted);
+            qw_pgarray_int(&s->arr[7], o->retry_ms);
+        qw_pgarray_text(&s->arr[8], o->last_error);
+        qw_pgarray_text(&s->arr[9], o->detail);
+        qw_pgarray_bool(&s->arr[10], o->posted);
     }
-    const char *params[11] = {s->w->instance_id};
-    for (int i = 0; i < 10; i++) {
+    const char *params[12] = {s->w->instance_id};
+    for (int i = 0; i < 11; i++) {
         params[i + 1] = qw_pgarray_finish(&s->arr[i]);
         if (!params[i + 1]) {
             qw_log_error("outcomes.nomem", "n=%zu", s->n_out);
@@ -441,11 +442,18 @@ static void flush_outcomes(struct submitter *s)
     struct qw_db_res *res = NULL;
     int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
     if (rc == QW_OK)
-        rc = qw_db_query(s->db, "outcomes_record", 11, params, &res, &err);
+        rc = qw_db_query(s->db, "outcomes_record", 12, params, &res, &err);
     if (rc != QW_OK && rc != QW_ERR_DB_CONN && rc != QW_ERR_TIMEOUT &&
         rc != QW_ERR_SERIALIZATION) {
+        /* Not a transient failure: say so, and keep retrying (nothing is dropped). */
         qw_log_error("outcomes.failed", "n=%zu sqlstate=%s error=%s", s->n_out, err.sqlstate,
                      qw_log_quote((char[300]){0}, 300, err.msg));
+    }
+    if (rc == QW_ERR_SERIALIZATION) {
+        /* A claim row is being renewed right now (NOWAIT): try again at once. */
+        s->flush_retry_at_ms = now_ms() + qw_backoff_full_jitter(s->flush_failures++, 1, 20,
+                                                                 &s->rng);
+        return;
     }
     if (rc != QW_OK) {
         int64_t delay = qw_backoff_full_jitter(s->flush_failures++, 50, 2000, &s->rng);
@@ -596,7 +604,7 @@ static void *submitter_main(void *arg)
     qw_log_info("submitter.stopped", "outcomes_pending=%zu", s->n_out);
     qw_dlt_client_free(s->dlt);
     qw_db_close(s->db);
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 11; i++)
         qw_pgarray_free(&s->arr[i]);
     free(s->out);
     free(s);
@@ -613,7 +621,7 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     s->cfg = cfg;
     s->cap_out = (size_t)cfg->dlt_max_in_flight + (size_t)cfg->worker_queue_capacity + 16;
     s->out = calloc(s->cap_out, sizeof(*s->out));
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 11; i++)
         qw_pgarray_init(&s->arr[i]);
     qw_rng_seed(&s->rng, (uint64_t)qw_clock_mono_us() ^ 0x5bd1e995u);
     struct qw_db_opts dbo = {
@@ -641,7 +649,7 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     if (rc != QW_OK) {
         qw_dlt_client_free(s->dlt);
         qw_db_close(s->db);
-        for (int i = 0; i < 10; i++)
+        for (int i = 0; i < 11; i++)
             qw_pgarray_free(&s->arr[i]);
         free(s->out);
         free(s);

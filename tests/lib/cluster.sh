@@ -64,6 +64,7 @@ full_page_writes = ${QW_PG_FSYNC:-off}
 max_pred_locks_per_transaction = 256
 log_min_messages = warning
 log_line_prefix = '%m [%p] %a '
+${QW_PG_CONF_EXTRA:-}
 CONF
     fi
     qw_as_pg_user "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \

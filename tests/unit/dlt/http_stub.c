@@ -30,9 +30,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MAX_CONNS 256         /* connections one server accepts in its life */
-#define REQ_HEAD_MAX 32768    /* bytes of request line + headers */
-#define DRIP_INTERVAL_MS 20   /* pause between dripped bytes, ms */
+#define MAX_CONNS 256       /* connections one server accepts in its life */
+#define REQ_HEAD_MAX 32768  /* bytes of request line + headers */
+#define DRIP_INTERVAL_MS 20 /* pause between dripped bytes, ms */
 
 struct conn {
     struct http_stub *server; /* owner */
@@ -41,15 +41,15 @@ struct conn {
 };
 
 struct http_stub {
-    int listen_fd;                     /* listening socket */
-    int port;                          /* its port */
-    pthread_t accept_thread;           /* runs accept_loop() */
-    pthread_mutex_t mu;                /* guards everything below */
-    bool stopping;                     /* http_stub_stop() has begun */
-    int n_conns;                       /* entries used in conns */
-    struct conn conns[MAX_CONNS];      /* accepted connections */
-    int requests;                      /* complete requests read */
-    struct http_stub_request last;     /* most recent request */
+    int listen_fd;                 /* listening socket */
+    int port;                      /* its port */
+    pthread_t accept_thread;       /* runs accept_loop() */
+    pthread_mutex_t mu;            /* guards everything below */
+    bool stopping;                 /* http_stub_stop() has begun */
+    int n_conns;                   /* entries used in conns */
+    struct conn conns[MAX_CONNS];  /* accepted connections */
+    int requests;                  /* complete requests read */
+    struct http_stub_request last; /* most recent request */
 };
 
 static void send_all(int fd, const char *data, size_t len)

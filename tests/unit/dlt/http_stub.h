@@ -28,13 +28,13 @@ int http_stub_requests(struct http_stub *s);
 
 /** Facts about the most recent complete request, copied under the server's lock. */
 struct http_stub_request {
-    char method[16];         /* "POST", "GET" */
-    char target[16384];      /* request target (path and query) */
-    char authorization[256]; /* Authorization header value, "" if none */
-    char user_agent[128];    /* User-Agent header value, "" if none */
-    char content_type[128];  /* Content-Type header value, "" if none */
+    char method[16];          /* "POST", "GET" */
+    char target[16384];       /* request target (path and query) */
+    char authorization[256];  /* Authorization header value, "" if none */
+    char user_agent[128];     /* User-Agent header value, "" if none */
+    char content_type[128];   /* Content-Type header value, "" if none */
     unsigned char body[4096]; /* first bytes of the request body */
-    size_t body_len;         /* bytes of the body (not capped) */
+    size_t body_len;          /* bytes of the body (not capped) */
 };
 
 /** Copies the most recent request into *out. */

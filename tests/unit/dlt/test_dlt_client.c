@@ -25,25 +25,25 @@
 #define CONNECT_TIMEOUT_MS 500
 #define REQUEST_TIMEOUT_MS 300
 #define MAX_BODY 4096
-#define SAFETY_MS 10000 /* a test fails rather than hangs when results never come */
+#define SAFETY_MS 10000      /* a test fails rather than hangs when results never come */
 #define TIMER_SLACK_US 20000 /* libcurl may fire a timeout a little before our clock says */
 
 #define CIRCUIT "abcde-12345::"
 
 /* What the callback saw. */
 struct seen {
-    int n;                                  /* callbacks so far */
-    struct qw_dlt_result last;              /* copy of the latest result (pointers cleared) */
-    char message[QW_DLT_MESSAGE_MAX];       /* its message */
+    int n;                                      /* callbacks so far */
+    struct qw_dlt_result last;                  /* copy of the latest result (pointers cleared) */
+    char message[QW_DLT_MESSAGE_MAX];           /* its message */
     char service_id[QW_DLT_SERVICE_ID_LEN + 1]; /* its service_id */
-    struct qw_dlt_status statuses[8];       /* its statuses (first 8) */
-    int users[16];                          /* user pointers seen, as ints */
+    struct qw_dlt_status statuses[8];           /* its statuses (first 8) */
+    int users[16];                              /* user pointers seen, as ints */
 };
 
 struct fixture {
-    struct http_stub *stub;      /* the server */
+    struct http_stub *stub;       /* the server */
     struct qw_dlt_client *client; /* a client pointed at it */
-    char base_url[64];           /* http://127.0.0.1:<port> */
+    char base_url[64];            /* http://127.0.0.1:<port> */
 };
 
 static void on_done(const struct qw_dlt_result *r, void *arg)

@@ -48,8 +48,8 @@ static char *expand(const char *tmpl)
 }
 
 /* Parses `tmpl` (after expand) for ids3; returns the rc. */
-static int parse3(const char *tmpl, struct qw_dlt_status out[3], struct qw_dlt_status_counts *counts,
-                  char *err, size_t err_cap)
+static int parse3(const char *tmpl, struct qw_dlt_status out[3],
+                  struct qw_dlt_status_counts *counts, char *err, size_t err_cap)
 {
     char *body = expand(tmpl);
     int rc = qw_dlt_json_parse_statuses(body, strlen(body), ids3, 3, out, counts, err, err_cap);
@@ -88,12 +88,12 @@ static void test_every_status_type(void **state)
 {
     (void)state;
     static const struct {
-        const char *name;              /* statusType */
-        enum qw_dlt_status_type want;  /* parsed */
-        bool final;                    /* ends the batch's turn */
+        const char *name;             /* statusType */
+        enum qw_dlt_status_type want; /* parsed */
+        bool final;                   /* ends the batch's turn */
     } cases[] = {
-        {"Unknown", QW_DLT_STATUS_UNKNOWN, false},   {"Pending", QW_DLT_STATUS_PENDING, false},
-        {"Valid", QW_DLT_STATUS_VALID, true},        {"Committed", QW_DLT_STATUS_COMMITTED, true},
+        {"Unknown", QW_DLT_STATUS_UNKNOWN, false}, {"Pending", QW_DLT_STATUS_PENDING, false},
+        {"Valid", QW_DLT_STATUS_VALID, true},      {"Committed", QW_DLT_STATUS_COMMITTED, true},
         {"Invalid", QW_DLT_STATUS_INVALID, true},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -146,9 +146,9 @@ static void test_malformed_table(void **state)
         "",
         "   ",
         "[",
-        "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pending\"}}",   /* truncated */
-        "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pend",          /* cut in a string */
-        "{\"id\": \"A\"}",                                               /* object, not array */
+        "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pending\"}}", /* truncated */
+        "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pend",        /* cut in a string */
+        "{\"id\": \"A\"}",                                             /* object, not array */
         "\"text\"",
         "42",
         "null",
@@ -162,16 +162,16 @@ static void test_malformed_table(void **state)
         "[{\"id\": \"A\", \"status\": \"Pending\"}]",
         "[{\"id\": \"A\", \"status\": {}}]",
         "[{\"id\": \"A\", \"status\": {\"statusType\": 1}}]",
-        "[{\"id\": \"A\", \"status\": {\"statusType\": \"pending\"}}]",  /* case matters */
-        "[{\"id\": \"A\", \"status\": {\"statusType\": \"Delayed\"}}]",  /* ours, not scabbard's */
+        "[{\"id\": \"A\", \"status\": {\"statusType\": \"pending\"}}]", /* case matters */
+        "[{\"id\": \"A\", \"status\": {\"statusType\": \"Delayed\"}}]", /* ours, not scabbard's */
         "[{\"id\": \"A\", \"status\": {\"statusType\": \"Bogus\\u0007\"}}]",
         "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pending\", \"message\": 3}}]",
         "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pending\", \"message\": {}}}]",
-        "[{\"id\": \"xyz\", \"status\": {\"statusType\": \"Pending\"}}]",  /* not hex */
+        "[{\"id\": \"xyz\", \"status\": {\"statusType\": \"Pending\"}}]", /* not hex */
         "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pending\"}},"
         " {\"id\": \"A\", \"status\": {\"statusType\": \"Committed\"}}]", /* duplicate */
         "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pending\"}},"
-        " {\"id\": \"A\", \"status\": {\"statusType\": \"Pending\"}}]",   /* duplicate, same */
+        " {\"id\": \"A\", \"status\": {\"statusType\": \"Pending\"}}]", /* duplicate, same */
         "[{\"id\": \"A\", \"id\": \"B\", \"status\": {\"statusType\": \"Pending\"}}]", /* dup key */
         "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pending\"}}] trailing",
         "[{\"id\": \"A\", \"status\": {\"statusType\": \"Pending\"}}][]",
@@ -210,8 +210,8 @@ static void test_id_shapes(void **state)
     const char *bad[] = {upper, short_id, long_id};
     for (size_t i = 0; i < 3; i++) {
         char body[512];
-        snprintf(body, sizeof(body), "[{\"id\": \"%s\", \"status\": {\"statusType\": \"Pending\"}}]",
-                 bad[i]);
+        snprintf(body, sizeof(body),
+                 "[{\"id\": \"%s\", \"status\": {\"statusType\": \"Pending\"}}]", bad[i]);
         struct qw_dlt_status out[3];
         assert_int_equal(
             qw_dlt_json_parse_statuses(body, strlen(body), ids3, 3, out, NULL, NULL, 0),
@@ -273,9 +273,9 @@ static void test_deep_nesting(void **state)
     assert_non_null(body);
     memset(body, '[', depth);
     memset(body + depth, ']', depth);
-    assert_int_equal(qw_dlt_json_parse_statuses(body, 2 * depth, ids3, 3, out, NULL, err,
-                                                sizeof(err)),
-                     QW_ERR_INVALID);
+    assert_int_equal(
+        qw_dlt_json_parse_statuses(body, 2 * depth, ids3, 3, out, NULL, err, sizeof(err)),
+        QW_ERR_INVALID);
     assert_non_null(strstr(err, "nested"));
     /* unbalanced opening brackets only */
     assert_int_equal(qw_dlt_json_parse_statuses(body, depth, ids3, 3, out, NULL, err, sizeof(err)),
@@ -381,9 +381,9 @@ static void test_bad_requests(void **state)
                      QW_ERR_INVALID);
     assert_int_equal(qw_dlt_json_parse_statuses(NULL, 0, ids3, 3, out, NULL, NULL, 0),
                      QW_ERR_INVALID);
-    assert_int_equal(qw_dlt_json_parse_statuses(body, 2, ids3, QW_DLT_STATUS_MAX_IDS + 1, out,
-                                                NULL, NULL, 0),
-                     QW_ERR_INVALID);
+    assert_int_equal(
+        qw_dlt_json_parse_statuses(body, 2, ids3, QW_DLT_STATUS_MAX_IDS + 1, out, NULL, NULL, 0),
+        QW_ERR_INVALID);
 }
 
 static void test_max_ids(void **state)

@@ -28,10 +28,10 @@ static void test_post_status_table(void **state)
 {
     (void)state;
     static const struct {
-        long status;               /* HTTP status */
-        const char *body;          /* response body */
-        enum qw_dlt_outcome want;  /* expected outcome */
-        const char *msg_contains;  /* expected part of the message */
+        long status;              /* HTTP status */
+        const char *body;         /* response body */
+        enum qw_dlt_outcome want; /* expected outcome */
+        const char *msg_contains; /* expected part of the message */
     } cases[] = {
         {202, LINK_BODY, QW_DLT_ACCEPTED, "batch_statuses?ids=ab"},
         {202, "{\"link\": \"x\", \"extra\": [1, 2]}", QW_DLT_ACCEPTED, "x"},
@@ -90,8 +90,8 @@ static void test_post_transport_errors(void **state)
 {
     (void)state;
     static const enum qw_dlt_transport errors[] = {
-        QW_DLT_TRANSPORT_CONNECT, QW_DLT_TRANSPORT_TIMEOUT, QW_DLT_TRANSPORT_DROPPED,
-        QW_DLT_TRANSPORT_TOO_LARGE, QW_DLT_TRANSPORT_TLS, QW_DLT_TRANSPORT_OTHER,
+        QW_DLT_TRANSPORT_CONNECT,   QW_DLT_TRANSPORT_TIMEOUT, QW_DLT_TRANSPORT_DROPPED,
+        QW_DLT_TRANSPORT_TOO_LARGE, QW_DLT_TRANSPORT_TLS,     QW_DLT_TRANSPORT_OTHER,
     };
     for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
         /* whatever status or body came before the failure, a transport error is RETRY */

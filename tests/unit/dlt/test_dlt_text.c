@@ -21,20 +21,27 @@ static void test_table(void **state)
         {"", 64, ""},
         {"  lead and trail  ", 64, "lead and trail"},
         {"line1\nline2\r\n\tline3", 64, "line1 line2 line3"},
-        {"a\x01\x02\x1b[31mb", 64, "a [31mb"},           /* ESC is a control: no terminal tricks */
+        {"a\x01\x02\x1b[31mb", 64, "a [31mb"}, /* ESC is a control: no terminal tricks */
         {"many     spaces", 64, "many spaces"},
-        {"del\x7f" "char", 64, "del char"},
-        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 64, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
-        {"c1\xc2\x85" "ctl", 64, "c1 ctl"},               /* U+0085 NEL is a C1 control */
-        {"bad\xff\xfe" "bytes", 64, "bad??bytes"},
+        {"del\x7f"
+         "char",
+         64, "del char"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 64,
+         "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"c1\xc2\x85"
+         "ctl",
+         64, "c1 ctl"}, /* U+0085 NEL is a C1 control */
+        {"bad\xff\xfe"
+         "bytes",
+         64, "bad??bytes"},
         {"overlong\xc0\xaf", 64, "overlong??"},
         {"surrogate\xed\xa0\x80", 64, "surrogate???"},
-        {"cut\xe2\x82", 64, "cut??"},                     /* truncated sequence */
-        {"too big\xf4\x90\x80\x80", 64, "too big????"},  /* above U+10FFFF */
+        {"cut\xe2\x82", 64, "cut??"},                   /* truncated sequence */
+        {"too big\xf4\x90\x80\x80", 64, "too big????"}, /* above U+10FFFF */
         {"abcdef", 4, "abc"},
-        {"ab\xc3\xa9", 4, "ab"},                          /* never split a character */
+        {"ab\xc3\xa9", 4, "ab"}, /* never split a character */
         {"ab\xc3\xa9", 5, "ab\xc3\xa9"},
-        {"a b", 3, "a"},                                  /* no trailing space after a cut */
+        {"a b", 3, "a"}, /* no trailing space after a cut */
         {"anything", 1, ""},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -178,8 +178,8 @@ static void test_url_statuses(void **state)
     assert_int_equal(qw_dlt_url_statuses(buf, sizeof(buf), "http://h/", SID, ids, 2, 30), QW_OK);
     assert_string_equal(buf, want);
 
-    snprintf(want, sizeof(want),
-             "http://h/scabbard/abcde-12345/a1B2/batch_statuses?ids=%s&wait=0", a);
+    snprintf(want, sizeof(want), "http://h/scabbard/abcde-12345/a1B2/batch_statuses?ids=%s&wait=0",
+             a);
     assert_int_equal(qw_dlt_url_statuses(buf, sizeof(buf), "http://h", SID, ids, 1, 0), QW_OK);
     assert_string_equal(buf, want);
 
@@ -211,9 +211,8 @@ static void test_url_statuses_rejects(void **state)
     assert_int_equal(
         qw_dlt_url_statuses(buf, sizeof(buf), "http://h", SID, ids, 1, QW_DLT_MAX_WAIT_S + 1),
         QW_ERR_INVALID);
-    assert_int_equal(qw_dlt_url_statuses(buf, sizeof(buf), "http://h", SID, ids, 1,
-                                         QW_DLT_MAX_WAIT_S),
-                     QW_OK);
+    assert_int_equal(
+        qw_dlt_url_statuses(buf, sizeof(buf), "http://h", SID, ids, 1, QW_DLT_MAX_WAIT_S), QW_OK);
     assert_int_equal(qw_dlt_url_statuses(buf, sizeof(buf), "http://h", "x::y", ids, 1, 1),
                      QW_ERR_INVALID);
 }
@@ -243,9 +242,9 @@ static void test_url_statuses_many_ids(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_service_id_table),  cmocka_unit_test(test_batch_id_valid),
-        cmocka_unit_test(test_base_url_valid),    cmocka_unit_test(test_url_batches),
-        cmocka_unit_test(test_url_batches_cap),   cmocka_unit_test(test_url_statuses),
+        cmocka_unit_test(test_service_id_table),     cmocka_unit_test(test_batch_id_valid),
+        cmocka_unit_test(test_base_url_valid),       cmocka_unit_test(test_url_batches),
+        cmocka_unit_test(test_url_batches_cap),      cmocka_unit_test(test_url_statuses),
         cmocka_unit_test(test_url_statuses_rejects), cmocka_unit_test(test_url_statuses_many_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
