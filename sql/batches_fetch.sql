@@ -1,11 +1,13 @@
--- Fetch: for each service this instance holds (optionally only those in
--- $2), its oldest non-final batch plus any batch in flight, as the input
--- of the one-round serial queuer. $1 instance, $2 text[] or NULL.
+-- Fetch: for each service this instance holds, its oldest non-final batch
+-- plus any batch in flight, as the input of the one-round serial queuer.
+-- $1 instance. (batches_fetch_some is the same for a list of services.)
 -- Times are microseconds since the epoch on the database clock.
 SELECT c.service_id, c.claim_epoch, b.batch_id,
        (extract(epoch FROM b.created_at) * 1000000)::bigint AS created_us,
        b.submitted, coalesce(b.status, '') AS status,
-       coalesce((extract(epoch FROM b.retry_at) * 1000000)::bigint, 0) AS retry_us,
+       -- parked batches (retry_at = infinity) map to the year 9999
+       coalesce((extract(epoch FROM least(b.retry_at, '9999-01-01'::timestamptz)) * 1000000)::bigint,
+                0) AS retry_us,
        b.attempts,
        (extract(epoch FROM now()) * 1000000)::bigint AS now_us
   FROM queuer.service_id_claims c
@@ -24,4 +26,3 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
      ) b
  WHERE c.claimant = $1
    AND c.expiry_1 > now()
-   AND ($2::text[] IS NULL OR c.service_id = ANY ($2::text[]))

@@ -21,16 +21,11 @@ WITH o AS (
 ), fence AS (
     SELECT c.service_id, c.claim_epoch
       FROM queuer.service_id_claims c
-     WHERE c.claimant = $1
+     WHERE c.service_id = ANY ($3::text[])
+       AND c.claimant = $1
        AND c.expiry_1 > now()
-       AND c.service_id IN (SELECT o.service_id FROM o)
      ORDER BY c.service_id
        FOR SHARE OF c NOWAIT
-), prev AS (
-    SELECT b.batch_id,
-           coalesce(b.status, CASE WHEN b.submitted THEN 'Submitting' END) AS status
-      FROM queuer.batches b
-     WHERE b.batch_id IN (SELECT o.batch_id FROM o)
 ), upd AS (
     UPDATE queuer.batches b
        SET status = nullif(o.status, ''),
@@ -42,24 +37,22 @@ WITH o AS (
                            ELSE now() + o.retry_ms * interval '1 millisecond' END,
            status_at = now(),
            last_error = CASE WHEN o.last_error = '' THEN b.last_error ELSE o.last_error END
-      FROM o, fence f, prev p
+      FROM o JOIN fence f ON f.service_id = o.service_id AND f.claim_epoch = o.epoch
      WHERE b.batch_id = o.batch_id
        AND b.service_id = o.service_id
-       AND p.batch_id = o.batch_id
-       AND f.service_id = o.service_id
-       AND f.claim_epoch = o.epoch
        AND CASE o.expect
                WHEN 'posting' THEN b.submitted AND b.status IS NULL
                WHEN 'pending' THEN b.status = 'Pending'
                ELSE (b.submitted AND b.status IS NULL) OR b.status = 'Pending'
            END
-    RETURNING b.batch_id, b.service_id, o.epoch, p.status AS from_status, b.status AS to_status,
-              o.detail
+    RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail
 ), hist AS (
+    -- Every sub-statement sees the same snapshot: `old` is the row as it was.
     INSERT INTO queuer.batch_history
            (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
-    SELECT upd.batch_id, upd.service_id, upd.from_status,
+    SELECT upd.batch_id, upd.service_id,
+           coalesce(old.status, CASE WHEN old.submitted THEN 'Submitting' END),
            coalesce(upd.to_status, 'Requeued'), $1, upd.epoch, nullif(upd.detail, '')
-      FROM upd
+      FROM upd JOIN queuer.batches old ON old.batch_id = upd.batch_id
 )
 SELECT upd.batch_id FROM upd

@@ -250,6 +250,10 @@ static int db_open(struct qw_db *db, struct qw_error *err)
     char sql[128];
     snprintf(sql, sizeof(sql), "SET statement_timeout = %d", db->query_timeout_ms + 2000);
     int rc = exec_setup(db, sql, err);
+    /* Our statements take arrays and ids whose plans do not depend on the
+     * values: plan them once per connection instead of at every call. */
+    if (rc == QW_OK)
+        rc = exec_setup(db, "SET plan_cache_mode = force_generic_plan", err);
     for (int i = 0; rc == QW_OK && i < db->nlisten; i++) {
         snprintf(sql, sizeof(sql), "LISTEN %s", db->listen[i]);
         rc = exec_setup(db, sql, err);

@@ -155,8 +155,8 @@ static int wait_before_retry(struct txn_run *run, bool for_reconnect, const stru
     if (pause > run->max_ms - elapsed)
         pause = run->max_ms - elapsed;
     run->waits++;
-    qw_log_debug("txn.retry", "attempt=%d rc=%d sqlstate=%s wait_ms=%" PRId64,
-                 run->stats->attempts, last->rc, last->sqlstate[0] ? last->sqlstate : "-", pause);
+    qw_log_debug("txn.retry", "attempt=%d rc=%d sqlstate=%s wait_ms=%" PRId64, run->stats->attempts,
+                 last->rc, last->sqlstate[0] ? last->sqlstate : "-", pause);
     if (pause > 0)
         h->sleep_ms(h->ctx, pause);
     return QW_OK;

@@ -53,23 +53,23 @@ typedef int (*qw_txn_body_fn)(void *conn, void *arg, struct qw_error *err);
 
 /** Time and randomness for the helper; tests substitute fakes. */
 struct qw_txn_hooks {
-    int64_t (*now_ms)(void *ctx);           /* monotonic milliseconds */
+    int64_t (*now_ms)(void *ctx);            /* monotonic milliseconds */
     void (*sleep_ms)(void *ctx, int64_t ms); /* waits `ms` milliseconds */
-    int (*should_stop)(void *ctx);          /* optional: non-zero = give up before the
-                                               next attempt with QW_ERR_SHUTDOWN */
-    void *ctx;                              /* passed to the three functions */
+    int (*should_stop)(void *ctx);           /* optional: non-zero = give up before the
+                                                next attempt with QW_ERR_SHUTDOWN */
+    void *ctx;                               /* passed to the three functions */
 };
 
 /** Retry budget and backoff; zero fields take the defaults shown. */
 struct qw_txn_policy {
-    int max_attempts;             /* runs (BEGIN sent), >= 1; default 20 */
-    int64_t max_ms;               /* time budget from the first attempt, ms; default 10000 */
-    int backoff_base_ms;          /* full-jitter base, ms; default 2 */
-    int backoff_max_ms;           /* backoff cap, ms; default 200 */
-    const char *begin_sql;        /* default "BEGIN ISOLATION LEVEL SERIALIZABLE" */
+    int max_attempts;                 /* runs (BEGIN sent), >= 1; default 20 */
+    int64_t max_ms;                   /* time budget from the first attempt, ms; default 10000 */
+    int backoff_base_ms;              /* full-jitter base, ms; default 2 */
+    int backoff_max_ms;               /* backoff cap, ms; default 200 */
+    const char *begin_sql;            /* default "BEGIN ISOLATION LEVEL SERIALIZABLE" */
     const struct qw_txn_hooks *hooks; /* NULL = qw_clock_mono_ms/qw_clock_sleep_ms */
-    struct qw_rng *rng;           /* the calling thread's PRNG; NULL = seeded per call
-                                     from the monotonic clock */
+    struct qw_rng *rng;               /* the calling thread's PRNG; NULL = seeded per call
+                                         from the monotonic clock */
 };
 
 /** What one qw_txn_run() did; updated as it goes. */

@@ -102,7 +102,8 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
 
     const char *params[] = {q->w->instance_id, t->filter};
     struct qw_db_res *res = NULL;
-    int rc = qw_db_query(db, "batches_fetch", 2, params, &res, err);
+    int rc = t->filter ? qw_db_query(db, "batches_fetch_some", 2, params, &res, err)
+                       : qw_db_query(db, "batches_fetch", 1, params, &res, err);
     if (rc != QW_OK)
         return rc;
     int n = qw_db_res_rows(res);

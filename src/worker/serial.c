@@ -7,12 +7,9 @@
 #include <string.h>
 
 static const char *const status_names[] = {
-    [QW_STATUS_NONE] = "",
-    [QW_STATUS_PENDING] = "Pending",
-    [QW_STATUS_UNKNOWN] = "Unknown",
-    [QW_STATUS_DELAYED] = "Delayed",
-    [QW_STATUS_VALID] = "Valid",
-    [QW_STATUS_COMMITTED] = "Committed",
+    [QW_STATUS_NONE] = "",           [QW_STATUS_PENDING] = "Pending",
+    [QW_STATUS_UNKNOWN] = "Unknown", [QW_STATUS_DELAYED] = "Delayed",
+    [QW_STATUS_VALID] = "Valid",     [QW_STATUS_COMMITTED] = "Committed",
     [QW_STATUS_INVALID] = "Invalid",
 };
 
@@ -166,7 +163,8 @@ int qw_serial_choose(const struct qw_serial_batch *batches, size_t n, int64_t no
         while (end < n && strcmp(order[end]->service_id, order[start]->service_id) == 0)
             end++;
         st.services++;
-        const struct qw_serial_batch *pick = decide_service(order + start, end - start, now_us, &st);
+        const struct qw_serial_batch *pick =
+            decide_service(order + start, end - start, now_us, &st);
         if (pick)
             order[chosen++] = pick;
         start = end;

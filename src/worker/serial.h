@@ -54,13 +54,13 @@ struct qw_serial_batch {
 
 /** Optional summary of one queuing round, for logs, metrics and scheduling. */
 struct qw_serial_stats {
-    size_t services;        /* distinct services seen in the input */
-    size_t chosen;          /* batches chosen (= services eligible now) */
-    size_t blocked;         /* services with a batch Pending or being submitted */
-    size_t waiting;         /* services whose oldest batch waits for its retry_at_us */
-    size_t ignored;         /* input rows with a final status (should not be fetched) */
-    int64_t next_retry_us;  /* earliest retry_at_us among waiting services, us since
-                               epoch; 0 when none waits (wake the queuer then) */
+    size_t services;       /* distinct services seen in the input */
+    size_t chosen;         /* batches chosen (= services eligible now) */
+    size_t blocked;        /* services with a batch Pending or being submitted */
+    size_t waiting;        /* services whose oldest batch waits for its retry_at_us */
+    size_t ignored;        /* input rows with a final status (should not be fetched) */
+    int64_t next_retry_us; /* earliest retry_at_us among waiting services, us since
+                              epoch; 0 when none waits (wake the queuer then) */
 };
 
 /**

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* The worker the signal handler stops; set once before threads start. */
@@ -145,16 +146,21 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
                     cfg->worker_cycle_ms, cfg->worker_listen, cfg->dlt_max_in_flight);
         rc = qw_queuer_run(w, db, submitter, err);
         struct qw_worker_stats *st = &w->stats;
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
         qw_log_info("worker.summary",
                     "accepted=%lld committed=%lld valid=%lld invalid=%lld backpressure=%lld "
                     "retries=%lld unknown=%lld lost=%lld flushes=%lld outcomes=%lld "
-                    "serialization_retries=%lld cycles=%lld",
+                    "serialization_retries=%lld cycles=%lld cpu_user_ms=%ld cpu_sys_ms=%ld "
+                    "max_rss_kb=%ld",
                     (long long)st->posts_accepted, (long long)st->final_committed,
                     (long long)st->final_valid, (long long)st->final_invalid,
                     (long long)st->posts_backpressure, (long long)st->posts_retry,
                     (long long)st->unknown_confirmed, (long long)st->lost,
                     (long long)st->flushes, (long long)st->outcomes,
-                    (long long)st->serialization_retries, (long long)st->cycles);
+                    (long long)st->serialization_retries, (long long)st->cycles,
+                    (long)(ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000),
+                    (long)(ru.ru_stime.tv_sec * 1000 + ru.ru_stime.tv_usec / 1000), ru.ru_maxrss);
     }
     qw_db_close(db);
     if (w->jobs)

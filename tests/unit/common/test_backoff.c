@@ -20,7 +20,7 @@ static void test_ceiling_table(void **state)
         {3, 100, 1000, 800},
         {4, 100, 1000, 1000}, /* 1600 capped */
         {200, 100, 1000, 1000},
-        {-5, 100, 1000, 100}, /* negative attempt counts as 0 */
+        {-5, 100, 1000, 100},  /* negative attempt counts as 0 */
         {0, 5000, 1000, 1000}, /* base above cap */
         {0, 0, 1000, 0},
         {7, 100, 0, 0},

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #define NOW INT64_C(1700000000000000) /* us since epoch */
-#define AT0 INT64_MIN                  /* row retry_us meaning "retry_at_us = 0" */
+#define AT0 INT64_MIN                 /* row retry_us meaning "retry_at_us = 0" */
 #define MAX_ROWS 16
 #define ID_LEN 128
 
@@ -84,9 +84,7 @@ static const struct table_case cases[] = {
     {"Delayed, window expired", {{'A', 1, -10, D, false, -5}}, {1}},
     /* --- the seed's "queue later" list --- */
     {"Delayed, window not expired", {{'A', 1, -10, D, false, 5}}, {0}},
-    {"new batch behind a Pending one",
-     {{'A', 1, -10, P, true, 0}, {'A', 2, -5, N, false, 0}},
-     {0}},
+    {"new batch behind a Pending one", {{'A', 1, -10, P, true, 0}, {'A', 2, -5, N, false, 0}}, {0}},
     {"new batch behind a due Unknown one: the Unknown goes",
      {{'A', 1, -10, U, false, 0}, {'A', 2, -5, N, false, 0}},
      {1}},
@@ -279,8 +277,8 @@ static void test_invalid_input(void **state)
 
 static void test_status_names(void **state)
 {
-    static const char *const names[] = {"Pending", "Unknown", "Delayed", "Valid", "Committed",
-                                        "Invalid"};
+    static const char *const names[] = {"Pending", "Unknown",   "Delayed",
+                                        "Valid",   "Committed", "Invalid"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         enum qw_batch_status s;
         assert_int_equal(qw_batch_status_parse(names[i], &s), 0);
@@ -352,9 +350,8 @@ static void population_make(struct population *p, struct qw_rng *rng)
                 .service_id = p->services[s],
                 .batch_id = p->ids[i],
                 .created_at_us = NOW - (int64_t)qw_rng_below(rng, 6),
-                .retry_at_us = qw_rng_below(rng, 4) == 0
-                                   ? 0
-                                   : NOW + (int64_t)qw_rng_below(rng, 5) - 2,
+                .retry_at_us =
+                    qw_rng_below(rng, 4) == 0 ? 0 : NOW + (int64_t)qw_rng_below(rng, 5) - 2,
                 .status = st,
                 .submitted = qw_rng_below(rng, 100) < (st == QW_STATUS_PENDING ? 90 : 10),
             };

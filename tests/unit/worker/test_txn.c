@@ -23,27 +23,27 @@
  * is appended to `trace`: B=BEGIN b=body C=COMMIT R=ROLLBACK X=reconnect.
  */
 struct fake_db {
-    bool alive;                           /* connection usable */
-    int begin_rc[SCRIPT_LEN];             /* results of BEGIN calls */
-    int body_rc[SCRIPT_LEN];              /* results of body runs */
-    int commit_rc[SCRIPT_LEN];            /* results of COMMIT calls */
-    int rollback_rc[SCRIPT_LEN];          /* results of ROLLBACK calls */
-    int reconnect_rc[SCRIPT_LEN];         /* results of reconnect calls */
-    bool timeout_drops[SCRIPT_LEN];       /* per body run: a QW_ERR_TIMEOUT also kills it */
+    bool alive;                     /* connection usable */
+    int begin_rc[SCRIPT_LEN];       /* results of BEGIN calls */
+    int body_rc[SCRIPT_LEN];        /* results of body runs */
+    int commit_rc[SCRIPT_LEN];      /* results of COMMIT calls */
+    int rollback_rc[SCRIPT_LEN];    /* results of ROLLBACK calls */
+    int reconnect_rc[SCRIPT_LEN];   /* results of reconnect calls */
+    bool timeout_drops[SCRIPT_LEN]; /* per body run: a QW_ERR_TIMEOUT also kills it */
     int n_begin, n_body, n_commit, n_rollback, n_reconnect; /* calls so far */
-    bool always_serialization;            /* body fails with 40001 forever */
-    bool always_reconnect_fails;          /* reconnect fails forever */
-    int body_saw_attempt[SCRIPT_LEN];     /* stats->attempts as seen by each body run */
-    const struct qw_txn_stats *stats;     /* the stats passed to qw_txn_run */
-    bool in_txn;                          /* BEGIN seen without COMMIT/ROLLBACK */
-    bool exec_in_dead;                    /* a statement was sent on a dead connection */
-    char begin_sql[64];                   /* last BEGIN text */
-    char trace[256];                      /* call log */
+    bool always_serialization;                              /* body fails with 40001 forever */
+    bool always_reconnect_fails;                            /* reconnect fails forever */
+    int body_saw_attempt[SCRIPT_LEN]; /* stats->attempts as seen by each body run */
+    const struct qw_txn_stats *stats; /* the stats passed to qw_txn_run */
+    bool in_txn;                      /* BEGIN seen without COMMIT/ROLLBACK */
+    bool exec_in_dead;                /* a statement was sent on a dead connection */
+    char begin_sql[64];               /* last BEGIN text */
+    char trace[256];                  /* call log */
     /* fake clock */
-    int64_t now_ms;                       /* current fake time */
-    int64_t sleeps[SCRIPT_LEN];           /* requested sleeps, ms */
-    int n_sleeps;                         /* entries in sleeps */
-    int stop_after_sleeps;                /* should_stop true once this many sleeps (0 = never) */
+    int64_t now_ms;             /* current fake time */
+    int64_t sleeps[SCRIPT_LEN]; /* requested sleeps, ms */
+    int n_sleeps;               /* entries in sleeps */
+    int stop_after_sleeps;      /* should_stop true once this many sleeps (0 = never) */
 };
 
 static void trace(struct fake_db *db, char c)
@@ -155,12 +155,12 @@ static int fake_should_stop(void *ctx)
 
 /* Test fixture: a live fake, its hooks, and a policy with a fixed seed. */
 struct fixture {
-    struct fake_db db;            /* the fake */
-    struct qw_txn_hooks hooks;    /* fake clock */
-    struct qw_rng rng;            /* seeded jitter */
-    struct qw_txn_policy policy;  /* what the test runs with */
-    struct qw_txn_stats stats;    /* filled by qw_txn_run */
-    struct qw_error err;          /* filled by qw_txn_run */
+    struct fake_db db;           /* the fake */
+    struct qw_txn_hooks hooks;   /* fake clock */
+    struct qw_rng rng;           /* seeded jitter */
+    struct qw_txn_policy policy; /* what the test runs with */
+    struct qw_txn_stats stats;   /* filled by qw_txn_run */
+    struct qw_error err;         /* filled by qw_txn_run */
 };
 
 static int setup(void **state)
@@ -501,9 +501,8 @@ static void test_null_stats_and_err(void **state)
     f->db.stats = NULL;
     f->db.body_rc[0] = QW_ERR_SERIALIZATION;
     f->db.body_rc[1] = QW_ERR_CLAIM_LOST;
-    assert_int_equal(
-        qw_txn_run(&fake_ops, &f->db, &f->policy, fake_body, &f->db, NULL, NULL),
-        QW_ERR_CLAIM_LOST);
+    assert_int_equal(qw_txn_run(&fake_ops, &f->db, &f->policy, fake_body, &f->db, NULL, NULL),
+                     QW_ERR_CLAIM_LOST);
     assert_string_equal(f->db.trace, "BbRBbR");
 }
 

@@ -1,0 +1,29 @@
+-- Fetch for the listed services only (jobs of theirs just came back):
+-- batches_fetch restricted to $2 (text[]), so the fast path reads only
+-- what changed. $1 instance.
+-- Times are microseconds since the epoch on the database clock.
+SELECT c.service_id, c.claim_epoch, b.batch_id,
+       (extract(epoch FROM b.created_at) * 1000000)::bigint AS created_us,
+       b.submitted, coalesce(b.status, '') AS status,
+       -- parked batches (retry_at = infinity) map to the year 9999
+       coalesce((extract(epoch FROM least(b.retry_at, '9999-01-01'::timestamptz)) * 1000000)::bigint,
+                0) AS retry_us,
+       b.attempts,
+       (extract(epoch FROM now()) * 1000000)::bigint AS now_us
+  FROM queuer.service_id_claims c
+ CROSS JOIN LATERAL (
+       (SELECT o.batch_id, o.created_at, o.submitted, o.status, o.retry_at, o.attempts
+          FROM queuer.batches o
+         WHERE o.service_id = c.service_id
+           AND (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
+         ORDER BY o.created_at, o.batch_id
+         LIMIT 1)
+       UNION
+       (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts
+          FROM queuer.batches f
+         WHERE f.service_id = c.service_id
+           AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending'))
+     ) b
+ WHERE c.service_id = ANY ($2::text[])
+   AND c.claimant = $1
+   AND c.expiry_1 > now()

@@ -1,0 +1,467 @@
+# Shared helpers for the scenario scripts (tests/scenarios/*.sh): a private
+# temporary directory, a trap that always stops what the script started
+# (workers, simulator, PostgreSQL), assertions that print expected vs
+# actual, workload generation and loading, and SQL helpers that measure
+# claim takeovers on the database clock. Source it from bash; it defines
+# functions and a few variables only, then the script calls sc_begin.
+#
+#   sc_begin NAME                 temp dir SC_DIR, EXIT trap (cleanup + logs on failure)
+#   sc_pg_start                   private PostgreSQL, `queuer migrate`, helper schema
+#   sc_sim_start [SIM-ARGS...]    scabbard-sim; sc_sim_pause / sc_sim_resume /
+#                                 sc_sim_faults JSON; sc_sim_log_load (event log -> SQL)
+#   sc_worker_start NAME [VAR=VALUE...]   `queuer run` as instance NAME with the
+#                                 test-scale defaults of SC_WORKER_ENV (overridable)
+#   sc_worker_wait_exit NAME SECS sets SC_RC (exit code, or "timeout")
+#   sc_gen FILE SERVICES BATCHES [SEED [PREFIX]]   queuer-gen workload
+#   sc_load_tsv FILE              enqueue a TSV workload (psql, or the CLI)
+#   sc_check WHAT EXPECTED ACTUAL, sc_check_sql WHAT EXPECTED SQL [EVIDENCE-SQL],
+#   sc_check_num WHAT A OP B, sc_wait WHAT SECS SQL [EVIDENCE-SQL], sc_fail MSG
+#   sc_watch_claims TAG WHERE     remember the claims matching WHERE (scenario.watch)
+#   sc_await_takeover SECS        poll until every watched claim has a new holder
+#
+# Every wait is bounded; nothing here sleeps as a substitute for a condition.
+
+set -u -o pipefail
+
+SC_SOURCE_ROOT=${QW_SOURCE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+SC_BUILD_ROOT=${QW_BUILD_ROOT:-$SC_SOURCE_ROOT/build}
+: "${QUEUER_BIN:=$SC_BUILD_ROOT/src/queuer}"
+: "${SCABBARD_SIM_BIN:=$SC_BUILD_ROOT/sim/scabbard-sim}"
+: "${QUEUER_GEN_BIN:=$SC_BUILD_ROOT/tools/queuer-gen}"
+export QUEUER_BIN SCABBARD_SIM_BIN QUEUER_GEN_BIN
+
+# shellcheck source=../lib/cluster.sh
+. "$SC_SOURCE_ROOT/tests/lib/cluster.sh"
+
+# Test-scale worker settings; a scenario may override any of them per worker.
+SC_LEASE_MS=1000
+SC_HARD_MS=4000
+SC_CYCLE_MS=200
+SC_WORKER_ENV=()
+
+# How sc_load_tsv enqueues: "psql" (SQL function, works today) or "cli"
+# (`queuer enqueue --tsv`). Override with the environment.
+SC_LOADER=${SC_LOADER:-psql}
+
+SC_NAME=
+SC_DIR=
+SC_RC=
+
+sc_log() {
+    printf '[%s %s] %s\n' "$SC_NAME" "$(date +%H:%M:%S.%3N)" "$*"
+}
+
+# ---- lifecycle --------------------------------------------------------------
+
+sc_begin() {
+    SC_NAME=$1
+    for bin in "$QUEUER_BIN" "$SCABBARD_SIM_BIN" "$QUEUER_GEN_BIN"; do
+        [ -x "$bin" ] || { echo "$SC_NAME: missing binary $bin (build first)" >&2; exit 1; }
+    done
+    SC_DIR=$(mktemp -d "${TMPDIR:-/tmp}/qw-$SC_NAME.XXXXXX") || exit 1
+    SC_WORKER_ENV=(QUEUER_WORKER_LEASE_MS=$SC_LEASE_MS QUEUER_WORKER_HARD_EXPIRY_MS=$SC_HARD_MS
+                   QUEUER_WORKER_CYCLE_MS=$SC_CYCLE_MS QUEUER_LOG_LEVEL=info)
+    trap sc_cleanup EXIT
+    trap 'exit 130' INT TERM
+    sc_log "directory $SC_DIR"
+}
+
+# Stops every worker (resuming stopped ones first), the simulator and
+# PostgreSQL; on failure prints the tail of every log and keeps SC_DIR.
+sc_cleanup() {
+    local rc=$? f
+    trap - EXIT
+    for f in "$SC_DIR"/*.pid; do
+        [ -f "$f" ] && kill -CONT "$(cat "$f")" 2>/dev/null
+    done
+    qw_workers_stop "$SC_DIR" 2>/dev/null
+    qw_sim_stop
+    qw_pg_stop fast
+    if [ "$rc" != 0 ]; then
+        for f in "$SC_DIR"/*.log "$SC_DIR"/sim/sim.out "$SC_DIR"/pg/postgres.log; do
+            [ -s "$f" ] || continue
+            echo "---- last lines of $f"
+            tail -n 25 "$f"
+        done
+        echo "$SC_NAME: FAILED (exit $rc); files kept in $SC_DIR"
+    else
+        echo "$SC_NAME: passed"
+        [ -n "${QW_KEEP:-}" ] || rm -rf "$SC_DIR"
+    fi
+    exit "$rc"
+}
+
+# ---- assertions -------------------------------------------------------------
+
+sc_fail() {
+    echo "FAIL [$SC_NAME]: $*" >&2
+    exit 1
+}
+
+# sc_check WHAT EXPECTED ACTUAL: string equality.
+sc_check() {
+    if [ "$2" = "$3" ]; then
+        echo "ok: $1 ($3)"
+        return 0
+    fi
+    echo "FAIL: $1" >&2
+    echo "  expected: $2" >&2
+    echo "  actual:   $3" >&2
+    exit 1
+}
+
+# sc_check_num WHAT A OP B: numeric comparison (OP one of < <= > >= == !=),
+# decimals allowed.
+sc_check_num() {
+    local what=$1 a=$2 op=$3 b=$4
+    if awk -v a="$a" -v b="$b" -v op="$op" 'BEGIN {
+            if (op == "<") r = a < b; else if (op == "<=") r = a <= b
+            else if (op == ">") r = a > b; else if (op == ">=") r = a >= b
+            else if (op == "==") r = a == b; else if (op == "!=") r = a != b
+            else r = 0
+            exit !r }' </dev/null; then
+        echo "ok: $1 ($a $op $b)"
+        return 0
+    fi
+    echo "FAIL: $what" >&2
+    echo "  expected: $a $op $b" >&2
+    echo "  actual:   $a vs $b" >&2
+    exit 1
+}
+
+# sc_check_sql WHAT EXPECTED SQL [EVIDENCE-SQL]: SQL's single value must equal
+# EXPECTED; on failure the evidence query (if any) is printed too.
+sc_check_sql() {
+    local what=$1 expected=$2 sql=$3 evidence=${4:-} actual
+    actual=$(qw_sql "$sql" 2>&1)
+    if [ "$actual" = "$expected" ]; then
+        echo "ok: $what ($actual)"
+        return 0
+    fi
+    echo "FAIL: $what" >&2
+    echo "  expected: $expected" >&2
+    echo "  actual:   $actual" >&2
+    echo "  query:    $sql" >&2
+    if [ -n "$evidence" ]; then
+        echo "  evidence:" >&2
+        sc_show "$evidence" | sed 's/^/    /' >&2
+    fi
+    exit 1
+}
+
+# sc_wait WHAT SECS SQL [EVIDENCE-SQL]: polls until SQL returns 't'.
+sc_wait() {
+    local what=$1 secs=$2 sql=$3 evidence=${4:-}
+    if qw_wait_sql "$secs" "$sql" 2>/dev/null; then
+        return 0
+    fi
+    echo "FAIL: timed out after ${secs}s waiting for: $what" >&2
+    echo "  query: $sql" >&2
+    if [ -n "$evidence" ]; then
+        echo "  evidence:" >&2
+        sc_show "$evidence" | sed 's/^/    /' >&2
+    fi
+    exit 1
+}
+
+# sc_wait_log NAME SECS PATTERN: waits for an extended regex in a worker's log.
+sc_wait_log() {
+    local name=$1 secs=$2 pattern=$3 i
+    for i in $(seq 1 $((secs * 20))); do
+        grep -Eq -- "$pattern" "$SC_DIR/$name.log" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    sc_fail "timed out after ${secs}s waiting for /$pattern/ in $name.log"
+}
+
+# sc_show SQL: prints a query result as an aligned table (for humans).
+sc_show() {
+    psql -X -q -P pager=off "${QW_DB_CONNINFO:-$QW_PG_CONNINFO}" -c "$1" 2>&1
+}
+
+# ---- PostgreSQL -------------------------------------------------------------
+
+# The `scenario` schema: observation tables and the takeover poller.
+sc_install_helpers() {
+    qw_psql >/dev/null <<'SQL'
+SET client_min_messages = warning;
+CREATE SCHEMA IF NOT EXISTS scenario;
+-- Claims being watched: the holder and expiries before an event, then the
+-- first different holder seen. seen_at is read after the observing
+-- statement's snapshot (an upper bound of the takeover's commit);
+-- last_unseen_at before the last snapshot that still saw the old holder
+-- (a lower bound). taken_at is exact: the acquiring transaction's now(),
+-- recovered from the new expiry_1 (set to now() + lease_ms on acquire).
+CREATE TABLE IF NOT EXISTS scenario.watch (
+    tag            text NOT NULL,
+    service_id     text NOT NULL,
+    old_claimant   text NOT NULL,
+    old_epoch      bigint NOT NULL,
+    old_expiry_1   timestamptz NOT NULL,
+    old_expiry_2   timestamptz NOT NULL,
+    new_claimant   text,
+    new_epoch      bigint,
+    new_expiry_1   timestamptz,
+    last_unseen_at timestamptz,
+    seen_at        timestamptz,
+    PRIMARY KEY (tag, service_id)
+);
+CREATE OR REPLACE PROCEDURE scenario.await_takeover(p_timeout_ms integer)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    deadline timestamptz := clock_timestamp() + p_timeout_ms * interval '1 millisecond';
+    t        timestamptz;
+    waiting  bigint;
+BEGIN
+    LOOP
+        t := clock_timestamp();
+        UPDATE scenario.watch w
+           SET new_claimant = c.claimant, new_epoch = c.claim_epoch,
+               new_expiry_1 = c.expiry_1, seen_at = clock_timestamp()
+          FROM queuer.service_id_claims c
+         WHERE w.seen_at IS NULL AND c.service_id = w.service_id
+           AND c.claimant IS NOT NULL AND c.claimant <> w.old_claimant;
+        UPDATE scenario.watch SET last_unseen_at = t WHERE seen_at IS NULL;
+        COMMIT;
+        SELECT count(*) INTO waiting FROM scenario.watch WHERE seen_at IS NULL;
+        EXIT WHEN waiting = 0 OR clock_timestamp() > deadline;
+        PERFORM pg_sleep(0.005);
+    END LOOP;
+END
+$fn$;
+-- The simulator's event log, one JSON object per row, in file order.
+CREATE TABLE IF NOT EXISTS scenario.simlog_raw (line text);
+CREATE TABLE IF NOT EXISTS scenario.simlog (n bigint PRIMARY KEY, ev jsonb NOT NULL);
+-- Each batch's position in its service (1 = oldest), the order the ledger
+-- must see: (created_at, batch_id).
+CREATE OR REPLACE VIEW scenario.batch_pos AS
+    SELECT b.batch_id, b.service_id,
+           row_number() OVER (PARTITION BY b.service_id ORDER BY b.created_at, b.batch_id) AS pos
+      FROM queuer.batches b;
+-- Every POST the ledger received, with the batch's position in its service.
+CREATE OR REPLACE VIEW scenario.posts AS
+    SELECT l.n, l.ev->>'service' AS sim_service, l.ev->>'batch' AS batch_id,
+           l.ev->>'code' AS code, coalesce((l.ev->>'dup')::boolean, false) AS dup,
+           p.service_id, p.pos
+      FROM scenario.simlog l
+      LEFT JOIN scenario.batch_pos p ON p.batch_id = l.ev->>'batch'
+     WHERE l.ev->>'ev' = 'post';
+-- POSTs that reached the ledger after a later batch of the same service had
+-- already been posted: a violation of per-service order.
+CREATE OR REPLACE VIEW scenario.order_violations AS
+    SELECT * FROM (
+        SELECT q.*, max(q.pos) OVER (PARTITION BY q.service_id ORDER BY q.n
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS later_seen
+          FROM scenario.posts q WHERE q.service_id IS NOT NULL) x
+     WHERE x.pos < x.later_seen;
+SQL
+}
+
+sc_pg_start() {
+    qw_pg_start "$SC_DIR/pg" || sc_fail "PostgreSQL did not start"
+    export QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO"
+    "$QUEUER_BIN" migrate >"$SC_DIR/migrate.out" 2>&1 || {
+        cat "$SC_DIR/migrate.out" >&2
+        sc_fail "queuer migrate failed"
+    }
+    sc_install_helpers || sc_fail "cannot install the scenario helper schema"
+}
+
+# sc_db_now: the database clock as text (timestamptz).
+sc_db_now() {
+    qw_sql "SELECT clock_timestamp()"
+}
+
+# sc_backends_idle NAME: 't' when every session of worker NAME is outside a
+# transaction (the worker's connections carry application_name=NAME).
+sc_backends_idle() {
+    qw_sql "SELECT count(*) = 0 FROM pg_stat_activity
+             WHERE application_name = '$1' AND (state IS DISTINCT FROM 'idle' OR xact_start IS NOT NULL)"
+}
+
+# ---- simulator --------------------------------------------------------------
+
+sc_sim_start() {
+    qw_sim_start "$SC_DIR/sim" "$@" || sc_fail "scabbard-sim did not start"
+}
+
+sc_sim_post() {
+    curl -fsS -m 5 -X POST -H 'Content-Type: application/json' --data "${2:-{\}}" \
+        "$QW_SIM_URL$1" >/dev/null || sc_fail "simulator control POST $1 failed"
+}
+
+sc_sim_faults() { sc_sim_post /_sim/faults "$1"; }
+sc_sim_pause() { sc_sim_post /_sim/pause; }
+sc_sim_resume() { sc_sim_post /_sim/resume; }
+
+# Loads the simulator's NDJSON event log into scenario.simlog (replacing it).
+# Lines are read raw (CSV with impossible quote and delimiter characters),
+# so JSON escapes pass through untouched.
+sc_sim_log_load() {
+    qw_psql >/dev/null <<SQL || sc_fail "cannot load the simulator event log"
+TRUNCATE scenario.simlog_raw, scenario.simlog;
+\copy scenario.simlog_raw (line) FROM '$QW_SIM_LOG' WITH (FORMAT csv, QUOTE E'\x01', DELIMITER E'\x02')
+INSERT INTO scenario.simlog (n, ev)
+SELECT row_number() OVER (), line::jsonb FROM scenario.simlog_raw WHERE line <> '';
+SQL
+}
+
+# sc_check_order: loads the event log and checks that, for every service,
+# the ledger saw POSTs in creation order (a batch is never posted after a
+# later batch of its service was) and that every POST names a known batch.
+sc_check_order() {
+    sc_sim_log_load
+    sc_check_sql "every POST in the simulator log names an enqueued batch" 0 \
+        "SELECT count(*) FROM scenario.posts WHERE service_id IS NULL" \
+        "SELECT n, sim_service, left(batch_id, 16) AS batch, code FROM scenario.posts
+          WHERE service_id IS NULL LIMIT 10"
+    sc_check_sql "POSTs per service reach the ledger in creation order" 0 \
+        "SELECT count(*) FROM scenario.order_violations" \
+        "SELECT n, service_id, pos, later_seen, code FROM scenario.order_violations LIMIT 10"
+    echo "   ($(qw_sql "SELECT count(*) FROM scenario.posts") POSTs checked over \
+$(qw_sql "SELECT count(DISTINCT service_id) FROM scenario.posts") services)"
+}
+
+# ---- workers ----------------------------------------------------------------
+
+# sc_worker_start NAME [VAR=VALUE...]: each worker's sessions are named
+# after it (application_name) so the scripts can see its transactions.
+sc_worker_start() {
+    local name=$1
+    shift
+    qw_worker_start "$SC_DIR" "$name" \
+        QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO application_name=$name" \
+        "${SC_WORKER_ENV[@]}" "$@"
+}
+
+# sc_worker_signal NAME SIG
+sc_worker_signal() {
+    qw_worker_signal "$SC_DIR" "$1" "$2"
+}
+
+sc_worker_pid() {
+    cat "$SC_DIR/$1.pid"
+}
+
+sc_worker_alive() {
+    kill -0 "$(sc_worker_pid "$1")" 2>/dev/null
+}
+
+# sc_wait_registered SECS NAME...: each worker has registered and is live.
+sc_wait_registered() {
+    local secs=$1 name
+    shift
+    for name in "$@"; do
+        sc_wait "worker $name registered" "$secs" \
+            "SELECT EXISTS (SELECT 1 FROM queuer.instances WHERE instance_id = '$name'
+                              AND stopped_at IS NULL AND heartbeat_at > now() - interval '1 second')"
+    done
+}
+
+# sc_worker_wait_exit NAME SECS: waits for the worker to exit; sets SC_RC to
+# its exit code or to "timeout". (Runs in this shell: `wait` only works for
+# our own children, so this must not be called inside $(...).)
+sc_worker_wait_exit() {
+    local pid i
+    pid=$(sc_worker_pid "$1")
+    SC_RC=timeout
+    for i in $(seq 1 $(($2 * 20))); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -0 "$pid" 2>/dev/null && return 0
+    wait "$pid" 2>/dev/null
+    SC_RC=$?
+}
+
+# ---- workloads --------------------------------------------------------------
+
+# sc_gen FILE SERVICES BATCHES [SEED [CIRCUIT-PREFIX]]
+sc_gen() {
+    "$QUEUER_GEN_BIN" --services "$2" --batches "$3" --seed "${4:-1}" \
+        --circuit-prefix "${5:-qwgen}" >"$1" || sc_fail "queuer-gen failed"
+}
+
+# sc_load_tsv FILE: enqueues every line in one transaction (back pressure
+# off), so workers see the whole workload at once.
+sc_load_tsv() {
+    local file=$1
+    case "$SC_LOADER" in
+    cli)
+        QUEUER_INGEST_HIGH=0 "$QUEUER_BIN" enqueue --tsv "$file" >"$SC_DIR/enqueue.out" 2>&1 || {
+            cat "$SC_DIR/enqueue.out" >&2
+            sc_fail "queuer enqueue --tsv $file failed"
+        }
+        ;;
+    *)
+        qw_psql >"$SC_DIR/enqueue.out" 2>&1 <<SQL || {
+SET queuer.ingest_high = 0;
+CREATE TEMP TABLE sc_load (line_no serial, service_id text, batch_id text, payload_hex text);
+\copy sc_load (service_id, batch_id, payload_hex) FROM '$file'
+SELECT count(*) FROM queuer.enqueue_rows(
+    (SELECT array_agg(ROW(line_no, service_id, batch_id, decode(payload_hex, 'hex'))::queuer.enqueue_row
+                      ORDER BY line_no)
+       FROM sc_load), false);
+SQL
+            cat "$SC_DIR/enqueue.out" >&2
+            sc_fail "loading $file failed"
+        }
+        ;;
+    esac
+}
+
+# sc_services FILE: the distinct service ids of a TSV workload, as a SQL
+# array literal body ('a','b',...).
+sc_services_sql() {
+    cut -f1 "$1" | sort -u | sed "s/.*/'&'/" | paste -sd, -
+}
+
+# ---- claims -----------------------------------------------------------------
+
+# sc_watch_claims TAG WHERE: remembers the current holder, epoch and expiries
+# of the claims matching WHERE (on queuer.service_id_claims c); prints how many.
+sc_watch_claims() {
+    qw_sql "WITH ins AS (
+              INSERT INTO scenario.watch (tag, service_id, old_claimant, old_epoch, old_expiry_1, old_expiry_2)
+              SELECT '$1', c.service_id, c.claimant, c.claim_epoch, c.expiry_1, c.expiry_2
+                FROM queuer.service_id_claims c WHERE c.claimant IS NOT NULL AND ($2)
+              RETURNING 1)
+            SELECT count(*) FROM ins"
+}
+
+# sc_await_takeover SECS: returns when every watched claim has been seen with
+# another holder; fails (with the claims still waiting) after SECS.
+sc_await_takeover() {
+    qw_psql -c "CALL scenario.await_takeover($(($1 * 1000)))" ||
+        sc_fail "takeover poller failed"
+    sc_check_sql "every watched claim was taken over within ${1}s" 0 \
+        "SELECT count(*) FROM scenario.watch WHERE seen_at IS NULL" \
+        "SELECT w.tag, w.service_id, w.old_claimant, c.claimant, c.claim_epoch, c.expiry_1, c.expiry_2, now()
+           FROM scenario.watch w JOIN queuer.service_id_claims c USING (service_id)
+          WHERE w.seen_at IS NULL LIMIT 10"
+    # taken_at comes from the new expiry_1; it is exact only if the claim was
+    # not renewed before we saw it (renewal waits for half a lease).
+    sc_check_sql "takeovers were observed before any renewal (exact taken_at)" 0 \
+        "SELECT count(*) FROM scenario.watch w
+          WHERE w.seen_at - (w.new_expiry_1 - $SC_LEASE_MS * interval '1 millisecond')
+                >= ($SC_LEASE_MS / 2) * interval '1 millisecond'"
+}
+
+# sc_taken_at: SQL for the exact takeover time of a watched claim (over
+# scenario.watch w): the acquiring transaction's now().
+sc_taken_at() {
+    echo "(w.new_expiry_1 - $SC_LEASE_MS * interval '1 millisecond')"
+}
+
+# sc_ms EXPR: SQL for an interval in milliseconds, rounded.
+sc_ms() {
+    echo "round(extract(epoch FROM ($1)) * 1000)::bigint"
+}
+
+# sc_wait_all_final SECS: waits until every batch has a final status.
+sc_wait_all_final() {
+    sc_wait "every batch final" "$1" \
+        "SELECT count(*) = 0 FROM queuer.batches WHERE status IS NULL OR status NOT IN ('Committed', 'Valid', 'Invalid')" \
+        "SELECT coalesce(status, CASE WHEN submitted THEN '(submitting)' ELSE '(new)' END) AS state,
+                count(*) FROM queuer.batches GROUP BY 1 ORDER BY 1"
+}
