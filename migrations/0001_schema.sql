@@ -444,7 +444,11 @@ CREATE TYPE queuer.enqueue_outcome AS (
 -- locked in service_id order (no deadlocks between loads) before anything
 -- is counted, so concurrent loads into one service are serialised and
 -- every count is exact under READ COMMITTED. Each service's batches get
--- strictly increasing created_at in array order, also across loads.
+-- strictly increasing created_at in array order, also across loads. Every
+-- row's service is locked, even a refused row's: a caller that loads in
+-- several calls in one transaction first passes one row per service with
+-- no batch_id (refused as invalid) to take all its locks in one sorted
+-- pass, so that concurrent loads cannot deadlock.
 --
 -- Speed: one set-based statement classifies and inserts; formats and
 -- payloads are checked once, by the table's CHECK constraints and the
@@ -464,9 +468,9 @@ DECLARE
     s_max    integer;
     services text[];
     outcomes queuer.enqueue_outcome[];
-    stored   bigint;
+    missing  bigint[];    -- ords accepted but not inserted (ON CONFLICT)
     careful  boolean := false;  -- check formats and payloads per row up front
-    v_now    timestamptz;
+    v_base   timestamptz; -- created_at of the first row; row n gets v_base + (n-1) us
     bad      queuer.enqueue_outcome;
 BEGIN
     IF p_rows IS NULL OR cardinality(p_rows) = 0 THEN
@@ -481,19 +485,31 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
+    -- Lock the services (creating their ingest state and claims rows when
+    -- new) in service_id order, then take the time base after the locks:
+    -- later than every created_at already given to these services.
     SELECT array_agg(d.service_id ORDER BY d.service_id) INTO services
       FROM (SELECT DISTINCT r.service_id FROM unnest(p_rows) r) d
      WHERE d.service_id ~ '^[A-Za-z0-9]{5}-[A-Za-z0-9]{5}::[A-Za-z0-9]{4}$';
-    IF services IS NOT NULL THEN
+    IF services IS NULL THEN
+        services := '{}';
+    END IF;
+    WITH created AS (
         INSERT INTO queuer.service_ingest AS i (service_id)
             SELECT s FROM unnest(services) s ORDER BY s
-            ON CONFLICT DO NOTHING;
-        PERFORM 1 FROM queuer.service_ingest i
-          WHERE i.service_id = ANY (services)
-          ORDER BY i.service_id FOR UPDATE;
-    END IF;
+            ON CONFLICT DO NOTHING
+            RETURNING i.service_id
+    )
+    INSERT INTO queuer.service_id_claims (service_id)
+        SELECT c.service_id FROM created c ORDER BY 1
+        ON CONFLICT DO NOTHING;
+    PERFORM 1 FROM queuer.service_ingest i
+      WHERE i.service_id = ANY (services)
+      ORDER BY i.service_id FOR UPDATE;
+    SELECT greatest(clock_timestamp(), max(i.last_created_at) + interval '1 microsecond')
+      INTO v_base
+      FROM queuer.service_ingest i WHERE i.service_id = ANY (services);
 
-    v_now := clock_timestamp();
     LOOP
         BEGIN
             WITH src AS (
@@ -501,7 +517,8 @@ BEGIN
                   FROM unnest(p_rows) WITH ORDINALITY
                        AS r(line_no, service_id, batch_id, payload, ord)
             ), chk AS (
-                -- formats, size, (on the re-run) payloads, and batch ids already stored
+                -- size; in careful mode formats and payloads; with back
+                -- pressure (which must not count them) batch ids already stored
                 SELECT s.*,
                        CASE WHEN f.code = 4 THEN 'too_large'
                             WHEN f.code > 0 OR v.defect IS NOT NULL THEN 'invalid'
@@ -541,65 +558,60 @@ BEGIN
                        WHERE careful AND f.code = 0) v ON true
                   LEFT JOIN LATERAL (
                       SELECT x.batch_id, x.service_id, x.payload FROM queuer.batches x
-                       WHERE f.code = 0 AND x.batch_id = s.batch_id) b ON true
+                       WHERE (careful OR s_high > 0) AND f.code = 0
+                         AND x.batch_id = s.batch_id) b ON true
             ), fresh AS (
-                -- batches new to the table; a batch_id repeated in p_rows counts once
+                -- back pressure: a batch_id repeated in p_rows counts once
                 SELECT k.*,
                        first_value(k.ord) OVER w AS first_ord,
                        first_value(k.line_no) OVER w AS first_line,
                        (k.service_id = first_value(k.service_id) OVER w
                         AND k.payload = first_value(k.payload) OVER w) AS same_as_first
                   FROM chk k
-                 WHERE k.outcome IS NULL
+                 WHERE s_high > 0 AND k.outcome IS NULL
                 WINDOW w AS (PARTITION BY k.batch_id COLLATE "C" ORDER BY k.ord)
-            ), cand AS (
-                SELECT f.*, row_number() OVER (PARTITION BY f.service_id ORDER BY f.ord) AS rnk
-                  FROM fresh f WHERE f.ord = f.first_ord
             ), facts AS (
-                -- the service's ingest state and backlog, looked up on its first row
-                SELECT c.*, i.blocked, i.last_created_at, i.backlog
-                  FROM cand c
+                -- back pressure: the service's state and backlog, looked up on its first row
+                SELECT c.*, i.blocked, i.backlog
+                  FROM (SELECT f.*, row_number() OVER (PARTITION BY f.service_id ORDER BY f.ord)
+                                    AS rnk
+                          FROM fresh f WHERE f.ord = f.first_ord) c
                   LEFT JOIN LATERAL (
-                      SELECT g.blocked, g.last_created_at,
-                             CASE WHEN s_high > 0 THEN
-                                 (SELECT count(*) FROM queuer.batches b
-                                   WHERE b.service_id = g.service_id
-                                     AND (b.status IS NULL
-                                          OR b.status IN ('Pending', 'Unknown', 'Delayed')))::integer
-                             ELSE 0 END AS backlog
+                      SELECT g.blocked,
+                             (SELECT count(*) FROM queuer.batches b
+                               WHERE b.service_id = g.service_id
+                                 AND (b.status IS NULL
+                                      OR b.status IN ('Pending', 'Unknown', 'Delayed')))::integer
+                                 AS backlog
                         FROM queuer.service_ingest g
                        WHERE c.rnk = 1 AND g.service_id = c.service_id) i ON true
-            ), spread AS (
-                SELECT f.line_no, f.service_id, f.batch_id, f.payload, f.ord, f.rnk,
-                       coalesce(max(f.backlog) OVER s, 0) AS backlog,
-                       coalesce(bool_or(f.blocked) OVER s, false) AS blocked,
-                       max(f.last_created_at) OVER s AS last_created_at
-                  FROM facts f
-                WINDOW s AS (PARTITION BY f.service_id)
             ), dec AS (
                 -- hysteresis: blocked from reaching high until the backlog is below low
-                SELECT p.*, e.blocked_now,
-                       s_high = 0 OR (NOT e.blocked_now AND p.rnk <= s_high - p.backlog) AS accepted,
-                       greatest(v_now, coalesce(p.last_created_at, '-infinity')
-                                       + interval '1 microsecond')
-                           + (p.rnk - 1) * interval '1 microsecond' AS created_at
-                  FROM spread p
+                SELECT p.line_no, p.service_id, p.batch_id, p.payload, p.ord, p.backlog_all AS backlog,
+                       e.blocked_now, NOT e.blocked_now AND p.rnk <= s_high - p.backlog_all
+                           AS accepted
+                  FROM (SELECT f.*, coalesce(max(f.backlog) OVER s, 0) AS backlog_all,
+                               coalesce(bool_or(f.blocked) OVER s, false) AS blocked_all
+                          FROM facts f WINDOW s AS (PARTITION BY f.service_id)) p
                   CROSS JOIN LATERAL (
-                      SELECT s_high > 0 AND ((p.blocked AND p.backlog >= s_low)
-                                             OR p.backlog >= s_high) AS blocked_now) e
+                      SELECT (p.blocked_all AND p.backlog_all >= s_low)
+                             OR p.backlog_all >= s_high AS blocked_now) e
+                 WHERE s_high > 0
+                UNION ALL
+                -- no back pressure: every row that passed the checks goes in
+                SELECT k.line_no, k.service_id, k.batch_id, k.payload, k.ord, 0, false, true
+                  FROM chk k
+                 WHERE s_high = 0 AND k.outcome IS NULL
             ), ins AS (
                 INSERT INTO queuer.batches AS b (batch_id, service_id, payload, created_at)
-                SELECT d.batch_id, d.service_id, d.payload, d.created_at
+                SELECT d.batch_id, d.service_id, d.payload,
+                       v_base + (d.ord - 1) * interval '1 microsecond'
                   FROM dec d WHERE d.accepted ORDER BY d.ord
                 ON CONFLICT (batch_id) DO NOTHING
-                RETURNING b.batch_id, b.service_id
+                RETURNING b.batch_id, b.service_id, b.created_at
             ), hist AS (
                 INSERT INTO queuer.batch_history (batch_id, service_id, to_status)
                 SELECT n.batch_id, n.service_id, 'Enqueued' FROM ins n
-            ), claims AS (
-                INSERT INTO queuer.service_id_claims (service_id)
-                SELECT DISTINCT n.service_id FROM ins n ORDER BY 1
-                ON CONFLICT DO NOTHING
             ), ingest AS (
                 UPDATE queuer.service_ingest i
                    SET blocked = s_high > 0 AND (x.blocked_now OR x.backlog + x.added >= s_high),
@@ -607,7 +619,8 @@ BEGIN
                   FROM (SELECT d.service_id, bool_or(d.blocked_now) AS blocked_now,
                                max(d.backlog) AS backlog,
                                count(*) FILTER (WHERE d.accepted) AS added,
-                               max(d.created_at) FILTER (WHERE d.accepted) AS last
+                               max(v_base + (d.ord - 1) * interval '1 microsecond')
+                                   FILTER (WHERE d.accepted) AS last
                           FROM dec d GROUP BY d.service_id) x
                  WHERE i.service_id = x.service_id
             ), refused AS (
@@ -628,19 +641,18 @@ BEGIN
                               'resume below %s waiting', d.service_id, d.backlog, s_high, s_low),
                        d.ord
                   FROM dec d WHERE NOT d.accepted
-                UNION ALL
-                -- lost an insert race (ON CONFLICT) to a concurrent load of another service
-                SELECT d.line_no, d.batch_id, 'conflict',
-                       'batch_id was enqueued at the same moment by another load', d.ord
-                  FROM dec d
-                 WHERE d.accepted
-                   AND (SELECT count(*) FROM ins) < (SELECT count(*) FROM dec WHERE accepted)
-                   AND NOT EXISTS (SELECT 1 FROM ins n WHERE n.batch_id = d.batch_id)
             )
-            SELECT (SELECT count(*) FROM ins),
-                   (SELECT array_agg(ROW(r.line_no, r.batch_id, r.outcome, r.detail)
-                                     ::queuer.enqueue_outcome ORDER BY r.ord) FROM refused r)
-              INTO stored, outcomes;
+            SELECT (SELECT array_agg(ROW(r.line_no, r.batch_id, r.outcome, r.detail)
+                                     ::queuer.enqueue_outcome ORDER BY r.ord) FROM refused r),
+                   -- accepted rows the insert skipped; only looked for when there are any
+                   (SELECT array_agg(d.ord) FROM dec d
+                     WHERE d.accepted
+                       AND (SELECT count(*) FROM ins) < (SELECT count(*) FROM dec WHERE accepted)
+                       AND NOT EXISTS (SELECT 1 FROM ins n
+                                        WHERE n.batch_id = d.batch_id
+                                          AND n.created_at
+                                              = v_base + (d.ord - 1) * interval '1 microsecond'))
+              INTO outcomes, missing;
             EXIT;
         EXCEPTION WHEN SQLSTATE 'QU400' OR check_violation THEN
             -- a row failed the table's checks: re-run, reporting such rows
@@ -651,8 +663,25 @@ BEGIN
         END;
     END LOOP;
 
+    IF missing IS NOT NULL THEN
+        -- Batch ids stored meanwhile by an earlier row of p_rows (back
+        -- pressure off) or by a concurrent load of another service.
+        outcomes := coalesce(outcomes, '{}') || ARRAY(
+            SELECT ROW(r.line_no, r.batch_id,
+                       CASE WHEN b.service_id = r.service_id AND b.payload = r.payload
+                            THEN 'duplicate' ELSE 'conflict' END,
+                       CASE WHEN b.service_id = r.service_id AND b.payload = r.payload
+                            THEN 'already enqueued with the same service and payload'
+                            ELSE 'batch_id is already enqueued with a different service or '
+                                 'payload' END)::queuer.enqueue_outcome
+              FROM unnest(p_rows) WITH ORDINALITY AS r(line_no, service_id, batch_id, payload, ord)
+              LEFT JOIN queuer.batches b ON b.batch_id = r.batch_id
+             WHERE r.ord = ANY (missing));
+    END IF;
+
     IF NOT p_skip THEN
-        SELECT o.* INTO bad FROM unnest(outcomes) o WHERE o.outcome <> 'duplicate' LIMIT 1;
+        SELECT o.* INTO bad FROM unnest(outcomes) o
+         WHERE o.outcome <> 'duplicate' ORDER BY o.line_no LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION 'line %: %', coalesce(bad.line_no::text, '?'), bad.detail
                 USING ERRCODE = CASE bad.outcome WHEN 'conflict' THEN 'QU409'
@@ -662,10 +691,10 @@ BEGIN
                       DETAIL = 'batch_id ' || coalesce(bad.batch_id, '(none)');
         END IF;
     END IF;
-    IF stored > 0 THEN
+    IF cardinality(p_rows) > coalesce(cardinality(outcomes), 0) THEN
         PERFORM pg_notify('queuer_work', '');
     END IF;
-    RETURN QUERY SELECT * FROM unnest(outcomes);
+    RETURN QUERY SELECT o.* FROM unnest(outcomes) o ORDER BY o.line_no NULLS LAST;
 END
 $fn$;
 

@@ -14,8 +14,8 @@
 
 /* Long polls of one service, hung off qw_sim_service.user. */
 struct svc_waiters {
-    struct qw_sim_waiter *head;    /* armed long polls on this service */
-    bool dirty;                    /* a status changed since the last check */
+    struct qw_sim_waiter *head;     /* armed long polls on this service */
+    bool dirty;                     /* a status changed since the last check */
     struct svc_waiters *next_dirty; /* next in the engine's dirty list */
 };
 
@@ -309,8 +309,8 @@ void qw_sim_engine_free(struct qw_sim_engine *e)
 
 /* ---- requests ---------------------------------------------------------- */
 
-static void post_line(struct qw_sim_engine *e, const char *service_key, const char *batch,
-                      int code, const char *fate, const bool *dup, const bool *accepted,
+static void post_line(struct qw_sim_engine *e, const char *service_key, const char *batch, int code,
+                      const char *fate, const bool *dup, const bool *accepted,
                       const struct qw_sim_post_note *note)
 {
     struct qw_sim_event ev;
@@ -382,8 +382,8 @@ void qw_sim_engine_log_post(struct qw_sim_engine *e, const char *service_key,
     if (n == 0)
         post_line(e, service_key, NULL, code, fate, NULL, fate ? &not_accepted : NULL, note);
     for (size_t i = 0; i < n; i++)
-        post_line(e, service_key, subs[i].batch_id, code, fate, NULL,
-                  fate ? &not_accepted : NULL, note);
+        post_line(e, service_key, subs[i].batch_id, code, fate, NULL, fate ? &not_accepted : NULL,
+                  note);
 }
 
 char *qw_sim_engine_render_statuses(struct qw_sim_engine *e, const char *service_key,
@@ -409,8 +409,8 @@ char *qw_sim_engine_render_statuses(struct qw_sim_engine *e, const char *service
     return body;
 }
 
-void qw_sim_engine_log_get(struct qw_sim_engine *e, const char *service_key, size_t n_ids,
-                           int code, const char *fate, int64_t waited_ms)
+void qw_sim_engine_log_get(struct qw_sim_engine *e, const char *service_key, size_t n_ids, int code,
+                           const char *fate, int64_t waited_ms)
 {
     if (!qw_sim_evlog_enabled(e->log))
         return;
@@ -515,9 +515,9 @@ void qw_sim_engine_set_paused(struct qw_sim_engine *e, bool paused)
 }
 
 struct stats_walk {
-    json_t *services;   /* {key: {...}} being filled */
-    size_t max_any;     /* highest max_queued seen */
-    bool failed;        /* an allocation failed */
+    json_t *services; /* {key: {...}} being filled */
+    size_t max_any;   /* highest max_queued seen */
+    bool failed;      /* an allocation failed */
 };
 
 static void stats_service(void *ctx, const struct qw_sim_service *svc)

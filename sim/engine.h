@@ -51,11 +51,11 @@ struct qw_sim_waiter {
     size_t n_ids;                          /* long poll: number of ids, 0 = pure timer */
     enum qw_sim_wake_reason reason;        /* why it was woken, set before `wake` */
     /* engine-private */
-    atomic_bool armed;                 /* linked into the engine */
-    size_t heap_pos;                   /* index in the deadline heap */
-    struct qw_sim_waiter *svc_prev;    /* long-poll list of its service */
-    struct qw_sim_waiter *svc_next;    /* long-poll list of its service */
-    struct qw_sim_service *svc;        /* service of a long poll */
+    atomic_bool armed;              /* linked into the engine */
+    size_t heap_pos;                /* index in the deadline heap */
+    struct qw_sim_waiter *svc_prev; /* long-poll list of its service */
+    struct qw_sim_waiter *svc_next; /* long-poll list of its service */
+    struct qw_sim_service *svc;     /* service of a long poll */
 };
 
 /**
@@ -112,8 +112,8 @@ char *qw_sim_engine_render_statuses(struct qw_sim_engine *e, const char *service
  * Logs a "get" line: `code` is the HTTP status, or 0 with `fate`
  * ("drop"/"hang"); `waited_ms` > 0 for a long poll. Thread-safe.
  */
-void qw_sim_engine_log_get(struct qw_sim_engine *e, const char *service_key, size_t n_ids,
-                           int code, const char *fate, int64_t waited_ms);
+void qw_sim_engine_log_get(struct qw_sim_engine *e, const char *service_key, size_t n_ids, int code,
+                           const char *fate, int64_t waited_ms);
 
 /**
  * Arms `w` (fields above "engine-private" filled by the caller). If its

@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 struct qw_sim_evlog {
-    int fd;                   /* O_APPEND file descriptor */
-    int64_t (*now_us)(void);  /* clock for "t" */
-    pthread_mutex_t mu;       /* serialises stamping and writing */
-    int64_t last_t_us;        /* last "t" written, microseconds */
-    unsigned long errors;     /* failed writes */
+    int fd;                  /* O_APPEND file descriptor */
+    int64_t (*now_us)(void); /* clock for "t" */
+    pthread_mutex_t mu;      /* serialises stamping and writing */
+    int64_t last_t_us;       /* last "t" written, microseconds */
+    unsigned long errors;    /* failed writes */
 };
 
 /* ---- line building (pure) ---------------------------------------------- */
@@ -96,8 +96,9 @@ void qw_sim_event_str(struct qw_sim_event *e, const char *key, const char *value
     } else {
         /* Opening quote, escaped text, closing quote and NUL must fit. */
         size_t room = sizeof(e->buf) - e->len;
-        size_t need = room < 3 ? room : qw_sim_json_escape(e->buf + e->len + 1, room - 2, value,
-                                                              strlen(value));
+        size_t need = room < 3
+                          ? room
+                          : qw_sim_json_escape(e->buf + e->len + 1, room - 2, value, strlen(value));
         if (need + 3 > room)
             goto undo;
         e->buf[e->len] = '"';
@@ -196,8 +197,7 @@ void qw_sim_evlog_emit(struct qw_sim_evlog *log, const struct qw_sim_event *e)
     if (t < log->last_t_us)
         t = log->last_t_us;
     log->last_t_us = t;
-    int n = snprintf(line, sizeof(line), "{\"t\":%" PRId64 "%s%s}\n", t, e->len ? "," : "",
-                     e->buf);
+    int n = snprintf(line, sizeof(line), "{\"t\":%" PRId64 "%s%s}\n", t, e->len ? "," : "", e->buf);
     bool ok = n > 0 && (size_t)n < sizeof(line) && write_all(log->fd, line, (size_t)n);
     bool first_error = !ok && log->errors++ == 0;
     pthread_mutex_unlock(&log->mu);

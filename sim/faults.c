@@ -62,8 +62,7 @@ bool qw_sim_fault_in_burst(const struct qw_sim_fault_config *cfg, int64_t since_
 }
 
 void qw_sim_fault_decide(const struct qw_sim_fault_config *cfg, struct qw_sim_prng *prng,
-                         bool is_submission, int64_t since_ms,
-                         struct qw_sim_fault_decision *out)
+                         bool is_submission, int64_t since_ms, struct qw_sim_fault_decision *out)
 {
     /* One draw per fault kind, always, in a fixed order. */
     double r_drop = qw_sim_prng_unit(prng);
@@ -189,8 +188,8 @@ static int json_rate(const json_t *v, double *out)
     return QW_ERR_INVALID;
 }
 
-int qw_sim_fault_apply_json(struct qw_sim_fault_config *cfg, const json_t *changes,
-                            uint64_t *seed, bool *seed_set, char *err, size_t errlen)
+int qw_sim_fault_apply_json(struct qw_sim_fault_config *cfg, const json_t *changes, uint64_t *seed,
+                            bool *seed_set, char *err, size_t errlen)
 {
     *seed_set = false;
     if (!json_is_object(changes)) {
@@ -225,9 +224,9 @@ int qw_sim_fault_apply_json(struct qw_sim_fault_config *cfg, const json_t *chang
         } else if (strcmp(key, "fault-malformed") == 0) {
             rc = json_rate(v, &next.rate_malformed);
         } else if (strcmp(key, "fault-slow") == 0) {
-            rc = json_is_string(v) ? qw_sim_fault_parse_slow(json_string_value(v),
-                                                             &next.rate_slow, &next.slow_ms)
-                                   : QW_ERR_INVALID;
+            rc = json_is_string(v)
+                     ? qw_sim_fault_parse_slow(json_string_value(v), &next.rate_slow, &next.slow_ms)
+                     : QW_ERR_INVALID;
         } else if (strcmp(key, "fault-429-burst") == 0) {
             rc = json_is_string(v)
                      ? qw_sim_fault_parse_burst(json_string_value(v), &next.burst_every_ms,
@@ -259,10 +258,9 @@ json_t *qw_sim_fault_to_json(const struct qw_sim_fault_config *cfg)
 {
     char slow[64], burst[64];
     snprintf(slow, sizeof(slow), "%g:%" PRId64, cfg->rate_slow, cfg->slow_ms);
-    snprintf(burst, sizeof(burst), "%" PRId64 ":%" PRId64, cfg->burst_every_ms,
-             cfg->burst_len_ms);
+    snprintf(burst, sizeof(burst), "%" PRId64 ":%" PRId64, cfg->burst_every_ms, cfg->burst_len_ms);
     return json_pack("{s:f, s:f, s:f, s:s, s:s, s:f, s:f}", "fault-5xx", cfg->rate_5xx,
-                     "fault-drop", cfg->rate_drop, "fault-429", cfg->rate_429,
-                     "fault-429-burst", burst, "fault-slow", slow, "fault-hang",
-                     cfg->rate_hang, "fault-malformed", cfg->rate_malformed);
+                     "fault-drop", cfg->rate_drop, "fault-429", cfg->rate_429, "fault-429-burst",
+                     burst, "fault-slow", slow, "fault-hang", cfg->rate_hang, "fault-malformed",
+                     cfg->rate_malformed);
 }

@@ -65,8 +65,7 @@ struct qw_sim_fault_decision {
  * outcome, so a seed replays the same sequence of decisions.
  */
 void qw_sim_fault_decide(const struct qw_sim_fault_config *cfg, struct qw_sim_prng *prng,
-                         bool is_submission, int64_t since_ms,
-                         struct qw_sim_fault_decision *out);
+                         bool is_submission, int64_t since_ms, struct qw_sim_fault_decision *out);
 
 /** True while a 429 storm is on at `since_ms` (see README: end of each period). */
 bool qw_sim_fault_in_burst(const struct qw_sim_fault_config *cfg, int64_t since_ms);
@@ -94,8 +93,8 @@ int qw_sim_fault_parse_burst(const char *text, int64_t *every_ms, int64_t *len_m
  * All-or-nothing: on error `cfg` is unchanged, `err` (size `errlen`) says
  * why and QW_ERR_INVALID is returned.
  */
-int qw_sim_fault_apply_json(struct qw_sim_fault_config *cfg, const json_t *changes,
-                            uint64_t *seed, bool *seed_set, char *err, size_t errlen);
+int qw_sim_fault_apply_json(struct qw_sim_fault_config *cfg, const json_t *changes, uint64_t *seed,
+                            bool *seed_set, char *err, size_t errlen);
 
 /** Renders `cfg` as a JSON object with the same keys; NULL on allocation failure. */
 json_t *qw_sim_fault_to_json(const struct qw_sim_fault_config *cfg);

@@ -21,16 +21,16 @@
 #define BODY_MAX (8u * 1024 * 1024)
 
 struct qw_sim_http {
-    struct MHD_Daemon *daemon;     /* the server */
-    struct qw_sim_engine *engine;  /* borrowed */
-    struct qw_sim_stats *stats;    /* borrowed */
-    char *token;                   /* required bearer token, NULL = none */
-    int64_t hang_max_us;           /* how long a hung request is held */
-    pthread_mutex_t fault_mu;      /* guards the four fields below */
+    struct MHD_Daemon *daemon;         /* the server */
+    struct qw_sim_engine *engine;      /* borrowed */
+    struct qw_sim_stats *stats;        /* borrowed */
+    char *token;                       /* required bearer token, NULL = none */
+    int64_t hang_max_us;               /* how long a hung request is held */
+    pthread_mutex_t fault_mu;          /* guards the four fields below */
     struct qw_sim_fault_config faults; /* current fault settings */
-    struct qw_sim_prng prng;       /* fault decisions */
-    uint64_t seed;                 /* last seed */
-    int64_t faults_since_us;       /* when the settings last changed (storm phase) */
+    struct qw_sim_prng prng;           /* fault decisions */
+    uint64_t seed;                     /* last seed */
+    int64_t faults_since_us;           /* when the settings last changed (storm phase) */
 };
 
 /* What a suspended request waits for. */
@@ -178,8 +178,8 @@ static unsigned check_auth(struct request *r)
 {
     if (!r->h->token)
         return 0;
-    const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *v =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!v || !*v)
         return 401;
     if (strncasecmp(v, "Bearer ", 7) != 0)
@@ -194,9 +194,9 @@ static unsigned check_auth(struct request *r)
 
 static void count_post(struct request *r, int code, const char *fate)
 {
-    enum qw_sim_post_outcome o = fate ? (strcmp(fate, "drop") == 0 ? QW_SIM_POST_DROP
-                                                                   : QW_SIM_POST_HANG)
-                                      : qw_sim_stats_outcome(code);
+    enum qw_sim_post_outcome o =
+        fate ? (strcmp(fate, "drop") == 0 ? QW_SIM_POST_DROP : QW_SIM_POST_HANG)
+             : qw_sim_stats_outcome(code);
     qw_sim_stats_post(r->h->stats, o);
 }
 
@@ -227,8 +227,7 @@ static enum MHD_Result handle_submit(struct request *r)
         if (r->fault.accept_first && prc == QW_OK)
             qw_sim_engine_submit(h->engine, svc, payload.subs, payload.n, &note, &res);
         else
-            qw_sim_engine_log_post(h->engine, svc, payload.subs, payload.n, 0, note.fate,
-                                   &note);
+            qw_sim_engine_log_post(h->engine, svc, payload.subs, payload.n, 0, note.fate, &note);
         count_post(r, 0, note.fate);
         if (r->fault.action == QW_SIM_FAULT_DROP)
             ret = MHD_NO;
@@ -238,11 +237,9 @@ static enum MHD_Result handle_submit(struct request *r)
     }
     case QW_SIM_FAULT_5XX:
     case QW_SIM_FAULT_429:
-        note.fault = r->fault.action == QW_SIM_FAULT_5XX ? "5xx"
-                     : r->fault.burst                    ? "burst"
-                                                         : "429";
-        qw_sim_engine_log_post(h->engine, svc, payload.subs, payload.n, r->fault.http_status,
-                               NULL, &note);
+        note.fault = r->fault.action == QW_SIM_FAULT_5XX ? "5xx" : r->fault.burst ? "burst" : "429";
+        qw_sim_engine_log_post(h->engine, svc, payload.subs, payload.n, r->fault.http_status, NULL,
+                               &note);
         count_post(r, r->fault.http_status, NULL);
         if (r->fault.action == QW_SIM_FAULT_429)
             ret = respond(r, 429, NULL, 0, NULL, NULL);
@@ -446,13 +443,19 @@ static enum MHD_Result dispatch(struct request *r, const char *method)
     if (denied) {
         const char *why = denied == 401 ? "missing bearer token" : "wrong bearer token";
         if (r->route.kind == QW_SIM_ROUTE_BATCHES) {
-            qw_sim_engine_log_post(r->h->engine, r->route.service_key, NULL, 0, (int)denied,
-                                   NULL, NULL);
+            /* Name the batches in the log when the body can be read. */
+            struct qw_sim_payload payload = {0};
+            char ignored[160];
+            if (!r->too_large)
+                qw_sim_payload_decode((const uint8_t *)r->body, r->body_len, &payload, ignored,
+                                      sizeof(ignored));
+            qw_sim_engine_log_post(r->h->engine, r->route.service_key, payload.subs, payload.n,
+                                   (int)denied, NULL, NULL);
+            qw_sim_payload_free(&payload);
             count_post(r, (int)denied, NULL);
         }
-        return respond_message_hdr(r, denied, why,
-                                   denied == 401 ? MHD_HTTP_HEADER_WWW_AUTHENTICATE : NULL,
-                                   "Bearer");
+        return respond_message_hdr(
+            r, denied, why, denied == 401 ? MHD_HTTP_HEADER_WWW_AUTHENTICATE : NULL, "Bearer");
     }
     if (qw_sim_route_is_control(r->route.kind)) {
         if (r->route.kind == QW_SIM_ROUTE_FAULTS && !is_post)
@@ -465,9 +468,8 @@ static enum MHD_Result dispatch(struct request *r, const char *method)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     struct request *r = *con_cls;
     if (!r) {
@@ -510,9 +512,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         case SUSPEND_POLL: {
             bool settled;
-            char *body = qw_sim_engine_render_statuses(
-                r->h->engine, r->route.service_key, (const char *const *)r->ids.ids, r->ids.n,
-                &settled);
+            char *body =
+                qw_sim_engine_render_statuses(r->h->engine, r->route.service_key,
+                                              (const char *const *)r->ids.ids, r->ids.n, &settled);
             return answer_statuses(r, body, (qw_sim_clock_now_us() - r->poll_start_us) / 1000);
         }
         case SUSPEND_SLOW:
@@ -545,7 +547,11 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
     char quoted[600];
-    qw_log_warn("sim.http.mhd", "msg=%s", qw_log_quote(quoted, sizeof(quoted), msg));
+    /* Closing a connection on purpose (drop and hang faults) makes
+     * libmicrohttpd report an "internal error"; that is expected noise. */
+    enum qw_log_level level =
+        strstr(msg, "Application reported internal error") ? QW_LOG_DEBUG : QW_LOG_WARN;
+    qw_log(level, "sim.http.mhd", "msg=%s", qw_log_quote(quoted, sizeof(quoted), msg));
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -574,11 +580,11 @@ int qw_sim_http_start(const struct qw_sim_http_config *cfg, struct qw_sim_http *
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     h->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-        MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->threads > 1 ? cfg->threads : 0),
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)8192, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+        MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(cfg->threads > 1 ? cfg->threads : 0), MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)8192, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024), MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, h, MHD_OPTION_END);
     if (!h->daemon) {
         qw_sim_http_stop(h);
         close(cfg->listen_fd);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 struct qw_sim_batch {
     struct qw_sim_service *svc;     /* owning service */
@@ -22,29 +23,28 @@ struct qw_sim_batch {
 };
 
 struct qw_sim_ledger {
-    struct qw_sim_ledger_config cfg;  /* copy; invalid_prefix points at `prefix` */
-    char *prefix;                     /* owned copy of the invalid prefix, "" = none */
-    size_t prefix_len;                /* strlen(prefix) */
-    qw_sim_ledger_change_fn on_change; /* transition observer, may be NULL */
-    void *ctx;                        /* passed to on_change */
-    int64_t now_us;                   /* latest time seen */
-    bool paused;                      /* commit clock stopped */
-    struct qw_sim_service **services; /* every service, by index */
-    size_t n_services;                /* used entries in `services` */
-    size_t cap_services;              /* allocated entries in `services` */
+    struct qw_sim_ledger_config cfg;     /* copy; invalid_prefix points at `prefix` */
+    char *prefix;                        /* owned copy of the invalid prefix, "" = none */
+    size_t prefix_len;                   /* strlen(prefix) */
+    qw_sim_ledger_change_fn on_change;   /* transition observer, may be NULL */
+    void *ctx;                           /* passed to on_change */
+    int64_t now_us;                      /* latest time seen */
+    bool paused;                         /* commit clock stopped */
+    struct qw_sim_service **services;    /* every service, by index */
+    size_t n_services;                   /* used entries in `services` */
+    size_t cap_services;                 /* allocated entries in `services` */
     struct qw_sim_service **svc_buckets; /* service hash table on key, chained */
-    size_t n_svc_buckets;             /* power of two */
-    struct qw_sim_batch **buckets;    /* batch hash table, chained */
-    size_t n_buckets;                 /* power of two */
-    size_t n_batches;                 /* batches in the table */
-    struct qw_sim_service **heap;     /* services with a queue, min-heap on head due time */
-    size_t heap_len;                  /* entries in `heap` */
-    size_t queued_total;              /* sum of every service's `queued` */
-    bool throttled;                   /* global back pressure active */
+    size_t n_svc_buckets;                /* power of two */
+    struct qw_sim_batch **buckets;       /* batch hash table, chained */
+    size_t n_buckets;                    /* power of two */
+    size_t n_batches;                    /* batches in the table */
+    struct qw_sim_service **heap;        /* services with a queue, min-heap on head due time */
+    size_t heap_len;                     /* entries in `heap` */
+    size_t queued_total;                 /* sum of every service's `queued` */
+    bool throttled;                      /* global back pressure active */
 };
 
-static const char *const status_names[] = {"Unknown", "Pending", "Valid", "Committed",
-                                           "Invalid"};
+static const char *const status_names[] = {"Unknown", "Pending", "Valid", "Committed", "Invalid"};
 
 const char *qw_sim_status_name(enum qw_sim_status status)
 {
@@ -275,8 +275,7 @@ static int services_rehash(struct qw_sim_ledger *l, size_t n)
     return QW_OK;
 }
 
-struct qw_sim_service *qw_sim_ledger_service(struct qw_sim_ledger *l, const char *key,
-                                             bool create)
+struct qw_sim_service *qw_sim_ledger_service(struct qw_sim_ledger *l, const char *key, bool create)
 {
     uint64_t h = key_hash(key);
     for (struct qw_sim_service *s = l->svc_buckets[h & (l->n_svc_buckets - 1)]; s;
@@ -286,8 +285,7 @@ struct qw_sim_service *qw_sim_ledger_service(struct qw_sim_ledger *l, const char
     }
     if (!create || strlen(key) >= QW_SIM_SERVICE_KEY_MAX)
         return NULL;
-    if (l->n_services >= l->n_svc_buckets &&
-        services_rehash(l, l->n_svc_buckets * 2) != QW_OK)
+    if (l->n_services >= l->n_svc_buckets && services_rehash(l, l->n_svc_buckets * 2) != QW_OK)
         return NULL;
     if (l->n_services == l->cap_services) {
         size_t cap = l->cap_services ? l->cap_services * 2 : 16;
@@ -424,7 +422,7 @@ static int enqueue(struct qw_sim_ledger *l, struct qw_sim_service *svc,
     b->hash = batch_hash(svc->index, b->id);
     b->status = QW_SIM_PENDING;
     b->changed_us = l->now_us;
-    b->invalid = l->prefix_len > 0 && strncmp(b->id, l->prefix, l->prefix_len) == 0;
+    b->invalid = l->prefix_len > 0 && strncasecmp(b->id, l->prefix, l->prefix_len) == 0;
     if (b->invalid && sub->first_txn_id && sub->first_txn_id[0]) {
         b->txn_id = strdup(sub->first_txn_id);
         if (!b->txn_id) {
@@ -450,8 +448,8 @@ static int enqueue(struct qw_sim_ledger *l, struct qw_sim_service *svc,
 }
 
 int qw_sim_ledger_accept(struct qw_sim_ledger *l, struct qw_sim_service *svc,
-                         const struct qw_sim_submission *subs, size_t n, int64_t now_us,
-                         bool *dup, enum qw_sim_accept_result *result)
+                         const struct qw_sim_submission *subs, size_t n, int64_t now_us, bool *dup,
+                         enum qw_sim_accept_result *result)
 {
     qw_sim_ledger_advance(l, now_us);
     bool global_on = l->cfg.global_high > 0;
@@ -459,9 +457,8 @@ int qw_sim_ledger_accept(struct qw_sim_ledger *l, struct qw_sim_service *svc,
      * it watches whichever refuses first. */
     bool svc_refuses =
         hysteresis(&svc->throttled, svc->queued, l->cfg.queue_high, l->cfg.queue_low);
-    bool global_refuses =
-        global_on &&
-        hysteresis(&l->throttled, l->queued_total, l->cfg.global_high, l->cfg.global_low);
+    bool global_refuses = global_on && hysteresis(&l->throttled, l->queued_total,
+                                                  l->cfg.global_high, l->cfg.global_low);
     if (svc_refuses || global_refuses) {
         *result = svc_refuses ? QW_SIM_REFUSED_SERVICE : QW_SIM_REFUSED_GLOBAL;
         if (dup)
@@ -502,8 +499,8 @@ void qw_sim_ledger_peek(const struct qw_sim_ledger *l, const struct qw_sim_servi
     }
 }
 
-void qw_sim_ledger_status(struct qw_sim_ledger *l, struct qw_sim_service *svc,
-                          const char *batch_id, int64_t now_us, struct qw_sim_status_view *view)
+void qw_sim_ledger_status(struct qw_sim_ledger *l, struct qw_sim_service *svc, const char *batch_id,
+                          int64_t now_us, struct qw_sim_status_view *view)
 {
     qw_sim_ledger_advance(l, now_us);
     qw_sim_ledger_peek(l, svc, batch_id, view);

@@ -46,7 +46,7 @@ struct qw_sim_ledger_config {
     size_t global_low;          /* all-service queued batches below which it ends */
     int64_t commit_delay_us;    /* duration of one status step, microseconds */
     bool valid_step;            /* Pending -> Valid -> Committed instead of -> Committed */
-    const char *invalid_prefix; /* ids starting with this end Invalid; NULL/"" = none */
+    const char *invalid_prefix; /* ids starting with this (any case) end Invalid; NULL/"" = none */
     size_t status_memory;       /* finalized batches remembered per service, 0 = all */
 };
 
@@ -73,14 +73,14 @@ struct qw_sim_service {
 
 /** One batch offered in a BatchList. */
 struct qw_sim_submission {
-    const char *batch_id;       /* header_signature, NUL-terminated */
-    const char *first_txn_id;   /* first transaction's header_signature, may be NULL */
+    const char *batch_id;     /* header_signature, NUL-terminated */
+    const char *first_txn_id; /* first transaction's header_signature, may be NULL */
 };
 
 enum qw_sim_accept_result {
-    QW_SIM_ACCEPTED = 0,          /* every batch is queued or a duplicate */
-    QW_SIM_REFUSED_SERVICE = 1,   /* service back pressure; nothing changed */
-    QW_SIM_REFUSED_GLOBAL = 2,    /* global back pressure; nothing changed */
+    QW_SIM_ACCEPTED = 0,        /* every batch is queued or a duplicate */
+    QW_SIM_REFUSED_SERVICE = 1, /* service back pressure; nothing changed */
+    QW_SIM_REFUSED_GLOBAL = 2,  /* global back pressure; nothing changed */
 };
 
 /** What a status query sees; pointers stay valid until the next ledger call. */
@@ -121,8 +121,7 @@ const char *qw_sim_status_name(enum qw_sim_status status);
  * NULL when it does not exist (or on allocation failure). The pointer stays
  * valid until qw_sim_ledger_free(). Does not advance time.
  */
-struct qw_sim_service *qw_sim_ledger_service(struct qw_sim_ledger *l, const char *key,
-                                             bool create);
+struct qw_sim_service *qw_sim_ledger_service(struct qw_sim_ledger *l, const char *key, bool create);
 
 /**
  * Applies every status change due at or before `now_us` (earlier times are
@@ -139,15 +138,15 @@ size_t qw_sim_ledger_advance(struct qw_sim_ledger *l, int64_t now_us);
  * (batches before the failing one stay queued); `*result` tells the outcome.
  */
 int qw_sim_ledger_accept(struct qw_sim_ledger *l, struct qw_sim_service *svc,
-                         const struct qw_sim_submission *subs, size_t n, int64_t now_us,
-                         bool *dup, enum qw_sim_accept_result *result);
+                         const struct qw_sim_submission *subs, size_t n, int64_t now_us, bool *dup,
+                         enum qw_sim_accept_result *result);
 
 /**
  * Looks up `batch_id` in `svc` (NULL = unknown service) at `now_us` (after
  * advancing) and fills `view`.
  */
-void qw_sim_ledger_status(struct qw_sim_ledger *l, struct qw_sim_service *svc,
-                          const char *batch_id, int64_t now_us, struct qw_sim_status_view *view);
+void qw_sim_ledger_status(struct qw_sim_ledger *l, struct qw_sim_service *svc, const char *batch_id,
+                          int64_t now_us, struct qw_sim_status_view *view);
 
 /**
  * Like qw_sim_ledger_status() but without advancing: for checking waiters

@@ -40,8 +40,8 @@ static char *read_token_file(const char *path, char *err, size_t errlen)
     bool more = fgetc(f) != EOF;
     fclose(f);
     buf[n] = '\0';
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
-                     buf[n - 1] == '\t'))
+    while (n > 0 &&
+           (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
         buf[--n] = '\0';
     if (more || n == 0 || strlen(buf) != n) {
         snprintf(err, errlen, "--token-file %s must hold one token of 1..4096 bytes", path);
@@ -58,13 +58,13 @@ static int open_listener(const char *host, int port, int *bound_port)
 {
     char port_text[16];
     snprintf(port_text, sizeof(port_text), "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(host, port_text, &hints, &res);
     if (gai != 0) {
-        qw_log_error("sim.listen.resolve_failed", "host=%s error=\"%s\"", host,
-                     gai_strerror(gai));
+        qw_log_error("sim.listen.resolve_failed", "host=%s error=\"%s\"", host, gai_strerror(gai));
         return -1;
     }
     int fd = -1;

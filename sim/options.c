@@ -239,8 +239,8 @@ static int check(const struct qw_sim_options *o, char *err, size_t errlen)
 {
     const struct qw_sim_ledger_config *l = &o->ledger;
     if (l->queue_low > l->queue_high) {
-        snprintf(err, errlen, "--queue-low (%zu) must not exceed --queue-high (%zu)",
-                 l->queue_low, l->queue_high);
+        snprintf(err, errlen, "--queue-low (%zu) must not exceed --queue-high (%zu)", l->queue_low,
+                 l->queue_high);
         return QW_ERR_INVALID;
     }
     if (l->global_low > l->global_high) {

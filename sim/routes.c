@@ -84,8 +84,7 @@ void qw_sim_route_parse(const char *method, const char *path, struct qw_sim_rout
 bool qw_sim_route_is_control(enum qw_sim_route_kind kind)
 {
     return kind == QW_SIM_ROUTE_RESTART || kind == QW_SIM_ROUTE_FAULTS ||
-           kind == QW_SIM_ROUTE_STATS || kind == QW_SIM_ROUTE_PAUSE ||
-           kind == QW_SIM_ROUTE_RESUME;
+           kind == QW_SIM_ROUTE_STATS || kind == QW_SIM_ROUTE_PAUSE || kind == QW_SIM_ROUTE_RESUME;
 }
 
 bool qw_sim_id_valid(const char *id)

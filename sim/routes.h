@@ -54,9 +54,9 @@ bool qw_sim_id_valid(const char *id);
 
 /** The ids of a status query; owns its memory. */
 struct qw_sim_id_list {
-    char *buf;   /* copy of the query value, split in place */
-    char **ids;  /* `n` pointers into `buf` */
-    size_t n;    /* number of ids */
+    char *buf;  /* copy of the query value, split in place */
+    char **ids; /* `n` pointers into `buf` */
+    size_t n;   /* number of ids */
 };
 
 /**

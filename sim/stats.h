@@ -27,14 +27,14 @@ enum qw_sim_post_outcome {
 
 struct qw_sim_stats {
     atomic_ulong posts[QW_SIM_POST_OUTCOMES]; /* submissions by outcome */
-    atomic_ulong accepted;        /* batches newly queued */
-    atomic_ulong duplicates;      /* batches resubmitted while known */
-    atomic_ulong committed;       /* batches that reached Committed */
-    atomic_ulong invalid;         /* batches that reached Invalid */
-    atomic_ulong gets;            /* batch_statuses requests answered (any code) */
-    atomic_ulong statuses_served; /* ids answered in 200 batch_statuses replies */
-    atomic_ulong long_polls;      /* batch_statuses requests that waited */
-    atomic_ulong restarts;        /* ledger wipes (SIGHUP or /_sim/restart) */
+    atomic_ulong accepted;                    /* batches newly queued */
+    atomic_ulong duplicates;                  /* batches resubmitted while known */
+    atomic_ulong committed;                   /* batches that reached Committed */
+    atomic_ulong invalid;                     /* batches that reached Invalid */
+    atomic_ulong gets;                        /* batch_statuses requests answered (any code) */
+    atomic_ulong statuses_served;             /* ids answered in 200 batch_statuses replies */
+    atomic_ulong long_polls;                  /* batch_statuses requests that waited */
+    atomic_ulong restarts;                    /* ledger wipes (SIGHUP or /_sim/restart) */
 };
 
 /** Maps an HTTP status to its outcome slot; QW_SIM_POST_OUTCOMES when none fits. */

@@ -14,6 +14,7 @@ WITH q AS (
      WHERE b.batch_id = q.batch_id
        AND b.service_id = q.service_id
        AND c.service_id = q.service_id
+       AND c.service_id = ANY ($3::text[])
        AND c.claimant = $1 AND c.claim_epoch = q.epoch AND c.expiry_1 > now()
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nullif(q.seen, '')

@@ -130,6 +130,12 @@ static int read_payload(FILE *in, const char *path, size_t max, uint8_t **out, s
         free(buf);
         return QW_EXIT_NOINPUT;
     }
+    if (n > max) {
+        fprintf(stderr, "queuer enqueue: invalid: payload %s is more than %zu bytes, the limit\n",
+                path, max);
+        free(buf);
+        return QW_EXIT_DATAERR;
+    }
     *out = buf;
     *len = n;
     return QW_EXIT_OK;

@@ -506,24 +506,27 @@ int qw_db_listen(struct qw_db *db, const char *channel, struct qw_error *err)
     return exec_setup(db, sql, err);
 }
 
-static int drain_notifies(struct qw_db *db)
+static int drain_notifies(struct qw_db *db, qw_db_notify_fn *cb, void *arg)
 {
     int got = 0;
     PGnotify *n;
     while ((n = PQnotifies(db->conn)) != NULL) {
         got = 1;
+        if (cb)
+            cb(n->relname, n->extra ? n->extra : "", arg);
         PQfreemem(n);
     }
     return got;
 }
 
-int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, struct qw_error *err)
+int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, qw_db_notify_fn *cb,
+                      void *arg, struct qw_error *err)
 {
     if (!db->conn)
         return conn_error(db, err);
     if (!PQconsumeInput(db->conn))
         return conn_error(db, err);
-    if (drain_notifies(db))
+    if (drain_notifies(db, cb, arg))
         return 1;
     int64_t deadline = qw_clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
@@ -538,7 +541,7 @@ int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, struct qw_e
         if (n > 0 && pfd[0].revents) {
             if (!PQconsumeInput(db->conn))
                 return conn_error(db, err);
-            if (drain_notifies(db))
+            if (drain_notifies(db, cb, arg))
                 return 1;
         }
         if (n > 0 && wake_fd >= 0 && pfd[1].revents)

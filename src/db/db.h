@@ -97,12 +97,17 @@ int qw_db_copy_end(struct qw_db *db, const char *errmsg, struct qw_error *err);
 /** LISTENs on `channel` now and again after every reconnect (max 4 channels). */
 int qw_db_listen(struct qw_db *db, const char *channel, struct qw_error *err);
 
+/** Called for each notification received: channel and payload, valid during the call. */
+typedef void qw_db_notify_fn(const char *channel, const char *payload, void *arg);
+
 /**
  * Waits up to `timeout_ms` for a notification on this connection or for
- * `wake_fd` (-1: none) to become readable (the caller drains it). Returns 1
- * when a notification arrived (all queued ones are consumed), 2 when
- * `wake_fd` is readable, 0 on timeout, negative on a connection error.
+ * `wake_fd` (-1: none) to become readable (the caller drains it). Every
+ * queued notification is consumed and passed to `cb` (may be NULL).
+ * Returns 1 when a notification arrived, 2 when `wake_fd` is readable,
+ * 0 on timeout, negative on a connection error.
  */
-int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, struct qw_error *err);
+int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, qw_db_notify_fn *cb,
+                      void *arg, struct qw_error *err);
 
 #endif

@@ -30,6 +30,16 @@ static const char SQL_STAGE[] =
 static const char SQL_STAGE_COPY[] =
     "COPY queuer_load (seq, line_no, service_id, batch_id, payload) FROM STDIN";
 static const char SQL_STAGE_INDEX[] = "CREATE INDEX ON queuer_load (seq)";
+/*
+ * Locks every service of the load up front, in one sorted pass: one row per
+ * service without a batch id, which queuer.enqueue_rows() refuses but
+ * whose service it locks. Chunks then never wait on each other's locks,
+ * so concurrent multi-chunk loads cannot deadlock.
+ */
+static const char SQL_LOCK_SERVICES[] =
+    "SELECT count(*) FROM queuer.enqueue_rows((SELECT array_agg(ROW(NULL, d.service_id, NULL, "
+    "NULL)::queuer.enqueue_row ORDER BY d.service_id) FROM (SELECT DISTINCT service_id "
+    "FROM queuer_load) d), true)";
 static const char SQL_ENQUEUE_CHUNK[] =
     "SELECT o.line_no, o.batch_id, o.outcome, o.detail FROM queuer.enqueue_rows("
     "(SELECT array_agg(ROW(l.line_no, l.service_id, l.batch_id, l.payload)::queuer.enqueue_row "
@@ -372,8 +382,11 @@ static int enqueue_staged(struct bulk *b, struct qw_error *err)
     long chunk = b->opts->chunk_rows > 0 ? b->opts->chunk_rows : DEFAULT_CHUNK_ROWS;
     long not_stored = 0;
     int rc = QW_OK;
-    if (b->sent > chunk)
+    if (b->sent > chunk) {
         rc = qw_db_exec(b->db, SQL_STAGE_INDEX, err);
+        if (rc == QW_OK)
+            rc = qw_db_exec(b->db, SQL_LOCK_SERVICES, err);
+    }
     for (long from = 0; rc == QW_OK && from < b->sent; from += chunk) {
         char lo[24];
         char hi[24];

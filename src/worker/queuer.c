@@ -39,6 +39,7 @@ struct queuer {
     size_t cap_dirty;                 /* allocated entries */
     struct qw_pgarray arr[4];         /* reusable array parameters of the mark */
     struct qw_pgarray filter;         /* services of a partial fetch */
+    bool notified;                    /* a NOTIFY asked for a claims cycle */
 };
 
 /* One fetched row, with its strings owned by the fetch result. */
@@ -387,7 +388,26 @@ static void drain_wake_fd(int fd)
     }
 }
 
-/* Waits for the next reason to work; returns 1 when a NOTIFY arrived. */
+/*
+ * A NOTIFY from enqueue names the service (or is empty for big loads). A
+ * service we hold and whose batch is not out is fetched at once; anything
+ * else (a new service, an empty payload) calls for a claims cycle.
+ */
+static void on_notify(const char *channel, const char *payload, void *arg)
+{
+    struct queuer *q = arg;
+    (void)channel;
+    struct qw_svc *s = payload[0] ? qw_svcmap_get(&q->svcs, payload) : NULL;
+    if (s && s->held) {
+        if (!s->busy && add_dirty(q, payload) == QW_OK)
+            return;
+        if (s->busy)
+            return; /* its job will come back and trigger the fetch */
+    }
+    q->notified = true;
+}
+
+/* Waits for the next reason to work; returns 1 when a claims cycle is needed. */
 static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
 {
     int64_t t = qw_clock_mono_ms();
@@ -399,7 +419,7 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
     qw_error_clear(&err);
     int r;
     if (q->cfg->worker_listen) {
-        r = qw_db_wait_notify(q->db, (int)timeout, q->w->wake_fd, &err);
+        r = qw_db_wait_notify(q->db, (int)timeout, q->w->wake_fd, on_notify, q, &err);
     } else {
         /* Polling only (e.g. behind a transaction pooler): sleep on the wake fd. */
         struct pollfd pfd = {.fd = q->w->wake_fd, .events = POLLIN};
@@ -408,11 +428,18 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
     if (r == 2)
         drain_wake_fd(q->w->wake_fd);
     if (r < 0) {
+        /* Lost the connection while idle: reconnect (LISTEN again) and run a
+         * full cycle, since notifications sent meanwhile are gone. */
         qw_log_warn("db.lost", "error=%s", qw_log_quote((char[300]){0}, 300, err.msg));
-        qw_clock_sleep_ms(50);
+        qw_error_clear(&err);
+        if (qw_db_reconnect(q->db, &err) != QW_OK)
+            qw_clock_sleep_ms(qw_backoff_full_jitter(2, 50, 1000, &q->rng));
+        q->notified = true;
     }
     take_done(q);
-    return r == 1;
+    bool cycle = q->notified;
+    q->notified = false;
+    return cycle;
 }
 
 static void log_failure(const char *event, const struct qw_error *err)

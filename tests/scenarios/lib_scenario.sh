@@ -17,7 +17,8 @@
 #   sc_check WHAT EXPECTED ACTUAL, sc_check_sql WHAT EXPECTED SQL [EVIDENCE-SQL],
 #   sc_check_num WHAT A OP B, sc_wait WHAT SECS SQL [EVIDENCE-SQL], sc_fail MSG
 #   sc_watch_claims TAG WHERE     remember the claims matching WHERE (scenario.watch)
-#   sc_await_takeover SECS        poll until every watched claim has a new holder
+#   sc_takeover_poll_start SECS / sc_takeover_poll_wait   poll (in the background)
+#                                 until every watched claim has a new holder
 #
 # Every wait is bounded; nothing here sleeps as a substitute for a condition.
 
@@ -46,6 +47,7 @@ SC_LOADER=${SC_LOADER:-psql}
 SC_NAME=
 SC_DIR=
 SC_RC=
+SC_POLLER_PID=
 
 sc_log() {
     printf '[%s %s] %s\n' "$SC_NAME" "$(date +%H:%M:%S.%3N)" "$*"
@@ -230,7 +232,7 @@ BEGIN
 END
 $fn$;
 -- The simulator's event log, one JSON object per row, in file order.
-CREATE TABLE IF NOT EXISTS scenario.simlog_raw (line text);
+CREATE TABLE IF NOT EXISTS scenario.simlog_raw (n bigint, line text);
 CREATE TABLE IF NOT EXISTS scenario.simlog (n bigint PRIMARY KEY, ev jsonb NOT NULL);
 -- Each batch's position in its service (1 = oldest), the order the ledger
 -- must see: (created_at, batch_id).
@@ -295,14 +297,16 @@ sc_sim_pause() { sc_sim_post /_sim/pause; }
 sc_sim_resume() { sc_sim_post /_sim/resume; }
 
 # Loads the simulator's NDJSON event log into scenario.simlog (replacing it).
-# Lines are read raw (CSV with impossible quote and delimiter characters),
-# so JSON escapes pass through untouched.
+# Each line is numbered first (a table's physical order is not its insert
+# order), then read raw (CSV with impossible quote and delimiter
+# characters), so JSON escapes pass through untouched.
 sc_sim_log_load() {
+    awk '{ printf "%d\002%s\n", NR, $0 }' "$QW_SIM_LOG" >"$SC_DIR/simlog.numbered" ||
+        sc_fail "cannot read the simulator event log"
     qw_psql >/dev/null <<SQL || sc_fail "cannot load the simulator event log"
 TRUNCATE scenario.simlog_raw, scenario.simlog;
-\copy scenario.simlog_raw (line) FROM '$QW_SIM_LOG' WITH (FORMAT csv, QUOTE E'\x01', DELIMITER E'\x02')
-INSERT INTO scenario.simlog (n, ev)
-SELECT row_number() OVER (), line::jsonb FROM scenario.simlog_raw WHERE line <> '';
+\copy scenario.simlog_raw (n, line) FROM '$SC_DIR/simlog.numbered' WITH (FORMAT csv, QUOTE E'\x01', DELIMITER E'\x02')
+INSERT INTO scenario.simlog (n, ev) SELECT n, line::jsonb FROM scenario.simlog_raw WHERE line <> '';
 SQL
 }
 
@@ -311,6 +315,9 @@ SQL
 # later batch of its service was) and that every POST names a known batch.
 sc_check_order() {
     sc_sim_log_load
+    sc_check_sql "the simulator event log was loaded in its order" 0 \
+        "SELECT count(*) FROM (SELECT (ev->>'t')::bigint - lag((ev->>'t')::bigint) OVER (ORDER BY n) AS d
+                                 FROM scenario.simlog) x WHERE d < 0"
     sc_check_sql "every POST in the simulator log names an enqueued batch" 0 \
         "SELECT count(*) FROM scenario.posts WHERE service_id IS NULL" \
         "SELECT n, sim_service, left(batch_id, 16) AS batch, code FROM scenario.posts
@@ -339,6 +346,15 @@ sc_worker_signal() {
     qw_worker_signal "$SC_DIR" "$1" "$2"
 }
 
+# sc_worker_kill NAME: SIGKILL, then waits for the exit (SC_RC), without
+# bash's "Killed" job notice.
+sc_worker_kill() {
+    {
+        sc_worker_signal "$1" KILL
+        sc_worker_wait_exit "$1" 10
+    } 2>/dev/null
+}
+
 sc_worker_pid() {
     cat "$SC_DIR/$1.pid"
 }
@@ -365,13 +381,15 @@ sc_worker_wait_exit() {
     local pid i
     pid=$(sc_worker_pid "$1")
     SC_RC=timeout
-    for i in $(seq 1 $(($2 * 20))); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    kill -0 "$pid" 2>/dev/null && return 0
-    wait "$pid" 2>/dev/null
-    SC_RC=$?
+    {
+        for i in $(seq 1 $(($2 * 20))); do
+            kill -0 "$pid" || break
+            sleep 0.05
+        done
+        kill -0 "$pid" && return 0
+        wait "$pid"
+        SC_RC=$?
+    } 2>/dev/null # no "Killed" notice from bash
 }
 
 # ---- workloads --------------------------------------------------------------
@@ -429,22 +447,44 @@ sc_watch_claims() {
             SELECT count(*) FROM ins"
 }
 
-# sc_await_takeover SECS: returns when every watched claim has been seen with
-# another holder; fails (with the claims still waiting) after SECS.
-sc_await_takeover() {
-    qw_psql -c "CALL scenario.await_takeover($(($1 * 1000)))" ||
-        sc_fail "takeover poller failed"
-    sc_check_sql "every watched claim was taken over within ${1}s" 0 \
+# sc_takeover_poll_start SECS: starts the takeover poller in the background
+# (it must run before the takeover for taken_at to be exact) and returns
+# once it is polling. It stops when every watched claim has a new holder,
+# or after SECS.
+sc_takeover_poll_start() {
+    qw_psql -c "CALL scenario.await_takeover($(($1 * 1000)))" >"$SC_DIR/poller.out" 2>&1 &
+    SC_POLLER_PID=$!
+    sc_wait "the takeover poller runs" 10 \
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                         WHERE query LIKE 'CALL scenario.await_takeover%' AND pid <> pg_backend_pid())"
+}
+
+# sc_takeover_poll_wait: waits for the poller, then fails (with the claims
+# still waiting) unless every watched claim was taken over.
+sc_takeover_poll_wait() {
+    wait "$SC_POLLER_PID" || {
+        cat "$SC_DIR/poller.out" >&2
+        sc_fail "the takeover poller failed"
+    }
+    sc_check_sql "every watched claim was taken over" 0 \
         "SELECT count(*) FROM scenario.watch WHERE seen_at IS NULL" \
         "SELECT w.tag, w.service_id, w.old_claimant, c.claimant, c.claim_epoch, c.expiry_1, c.expiry_2, now()
            FROM scenario.watch w JOIN queuer.service_id_claims c USING (service_id)
           WHERE w.seen_at IS NULL LIMIT 10"
     # taken_at comes from the new expiry_1; it is exact only if the claim was
     # not renewed before we saw it (renewal waits for half a lease).
-    sc_check_sql "takeovers were observed before any renewal (exact taken_at)" 0 \
+    sc_check_sql "takeovers were seen before any renewal (taken_at is exact)" 0 \
         "SELECT count(*) FROM scenario.watch w
           WHERE w.seen_at - (w.new_expiry_1 - $SC_LEASE_MS * interval '1 millisecond')
-                >= ($SC_LEASE_MS / 2) * interval '1 millisecond'"
+                >= ($SC_LEASE_MS / 2) * interval '1 millisecond'" \
+        "SELECT tag, service_id, new_expiry_1 - $SC_LEASE_MS * interval '1 millisecond' AS taken_at,
+                last_unseen_at, seen_at FROM scenario.watch LIMIT 10"
+}
+
+# sc_await_takeover SECS: sc_takeover_poll_start and sc_takeover_poll_wait.
+sc_await_takeover() {
+    sc_takeover_poll_start "$1"
+    sc_takeover_poll_wait
 }
 
 # sc_taken_at: SQL for the exact takeover time of a watched claim (over

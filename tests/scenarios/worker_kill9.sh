@@ -12,6 +12,11 @@
 # in order.
 . "$(dirname "$0")/lib_scenario.sh"
 
+# A 2 s lease leaves at least a second between the kill and the first
+# expiry (claims are renewed at half the lease) to record the claims and
+# start the poller.
+SC_LEASE_MS=2000
+SC_HARD_MS=6000
 sc_begin worker_kill9
 sc_pg_start
 sc_sim_start --commit-delay-ms 50
@@ -45,8 +50,7 @@ sc_worker_start w2 QUEUER_DLT_UNKNOWN_CONFIRM_MS=300
 sc_wait_registered 15 w2
 
 kill_at=$(sc_db_now)
-sc_worker_signal w1 KILL
-sc_worker_wait_exit w1 10
+sc_worker_kill w1
 sc_check "w1 died of SIGKILL" 137 "$SC_RC"
 sc_wait "w1's database sessions have ended" 10 \
     "SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'w1'"
@@ -55,6 +59,7 @@ sc_check "w1's idle services are watched" 8 \
     "$(sc_watch_claims idle "c.claimant = 'w1' AND c.service_id IN ($IDLE)")"
 sc_check "w1's hanging services are watched" 8 \
     "$(sc_watch_claims submitting "c.claimant = 'w1' AND c.service_id IN ($HANG)")"
+sc_takeover_poll_start $((SC_HARD_MS / 1000 + 10))
 sc_check_sql "at the kill, no idle service has a batch mid-submission" 0 \
     "SELECT count(*) FROM queuer.batches WHERE service_id IN ($IDLE) AND submitted AND status IS NULL"
 sc_check_sql "at the kill, every hanging service has a batch mid-submission" 8 \
@@ -63,7 +68,7 @@ sc_check_sql "at the kill, every hanging service has a batch mid-submission" 8 \
 # The ledger answers again; only the leases hold the services back now.
 sc_sim_faults '{"fault-hang": 0}'
 
-sc_await_takeover $((SC_HARD_MS / 1000 + 10))
+sc_takeover_poll_wait
 TAKEN=$(sc_taken_at)
 
 sc_show "SELECT w.tag, count(*) AS services,
@@ -78,7 +83,7 @@ sc_show "SELECT w.tag, count(*) AS services,
 EVIDENCE="SELECT w.tag, w.service_id, w.old_expiry_1, w.old_expiry_2, $TAKEN AS taken_at,
                  w.last_unseen_at, w.seen_at, w.new_claimant
             FROM scenario.watch w ORDER BY 1, 2"
-sc_check_sql "every watched service was taken by w2, with a new epoch" 0 \
+sc_check_sql "every watched service was taken by w2, with a higher epoch" 0 \
     "SELECT count(*) FROM scenario.watch w WHERE w.new_claimant <> 'w2' OR w.new_epoch <= w.old_epoch" \
     "$EVIDENCE"
 sc_check_sql "(a) no idle service was taken before its expiry_1" 0 \

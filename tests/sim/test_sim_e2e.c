@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -37,20 +38,34 @@
 
 /* A running simulator. */
 struct sim {
-    pid_t pid;           /* child process */
-    int port;            /* bound port */
-    char dir[64];        /* scratch directory */
-    char evlog[128];     /* event log path */
-    CURL *curl;          /* keep-alive handle for this sim */
+    pid_t pid;       /* child process */
+    int port;        /* bound port */
+    char dir[64];    /* scratch directory */
+    char evlog[128]; /* event log path */
+    CURL *curl;      /* keep-alive handle for this sim */
 };
 
 /* One HTTP exchange. */
 struct reply {
-    long status;         /* HTTP status, 0 when none */
-    char *body;          /* NUL-terminated body, malloc'd */
-    size_t len;          /* body bytes */
-    double elapsed_ms;   /* wall time of the exchange */
+    long status;       /* HTTP status, 0 when none */
+    char *body;        /* NUL-terminated body, malloc'd */
+    size_t len;        /* body bytes */
+    double elapsed_ms; /* wall time of the exchange */
 };
+
+/* The simulator a test started and has not stopped (killed by teardown
+ * when an assertion ends the test early). */
+static pid_t running_pid;
+
+static int kill_leftover(void **state)
+{
+    if (running_pid > 0) {
+        kill(running_pid, SIGKILL);
+        waitpid(running_pid, NULL, 0);
+        running_pid = 0;
+    }
+    return 0;
+}
 
 static const char *sim_bin(void)
 {
@@ -82,8 +97,9 @@ static void sim_start(struct sim *s, const char *const *extra)
     char port_file[128];
     snprintf(port_file, sizeof(port_file), "%s/port", s->dir);
     snprintf(s->evlog, sizeof(s->evlog), "%s/events.ndjson", s->dir);
-    const char *argv[64] = {sim_bin(), "--listen", "127.0.0.1:0", "--port-file", port_file,
-                            "--event-log", s->evlog, "--seed", "1", "--log-level", "warn"};
+    const char *argv[64] = {sim_bin(), "--listen",    "127.0.0.1:0", "--port-file",
+                            port_file, "--event-log", s->evlog,      "--seed",
+                            "1",       "--log-level", "warn"};
     size_t argc = 11;
     for (size_t i = 0; extra && extra[i] && argc < 62; i++)
         argv[argc++] = extra[i];
@@ -91,7 +107,8 @@ static void sim_start(struct sim *s, const char *const *extra)
     s->pid = fork();
     assert_true(s->pid >= 0);
     if (s->pid == 0) {
-        char *cargv[64]; /* execv wants mutable strings */
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        char *cargv[64];                  /* execv wants mutable strings */
         for (size_t i = 0; i <= argc; i++)
             cargv[i] = argv[i] ? strdup(argv[i]) : NULL;
         execv(cargv[0], cargv);
@@ -115,6 +132,7 @@ static void sim_start(struct sim *s, const char *const *extra)
         pause_ms(10);
     }
     assert_true(s->port > 0);
+    running_pid = s->pid;
     s->curl = curl_easy_init();
     assert_non_null(s->curl);
 }
@@ -127,6 +145,7 @@ static void sim_stop(struct sim *s)
     assert_int_equal(kill(s->pid, SIGTERM), 0);
     int status = 0;
     assert_int_equal(waitpid(s->pid, &status, 0), s->pid);
+    running_pid = 0;
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
 }
@@ -308,9 +327,9 @@ static const char *status_type(json_t *arr, size_t i)
 static void control(struct sim *s, const char *path, const char *json_body)
 {
     struct reply r;
-    assert_int_equal(http(s, "POST", path, json_body, json_body ? strlen(json_body) : 0, NULL,
-                          5000, &r),
-                     CURLE_OK);
+    assert_int_equal(
+        http(s, "POST", path, json_body, json_body ? strlen(json_body) : 0, NULL, 5000, &r),
+        CURLE_OK);
     if (r.status != 200)
         print_error("%s -> %ld %s\n", path, r.status, r.body);
     assert_int_equal(r.status, 200);
@@ -578,8 +597,7 @@ static void test_faults_runtime(void **state)
     control(&s, "/_sim/faults", "{\"reset\": true, \"fault-drop\": 1}");
     size_t len;
     uint8_t *body = make_batchlist(id, &len);
-    assert_int_equal(http(&s, "POST", BATCHES_PATH, body, len, NULL, 5000, &r),
-                     CURLE_GOT_NOTHING);
+    assert_int_equal(http(&s, "POST", BATCHES_PATH, body, len, NULL, 5000, &r), CURLE_GOT_NOTHING);
     reply_free(&r);
 
     control(&s, "/_sim/faults", "{\"reset\": true, \"fault-hang\": 1}");
@@ -631,7 +649,9 @@ static void test_faults_runtime(void **state)
     make_id(503, NULL, id4);
     assert_int_equal(submit_simple(&s, id4), 202);
     json_t *st = get_stats(&s);
-    assert_int_equal(stat_int(st, "posts", "drop"), 1);
+    /* libcurl replays a request once when a reused connection closes without
+     * an answer, so the drop may have been seen twice. */
+    assert_in_range(stat_int(st, "posts", "drop"), 1, 2);
     assert_int_equal(stat_int(st, "posts", "hang"), 1);
     assert_int_equal(stat_int(st, "posts", "429"), 1);
     json_decref(st);
@@ -720,8 +740,14 @@ static void test_restart(void **state)
 
 static void test_status_memory_and_outcomes(void **state)
 {
-    static const char *const args[] = {"--status-memory", "2",          "--commit-delay-ms", "2",
-                                       "--valid-step",    "--invalid-prefix", "dead",        NULL};
+    static const char *const args[] = {"--status-memory",
+                                       "2",
+                                       "--commit-delay-ms",
+                                       "2",
+                                       "--valid-step",
+                                       "--invalid-prefix",
+                                       "dead",
+                                       NULL};
     struct sim s;
     sim_start(&s, args);
     char ids[4][129];
@@ -798,7 +824,7 @@ static void test_event_log(void **state)
     long long last_t = 0;
     int posts_a = 0, dups = 0, gets = 0, restarts = 0, bad = 0;
     long long t_post_a = -1, t_commit_a = -1, t_post_b = -1;
-    size_t idx_post_b = 0, idx_commit_a = 0;
+    size_t idx_post_a = 0, idx_post_b = 0, idx_commit_a = 0;
     json_array_foreach(events, i, e)
     {
         json_t *t = json_object_get(e, "t");
@@ -821,8 +847,10 @@ static void test_event_log(void **state)
             assert_int_equal(json_integer_value(json_object_get(e, "code")), 202);
             if (json_is_true(json_object_get(e, "dup")))
                 dups++;
-            if (strcmp(batch, a) == 0 && posts_a++ == 0)
+            if (strcmp(batch, a) == 0 && posts_a++ == 0) {
                 t_post_a = last_t;
+                idx_post_a = i;
+            }
             if (strcmp(batch, b) == 0) {
                 t_post_b = last_t;
                 idx_post_b = i;
@@ -848,10 +876,10 @@ static void test_event_log(void **state)
     assert_int_equal(bad, 1);
     assert_int_equal(gets, 1);
     assert_int_equal(restarts, 1);
+    /* Line order is ledger order: a's commit follows its first post, b's post
+     * follows a's. */
     assert_true(t_post_a >= 0 && t_commit_a >= t_post_a && t_post_b >= t_post_a);
-    /* b was posted right after a, before a could commit 5 ms later, so both were
-     * queued at once: the log shows that order. */
-    assert_true(idx_post_b < idx_commit_a || t_commit_a >= t_post_b);
+    assert_true(idx_commit_a > idx_post_a && idx_post_b > idx_post_a);
     json_decref(events);
     sim_cleanup(&s);
 }
@@ -899,17 +927,17 @@ int main(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_submit_link_and_commit),
-        cmocka_unit_test(test_bad_requests),
-        cmocka_unit_test(test_back_pressure),
-        cmocka_unit_test(test_long_poll),
-        cmocka_unit_test(test_auth),
-        cmocka_unit_test(test_faults_runtime),
-        cmocka_unit_test(test_fault_flags),
-        cmocka_unit_test(test_restart),
-        cmocka_unit_test(test_status_memory_and_outcomes),
-        cmocka_unit_test(test_event_log),
-        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test_teardown(test_submit_link_and_commit, kill_leftover),
+        cmocka_unit_test_teardown(test_bad_requests, kill_leftover),
+        cmocka_unit_test_teardown(test_back_pressure, kill_leftover),
+        cmocka_unit_test_teardown(test_long_poll, kill_leftover),
+        cmocka_unit_test_teardown(test_auth, kill_leftover),
+        cmocka_unit_test_teardown(test_faults_runtime, kill_leftover),
+        cmocka_unit_test_teardown(test_fault_flags, kill_leftover),
+        cmocka_unit_test_teardown(test_restart, kill_leftover),
+        cmocka_unit_test_teardown(test_status_memory_and_outcomes, kill_leftover),
+        cmocka_unit_test_teardown(test_event_log, kill_leftover),
+        cmocka_unit_test_teardown(test_bad_options, kill_leftover),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

@@ -17,9 +17,11 @@ static void test_parse_rate_slow_burst(void **state)
         int rc;
         double v;
     } rates[] = {
-        {"0", QW_OK, 0.0},     {"1", QW_OK, 1.0},           {"0.25", QW_OK, 0.25},
-        {"1.0001", QW_ERR_INVALID, 0}, {"-0.1", QW_ERR_INVALID, 0}, {"", QW_ERR_INVALID, 0},
-        {"x", QW_ERR_INVALID, 0},      {"0.5x", QW_ERR_INVALID, 0}, {"nan", QW_ERR_INVALID, 0},
+        {"0", QW_OK, 0.0},           {"1", QW_OK, 1.0},
+        {"0.25", QW_OK, 0.25},       {"1.0001", QW_ERR_INVALID, 0},
+        {"-0.1", QW_ERR_INVALID, 0}, {"", QW_ERR_INVALID, 0},
+        {"x", QW_ERR_INVALID, 0},    {"0.5x", QW_ERR_INVALID, 0},
+        {"nan", QW_ERR_INVALID, 0},
     };
     for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++) {
         double v = -1;
@@ -33,8 +35,9 @@ static void test_parse_rate_slow_burst(void **state)
         double rate;
         int64_t ms;
     } slows[] = {
-        {"0.5:200", QW_OK, 0.5, 200}, {"1:0", QW_OK, 1.0, 0},       {"0.5", QW_ERR_INVALID, 0, 0},
-        {":200", QW_ERR_INVALID, 0, 0}, {"0.5:", QW_ERR_INVALID, 0, 0}, {"2:10", QW_ERR_INVALID, 0, 0},
+        {"0.5:200", QW_OK, 0.5, 200},     {"1:0", QW_OK, 1.0, 0},
+        {"0.5", QW_ERR_INVALID, 0, 0},    {":200", QW_ERR_INVALID, 0, 0},
+        {"0.5:", QW_ERR_INVALID, 0, 0},   {"2:10", QW_ERR_INVALID, 0, 0},
         {"0.5:-3", QW_ERR_INVALID, 0, 0},
     };
     for (size_t i = 0; i < sizeof(slows) / sizeof(slows[0]); i++) {
@@ -51,8 +54,9 @@ static void test_parse_rate_slow_burst(void **state)
         int rc;
         int64_t every, len;
     } bursts[] = {
-        {"1000:100", QW_OK, 1000, 100}, {"0:0", QW_OK, 0, 0},   {"100:100", QW_OK, 100, 100},
-        {"100:101", QW_ERR_INVALID, 0, 0}, {"100", QW_ERR_INVALID, 0, 0}, {"a:b", QW_ERR_INVALID, 0, 0},
+        {"1000:100", QW_OK, 1000, 100}, {"0:0", QW_OK, 0, 0},
+        {"100:100", QW_OK, 100, 100},   {"100:101", QW_ERR_INVALID, 0, 0},
+        {"100", QW_ERR_INVALID, 0, 0},  {"a:b", QW_ERR_INVALID, 0, 0},
     };
     for (size_t i = 0; i < sizeof(bursts) / sizeof(bursts[0]); i++) {
         int64_t every = -1, len = -1;
@@ -71,7 +75,8 @@ static void test_burst_phase(void **state)
         int64_t since_ms;
         bool on;
     } rows[] = {
-        {0, false}, {799, false}, {800, true}, {999, true}, {1000, false}, {1850, true}, {-5, false},
+        {0, false},    {799, false}, {800, true}, {999, true},
+        {1000, false}, {1850, true}, {-5, false},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         assert_int_equal(qw_sim_fault_in_burst(&cfg, rows[i].since_ms), rows[i].on);
@@ -96,8 +101,11 @@ static void test_decide_certain(void **state)
     } rows[] = {
         {{0}, true, QW_SIM_FAULT_NONE, false, false},
         {{.rate_drop = 1, .rate_hang = 1, .rate_5xx = 1}, true, QW_SIM_FAULT_DROP, false, false},
-        {{.rate_hang = 1, .rate_5xx = 1, .rate_slow = 1, .slow_ms = 5}, true, QW_SIM_FAULT_HANG,
-         false, false},
+        {{.rate_hang = 1, .rate_5xx = 1, .rate_slow = 1, .slow_ms = 5},
+         true,
+         QW_SIM_FAULT_HANG,
+         false,
+         false},
         {{.rate_5xx = 1, .rate_429 = 1}, true, QW_SIM_FAULT_5XX, false, false},
         {{.rate_429 = 1}, true, QW_SIM_FAULT_429, false, false},
         {{.rate_429 = 1}, false, QW_SIM_FAULT_NONE, false, false}, /* no 429 on status reads */
@@ -230,8 +238,10 @@ static void test_apply_json(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_rate_slow_burst), cmocka_unit_test(test_burst_phase),
-        cmocka_unit_test(test_decide_certain),        cmocka_unit_test(test_decide_seeded),
+        cmocka_unit_test(test_parse_rate_slow_burst),
+        cmocka_unit_test(test_burst_phase),
+        cmocka_unit_test(test_decide_certain),
+        cmocka_unit_test(test_decide_seeded),
         cmocka_unit_test(test_apply_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

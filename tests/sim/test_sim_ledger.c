@@ -19,17 +19,17 @@
 /* One recorded status change. */
 struct change {
     char service[QW_SIM_SERVICE_KEY_MAX]; /* service key */
-    char batch[64];                        /* batch id */
-    enum qw_sim_status from;               /* old status */
-    enum qw_sim_status to;                 /* new status */
-    int64_t at_us;                         /* when it was due */
+    char batch[64];                       /* batch id */
+    enum qw_sim_status from;              /* old status */
+    enum qw_sim_status to;                /* new status */
+    int64_t at_us;                        /* when it was due */
 };
 
 /* Test fixture: a ledger and the changes it reported. */
 struct fixture {
-    struct qw_sim_ledger *l;  /* ledger under test */
-    struct change log[256];   /* changes in callback order */
-    size_t n;                 /* entries in `log` */
+    struct qw_sim_ledger *l; /* ledger under test */
+    struct change log[256];  /* changes in callback order */
+    size_t n;                /* entries in `log` */
 };
 
 static void record(void *ctx, const struct qw_sim_service *svc, const char *batch_id,
@@ -104,8 +104,8 @@ static void test_config_checks(void **state)
         size_t high, low, ghigh, glow;
         int expected;
     } rows[] = {
-        {30, 15, 0, 0, QW_OK},   {30, 30, 0, 0, QW_OK},          {30, 31, 0, 0, QW_ERR_INVALID},
-        {0, 0, 0, 0, QW_ERR_INVALID}, {30, 15, 10, 5, QW_OK},   {30, 15, 5, 10, QW_ERR_INVALID},
+        {30, 15, 0, 0, QW_OK},        {30, 30, 0, 0, QW_OK},  {30, 31, 0, 0, QW_ERR_INVALID},
+        {0, 0, 0, 0, QW_ERR_INVALID}, {30, 15, 10, 5, QW_OK}, {30, 15, 5, 10, QW_ERR_INVALID},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct qw_sim_ledger_config cfg = base_config();
@@ -259,9 +259,8 @@ static void test_status_memory(void **state)
         assert_int_equal(status_of(f, SVC, ids[i], 0), QW_SIM_PENDING);
     /* m0..m2 final (3 > 2): m0 forgotten. */
     qw_sim_ledger_advance(f->l, 30 * MS);
-    static const enum qw_sim_status after3[] = {QW_SIM_UNKNOWN, QW_SIM_COMMITTED,
-                                                QW_SIM_COMMITTED, QW_SIM_PENDING,
-                                                QW_SIM_PENDING};
+    static const enum qw_sim_status after3[] = {QW_SIM_UNKNOWN, QW_SIM_COMMITTED, QW_SIM_COMMITTED,
+                                                QW_SIM_PENDING, QW_SIM_PENDING};
     for (size_t i = 0; i < 5; i++)
         assert_int_equal(status_of(f, SVC, ids[i], 30 * MS), after3[i]);
     qw_sim_ledger_advance(f->l, 50 * MS);
@@ -302,8 +301,8 @@ static void test_valid_step(void **state)
         enum qw_sim_status v1, v2;
         bool v1_settled;
     } rows[] = {
-        {9, QW_SIM_PENDING, QW_SIM_PENDING, false},  {10, QW_SIM_VALID, QW_SIM_PENDING, false},
-        {20, QW_SIM_COMMITTED, QW_SIM_PENDING, true}, {30, QW_SIM_COMMITTED, QW_SIM_VALID, true},
+        {9, QW_SIM_PENDING, QW_SIM_PENDING, false},     {10, QW_SIM_VALID, QW_SIM_PENDING, false},
+        {20, QW_SIM_COMMITTED, QW_SIM_PENDING, true},   {30, QW_SIM_COMMITTED, QW_SIM_VALID, true},
         {40, QW_SIM_COMMITTED, QW_SIM_COMMITTED, true},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -460,8 +459,9 @@ static void test_pause_resume(void **state)
         enum qw_sim_status to;
         int64_t at_ms;
     } rows[] = {
-        {"p1", QW_SIM_COMMITTED, 1010}, {"p2", QW_SIM_VALID, 1020}, {"p2", QW_SIM_COMMITTED, 1030},
-        {"p3", QW_SIM_VALID, 1040},     {"p3", QW_SIM_COMMITTED, 1050},
+        {"p1", QW_SIM_COMMITTED, 1010}, {"p2", QW_SIM_VALID, 1020},
+        {"p2", QW_SIM_COMMITTED, 1030}, {"p3", QW_SIM_VALID, 1040},
+        {"p3", QW_SIM_COMMITTED, 1050},
     };
     assert_int_equal(f->n - before, 5);
     for (size_t i = 0; i < 5; i++) {

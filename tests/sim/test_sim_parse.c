@@ -60,8 +60,8 @@ static void test_routes_table(void **state)
         struct qw_sim_route r;
         qw_sim_route_parse(rows[i].method, rows[i].path, &r);
         if (r.kind != rows[i].kind || r.method_allowed != rows[i].allowed)
-            print_error("row %zu: %s %s -> kind %d allowed %d\n", i, rows[i].method,
-                        rows[i].path, r.kind, r.method_allowed);
+            print_error("row %zu: %s %s -> kind %d allowed %d\n", i, rows[i].method, rows[i].path,
+                        r.kind, r.method_allowed);
         assert_int_equal(r.kind, rows[i].kind);
         assert_int_equal(r.method_allowed, rows[i].allowed);
         assert_string_equal(r.service_key, rows[i].key);
@@ -87,7 +87,7 @@ static void test_id_valid(void **state)
         bool ok;
     } rows[] = {
         {"abc123", true}, {"A-b.c_d~e", true}, {"", false},     {"a,b", false},
-        {"a b", false},   {"a&b", false},       {"a\"b", false}, {"a%20", false},
+        {"a b", false},   {"a&b", false},      {"a\"b", false}, {"a%20", false},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         assert_int_equal(qw_sim_id_valid(rows[i].id), rows[i].ok);
@@ -151,10 +151,12 @@ static void test_wait_parse(void **state)
         int rc;
         int64_t ms;
     } rows[] = {
-        {NULL, QW_OK, 0},         {"", QW_OK, 0},           {"0", QW_OK, 0},
-        {"5", QW_OK, 5000},       {"0.25", QW_OK, 250},     {"60", QW_OK, 60000},
-        {"61", QW_OK, 60000},     {"1e9", QW_ERR_INVALID, 0}, {"-1", QW_ERR_INVALID, 0},
-        {"abc", QW_ERR_INVALID, 0}, {".", QW_ERR_INVALID, 0}, {"1.2.3", QW_ERR_INVALID, 0},
+        {NULL, QW_OK, 0},          {"", QW_OK, 0},
+        {"0", QW_OK, 0},           {"5", QW_OK, 5000},
+        {"0.25", QW_OK, 250},      {"60", QW_OK, 60000},
+        {"61", QW_OK, 60000},      {"1e9", QW_ERR_INVALID, 0},
+        {"-1", QW_ERR_INVALID, 0}, {"abc", QW_ERR_INVALID, 0},
+        {".", QW_ERR_INVALID, 0},  {"1.2.3", QW_ERR_INVALID, 0},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         int64_t ms = -1;
@@ -346,8 +348,8 @@ static void test_options_table(void **state)
         char err[256] = "";
         int rc = parse_line(rows[i].line, &o, &usage, err, sizeof(err));
         if (rc != rows[i].rc || usage != rows[i].usage)
-            print_error("row %zu: \"%s\" -> rc %d usage %d err %s\n", i, rows[i].line, rc,
-                        usage, err);
+            print_error("row %zu: \"%s\" -> rc %d usage %d err %s\n", i, rows[i].line, rc, usage,
+                        err);
         assert_int_equal(rc, rows[i].rc);
         assert_int_equal(usage, rows[i].usage);
         if (rc != QW_OK)
@@ -375,9 +377,9 @@ static void test_options_table(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes_table),     cmocka_unit_test(test_id_valid),
-        cmocka_unit_test(test_ids_parse),        cmocka_unit_test(test_wait_parse),
-        cmocka_unit_test(test_payload_decode),   cmocka_unit_test(test_options_defaults),
+        cmocka_unit_test(test_routes_table),   cmocka_unit_test(test_id_valid),
+        cmocka_unit_test(test_ids_parse),      cmocka_unit_test(test_wait_parse),
+        cmocka_unit_test(test_payload_decode), cmocka_unit_test(test_options_defaults),
         cmocka_unit_test(test_options_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

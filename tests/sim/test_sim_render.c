@@ -71,9 +71,8 @@ static void test_statuses_shape(void **state)
         assert_int_equal(json_array_size(msg), i == 2 ? 1 : 0);
         assert_true(json_number_value(json_object_get(e, "timestamp")) == stamps[i]);
     }
-    json_t *m = json_array_get(json_object_get(json_object_get(json_array_get(arr, 2), "status"),
-                                               "message"),
-                               0);
+    json_t *m = json_array_get(
+        json_object_get(json_object_get(json_array_get(arr, 2), "status"), "message"), 0);
     assert_string_equal(json_string_value(json_object_get(m, "transaction_id")), "t");
     assert_string_equal(json_string_value(json_object_get(m, "error_message")), "why");
     json_decref(arr);
@@ -96,8 +95,8 @@ static void test_mangle_never_parses(void **state)
             assert_non_null(bad);
             json_t *j = json_loadb(bad, len, 0, NULL);
             if (j)
-                print_error("body %zu variant %llu parsed: %.*s\n", b,
-                            (unsigned long long)variant, (int)len, bad);
+                print_error("body %zu variant %llu parsed: %.*s\n", b, (unsigned long long)variant,
+                            (int)len, bad);
             assert_null(j);
             free(bad);
         }
@@ -225,9 +224,9 @@ static void test_stats_outcomes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_message_and_link), cmocka_unit_test(test_statuses_shape),
+        cmocka_unit_test(test_message_and_link),    cmocka_unit_test(test_statuses_shape),
         cmocka_unit_test(test_mangle_never_parses), cmocka_unit_test(test_json_escape),
-        cmocka_unit_test(test_event_builder),    cmocka_unit_test(test_evlog_file),
+        cmocka_unit_test(test_event_builder),       cmocka_unit_test(test_evlog_file),
         cmocka_unit_test(test_stats_outcomes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Bulk enqueue benchmark: 100,000 batches (1,000 services x 100 batches) made
+# by queuer-gen, loaded with one `queuer enqueue --tsv FILE`, back pressure
+# off for the run (QUEUER_INGEST_HIGH=0). Prints lines/s over the wall time
+# of the enqueue command only (generation and setup are not timed).
+#
+# usage: bench/bulk_enqueue.sh [BUILD_DIR]        (default: build)
+#   SERVICES, BATCHES   workload shape (default 1000 x 100)
+#   QUEUER_DATABASE_CONNINFO  use this (empty, migrated or not) database;
+#                       otherwise a private PostgreSQL is started in a
+#                       temporary directory and removed afterwards
+#   QW_PG_FSYNC=on      durable private server (default off, like the tests)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+build=${1:-$root/build}
+queuer=$build/src/queuer
+gen=$build/tools/queuer-gen
+services=${SERVICES:-1000}
+batches=${BATCHES:-100}
+for bin in "$queuer" "$gen"; do
+    [ -x "$bin" ] || { echo "bulk_enqueue: $bin not built (meson compile -C $build)" >&2; exit 1; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/qwbench.XXXXXX")
+started_pg=0
+cleanup() {
+    if [ "$started_pg" = 1 ]; then qw_pg_stop immediate; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [ -z "${QUEUER_DATABASE_CONNINFO:-}" ]; then
+    . "$root/tests/lib/cluster.sh"
+    qw_pg_start "$work/pg" >/dev/null
+    started_pg=1
+    qw_psql -c "CREATE DATABASE bench" >/dev/null
+    export QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO dbname=bench"
+    echo "server: private PostgreSQL 15 in $work/pg (fsync=${QW_PG_FSYNC:-off})"
+fi
+"$queuer" migrate >/dev/null
+
+lines=$((services * batches))
+"$gen" --services "$services" --batches "$batches" --seed 1 >"$work/load.tsv"
+echo "workload: $lines lines, $services services x $batches batches," \
+     "$(($(stat -c %s "$work/load.tsv") / 1048576)) MiB of TSV"
+
+t0=$(date +%s.%N)
+QUEUER_INGEST_HIGH=0 "$queuer" enqueue --tsv "$work/load.tsv" >"$work/out" 2>"$work/err" || {
+    echo "bulk_enqueue: enqueue failed:" >&2
+    cat "$work/out" "$work/err" >&2
+    exit 1
+}
+t1=$(date +%s.%N)
+cat "$work/out"
+case "$(cat "$work/out")" in
+    "$lines enqueued,"*) ;;
+    *) echo "bulk_enqueue: expected $lines enqueued" >&2; exit 1 ;;
+esac
+awk -v a="$t0" -v b="$t1" -v n="$lines" \
+    'BEGIN { s = b - a; printf "bulk enqueue: %d lines in %.2f s = %.0f lines/s\n", n, s, n / s }'

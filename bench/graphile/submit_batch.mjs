@@ -1,0 +1,69 @@
+// graphile-worker task of the benchmark's comparison run: submits one batch
+// to the scabbard ledger (scabbard-sim) and long-polls its status until it is
+// final, the same two requests per batch a queuer worker makes.
+//
+// Job payload: {"service_id": "circuit::service", "batch_id": "<128 hex>",
+// "payload_hex": "<hex of the BatchList>"}. The job is added to the named
+// queue service_id, so graphile-worker runs the batches of a service one at a
+// time, in the order they were added.
+//
+// 429 and 5xx answers are retried inside the job (growing, jittered delay)
+// rather than by failing it: a failed job is rescheduled into the future and
+// the queue's next job could overtake it, which would break the order.
+
+const FINAL = new Set(["Committed", "Valid", "Invalid"]);
+const STATUS_WAIT_S = 10; // long-poll wait=N of batch_statuses, as queuer's default
+const RETRY_BASE_MS = 100;
+const RETRY_MAX_MS = 10000;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function backoffMs(attempt) {
+  const ceiling = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** Math.min(attempt, 20));
+  return Math.random() * ceiling;
+}
+
+export function makeSubmitBatch(simUrl) {
+  return async function submitBatch(payload, helpers) {
+    const { service_id: serviceId, batch_id: batchId, payload_hex: payloadHex } = payload;
+    const sep = serviceId.indexOf("::");
+    if (sep < 0) throw new Error(`bad service_id ${serviceId}`);
+    const base =
+      `${simUrl}/scabbard/${encodeURIComponent(serviceId.slice(0, sep))}` +
+      `/${encodeURIComponent(serviceId.slice(sep + 2))}`;
+    const body = Buffer.from(payloadHex, "hex");
+    const signal = helpers.abortSignal;
+
+    for (let attempt = 0; ; attempt++) {
+      const res = await fetch(`${base}/batches`, {
+        method: "POST",
+        headers: { "content-type": "application/octet-stream" },
+        body,
+        signal,
+      });
+      await res.arrayBuffer();
+      if (res.status === 202) break;
+      if (res.status === 429 || res.status >= 500) {
+        await sleep(backoffMs(attempt));
+        continue;
+      }
+      throw new Error(`POST ${batchId.slice(0, 16)}: HTTP ${res.status}`);
+    }
+
+    const statusUrl = `${base}/batch_statuses?ids=${batchId}&wait=${STATUS_WAIT_S}`;
+    for (let attempt = 0; ; ) {
+      const res = await fetch(statusUrl, { signal });
+      if (res.status !== 200) {
+        await res.arrayBuffer();
+        await sleep(backoffMs(attempt++));
+        continue;
+      }
+      const list = await res.json();
+      const type = list?.[0]?.status?.statusType;
+      if (FINAL.has(type)) {
+        if (type === "Invalid") helpers.logger.warn(`batch ${batchId.slice(0, 16)} Invalid`);
+        return;
+      }
+    }
+  };
+}

@@ -1,0 +1,152 @@
+/* Prometheus text rendering of a metrics snapshot; see metrics.h. */
+#include "admin/metrics.h"
+#include "admin/strbuf.h"
+
+#include <stdio.h>
+
+void qw_metrics_format_seconds(int64_t us, char *buf, size_t len)
+{
+    const char *sign = "";
+    uint64_t v = (uint64_t)us;
+    if (us < 0) {
+        sign = "-";
+        v = (uint64_t)0 - v;
+    }
+    uint64_t whole = v / 1000000, frac = v % 1000000;
+    if (frac == 0) {
+        snprintf(buf, len, "%s%llu", sign, (unsigned long long)whole);
+        return;
+    }
+    char digits[8];
+    snprintf(digits, sizeof(digits), "%06llu", (unsigned long long)frac);
+    int end = 6;
+    while (end > 0 && digits[end - 1] == '0')
+        end--;
+    digits[end] = '\0';
+    snprintf(buf, len, "%s%llu.%s", sign, (unsigned long long)whole, digits);
+}
+
+/* Appends `text` as a label value: backslash, double quote and newline escaped. */
+static void label_value(struct qw_strbuf *b, const char *text)
+{
+    for (const char *p = text ? text : ""; *p; p++) {
+        if (*p == '\\')
+            qw_strbuf_append(b, "\\\\", 2);
+        else if (*p == '"')
+            qw_strbuf_append(b, "\\\"", 2);
+        else if (*p == '\n')
+            qw_strbuf_append(b, "\\n", 2);
+        else
+            qw_strbuf_append(b, p, 1);
+    }
+}
+
+static void family(struct qw_strbuf *b, const char *name, const char *type, const char *help)
+{
+    qw_strbuf_printf(b, "# HELP queuer_%s %s\n# TYPE queuer_%s %s\n", name, help, name, type);
+}
+
+static void sample(struct qw_strbuf *b, const char *name, int64_t value)
+{
+    qw_strbuf_printf(b, "queuer_%s %lld\n", name, (long long)value);
+}
+
+static void scalar(struct qw_strbuf *b, const char *name, const char *type, const char *help,
+                   int64_t value)
+{
+    family(b, name, type, help);
+    sample(b, name, value);
+}
+
+static void labelled(struct qw_strbuf *b, const char *name, const char *label, const char *value,
+                     int64_t v)
+{
+    qw_strbuf_printf(b, "queuer_%s{%s=\"%s\"} %lld\n", name, label, value, (long long)v);
+}
+
+static void histogram(struct qw_strbuf *b, const char *name, const char *help,
+                      const struct qw_histogram_snapshot *h)
+{
+    family(b, name, "histogram", help);
+    char le[32];
+    int64_t cumulative = 0;
+    for (int i = 0; i < QW_HISTOGRAM_BUCKETS; i++) {
+        cumulative += h->buckets[i];
+        if (i < QW_HISTOGRAM_BOUNDS)
+            qw_metrics_format_seconds(qw_histogram_bounds_us[i], le, sizeof(le));
+        else
+            snprintf(le, sizeof(le), "+Inf");
+        qw_strbuf_printf(b, "queuer_%s_bucket{le=\"%s\"} %lld\n", name, le,
+                         (long long)cumulative);
+    }
+    char sum[32];
+    qw_metrics_format_seconds(h->sum_us, sum, sizeof(sum));
+    qw_strbuf_printf(b, "queuer_%s_sum %s\nqueuer_%s_count %lld\n", name, sum, name,
+                     (long long)cumulative);
+}
+
+char *qw_metrics_render(const struct qw_metrics_snapshot *s, size_t *len)
+{
+    struct qw_strbuf b;
+    qw_strbuf_init(&b);
+
+    family(&b, "build_info", "gauge", "Version and instance id of this worker (always 1).");
+    qw_strbuf_printf(&b, "queuer_build_info{version=\"");
+    label_value(&b, s->version);
+    qw_strbuf_printf(&b, "\",instance_id=\"");
+    label_value(&b, s->instance_id);
+    qw_strbuf_printf(&b, "\"} 1\n");
+
+    family(&b, "submissions_total", "counter",
+           "Batch POSTs to the ledger by outcome: accepted (202), backpressure (429), "
+           "invalid (400), auth_refused (401/403), failed (5xx, 404, network, timeout).");
+    labelled(&b, "submissions_total", "outcome", "accepted", s->posts_accepted);
+    labelled(&b, "submissions_total", "outcome", "backpressure", s->posts_backpressure);
+    labelled(&b, "submissions_total", "outcome", "invalid", s->posts_invalid);
+    labelled(&b, "submissions_total", "outcome", "auth_refused", s->posts_auth);
+    labelled(&b, "submissions_total", "outcome", "failed", s->posts_failed);
+
+    family(&b, "batch_statuses_total", "counter",
+           "Batch statuses this worker recorded (Unknown: confirmed, a resubmission follows).");
+    labelled(&b, "batch_statuses_total", "status", "Pending", s->posts_accepted);
+    labelled(&b, "batch_statuses_total", "status", "Committed", s->final_committed);
+    labelled(&b, "batch_statuses_total", "status", "Valid", s->final_valid);
+    labelled(&b, "batch_statuses_total", "status", "Invalid", s->final_invalid);
+    labelled(&b, "batch_statuses_total", "status", "Unknown", s->unknown_confirmed);
+
+    scalar(&b, "in_flight_batches", "gauge",
+           "Batches this worker is submitting or following at the ledger now.", s->in_flight);
+    scalar(&b, "delayed_services", "gauge",
+           "Services held by this worker whose oldest batch is Delayed (parked included).",
+           s->delayed);
+    scalar(&b, "claims_held", "gauge", "Services this worker holds a claim on.", s->claims_held);
+    scalar(&b, "ledger_paused", "gauge",
+           "1 while submissions to the ledger pause after a 429 or refused credentials.",
+           s->paused ? 1 : 0);
+    scalar(&b, "stopping", "gauge", "1 once a graceful stop was requested.", s->stopping ? 1 : 0);
+    if (s->last_cycle_age_ms >= 0) {
+        char age[32];
+        qw_metrics_format_seconds(s->last_cycle_age_ms * 1000, age, sizeof(age));
+        family(&b, "last_cycle_age_seconds", "gauge",
+               "Seconds since this worker last completed a claims cycle.");
+        qw_strbuf_printf(&b, "queuer_last_cycle_age_seconds %s\n", age);
+    }
+    scalar(&b, "cycles_total", "counter", "Claims cycles run (successful or not).", s->cycles);
+    scalar(&b, "serialization_retries_total", "counter",
+           "Transactions re-run after a serialization failure or deadlock (40001/40P01).",
+           s->serialization_retries);
+    scalar(&b, "claims_lost_total", "counter",
+           "Fenced writes that matched nothing: the claim had moved to another worker.",
+           s->claims_lost);
+    scalar(&b, "outcome_flushes_total", "counter",
+           "Grouped outcome statements committed.", s->flushes);
+    scalar(&b, "outcomes_written_total", "counter", "Batch outcomes written by them.",
+           s->outcomes);
+
+    histogram(&b, "cycle_duration_seconds",
+              "Duration of successful claims cycles (heartbeat, claims, fetch, queue).",
+              &s->cycle_duration);
+    histogram(&b, "ledger_request_duration_seconds",
+              "Latency of batch POSTs to the ledger, until the answer.", &s->ledger_latency);
+    return qw_strbuf_take(&b, len);
+}

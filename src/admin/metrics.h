@@ -1,0 +1,71 @@
+/*
+ * /metrics: a plain snapshot of a worker's counters, gauges and histograms,
+ * and a pure renderer of it in the Prometheus text exposition format
+ * (version 0.0.4). The renderer does no I/O and reads no clock, so it is
+ * unit-tested byte for byte.
+ *
+ * Metric families (all prefixed queuer_):
+ *   build_info{version,instance_id}           gauge, always 1
+ *   submissions_total{outcome}                counter: accepted, backpressure (429),
+ *                                             invalid (400), auth_refused (401/403), failed
+ *   batch_statuses_total{status}              counter: Pending, Committed, Valid, Invalid,
+ *                                             Unknown (statuses this worker recorded)
+ *   in_flight_batches, delayed_services,
+ *   claims_held                               gauges
+ *   cycles_total, serialization_retries_total,
+ *   claims_lost_total, outcome_flushes_total,
+ *   outcomes_written_total                    counters
+ *   ledger_paused                             gauge 0/1: submissions paused after a 429
+ *   stopping                                  gauge 0/1: graceful shutdown under way
+ *   last_cycle_age_seconds                    gauge (absent before the first cycle)
+ *   cycle_duration_seconds,
+ *   ledger_request_duration_seconds           histograms
+ */
+#ifndef QW_ADMIN_METRICS_H
+#define QW_ADMIN_METRICS_H
+
+#include "admin/histogram.h"
+
+#include <stdint.h>
+
+struct qw_metrics_snapshot {
+    const char *instance_id;     /* label value; borrowed, may be NULL */
+    const char *version;         /* label value; borrowed, may be NULL */
+    int64_t posts_accepted;      /* POST answered 202 */
+    int64_t posts_backpressure;  /* POST answered 429 */
+    int64_t posts_invalid;       /* POST answered 400 */
+    int64_t posts_auth;          /* POST answered 401/403 */
+    int64_t posts_failed;        /* POST failed otherwise (5xx, 404, network, timeout) */
+    int64_t final_committed;     /* batches this worker saw Committed */
+    int64_t final_valid;         /* ... Valid */
+    int64_t final_invalid;       /* ... Invalid (by status or by a 400) */
+    int64_t unknown_confirmed;   /* ... Unknown, confirmed (resubmission follows) */
+    int64_t in_flight;           /* gauge: batches with the submitter now */
+    int64_t delayed;             /* gauge: held services whose oldest batch is Delayed */
+    int64_t claims_held;         /* gauge: services claimed now */
+    int64_t cycles;              /* claims cycles run */
+    int64_t serialization_retries; /* 40001/40P01 re-runs */
+    int64_t claims_lost;         /* fenced writes that matched nothing */
+    int64_t flushes;             /* grouped outcome statements committed */
+    int64_t outcomes;            /* outcomes written by them */
+    int paused;                  /* 1 while submissions pause after a 429 */
+    int stopping;                /* 1 once a graceful stop was requested */
+    int64_t last_cycle_age_ms;   /* ms since the last successful cycle; -1 = none yet */
+    struct qw_histogram_snapshot cycle_duration; /* claims cycle durations */
+    struct qw_histogram_snapshot ledger_latency; /* ledger POST latencies */
+};
+
+/**
+ * Renders `s` in the Prometheus text format. Returns a malloc'd,
+ * NUL-terminated string (caller frees; *len, if not NULL, gets its length)
+ * or NULL when out of memory. Pure: no I/O, no clock, no globals.
+ */
+char *qw_metrics_render(const struct qw_metrics_snapshot *s, size_t *len);
+
+/**
+ * Writes `us` microseconds as decimal seconds without trailing zeros
+ * ("0.0005", "1", "2.5", "0") into `buf`. Pure.
+ */
+void qw_metrics_format_seconds(int64_t us, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Scenario: wake-ups. An idle worker whose cycle is long (5 s) submits a
+# newly enqueued batch within milliseconds because enqueue NOTIFYs; with
+# worker.listen = false (transaction poolers) it still submits it, but on
+# its next cycle. Latency = history 'Submitting' time - 'Enqueued' time,
+# both on the database clock.
+. "$(dirname "$0")/lib_scenario.sh"
+sc_begin wakeup
+
+sc_pg_start
+sc_sim_start --commit-delay-ms 5
+sc_gen "$SC_DIR/w.tsv" 6 1 7
+
+# Enqueues line N of the workload and waits until it is submitted; prints ms.
+enqueue_and_measure() {
+    local line=$1 secs=$2 id
+    sed -n "${line}p" "$SC_DIR/w.tsv" >"$SC_DIR/one.tsv"
+    id=$(cut -f2 "$SC_DIR/one.tsv")
+    QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO" QUEUER_INGEST_HIGH=0 \
+        "$QUEUER_BIN" enqueue --tsv "$SC_DIR/one.tsv" >/dev/null || sc_fail "enqueue failed"
+    sc_wait "batch $line submitted" "$secs" \
+        "SELECT count(*) = 1 FROM queuer.batch_history WHERE batch_id = '$id' AND to_status = 'Submitting'"
+    qw_sql "SELECT round(extract(epoch FROM s.at - e.at) * 1000)::int
+              FROM queuer.batch_history s JOIN queuer.batch_history e USING (batch_id)
+             WHERE s.batch_id = '$id' AND s.to_status = 'Submitting' AND e.to_status = 'Enqueued'"
+}
+
+# Listening worker with a 5 s cycle: three enqueues at different moments of
+# its cycle; each must be submitted far sooner than a cycle.
+sc_worker_start w1 QUEUER_WORKER_CYCLE_MS=5000 QUEUER_WORKER_LEASE_MS=20000 \
+    QUEUER_WORKER_HARD_EXPIRY_MS=60000
+sc_wait_registered 10 w1
+for line in 1 2 3; do
+    ms=$(enqueue_and_measure "$line" 10)
+    sc_log "listening worker: enqueue -> submit ${ms} ms"
+    sc_check_num "wake-up latency (ms) is far below the 5000 ms cycle" "$ms" "<" 1000
+    sleep 0.$((line * 3))
+done
+sc_worker_signal w1 TERM
+sc_worker_wait_exit w1 20
+sc_check "listening worker exit code" 0 "$SC_RC"
+
+# Polling worker (listen off): still submits, within a cycle.
+sc_worker_start w2 QUEUER_WORKER_LISTEN=false QUEUER_WORKER_CYCLE_MS=1500 \
+    QUEUER_WORKER_LEASE_MS=20000 QUEUER_WORKER_HARD_EXPIRY_MS=60000
+sc_wait_registered 10 w2
+ms=$(enqueue_and_measure 4 10)
+sc_log "polling worker: enqueue -> submit ${ms} ms (cycle 1500 ms)"
+sc_check_num "polling worker submits within a cycle plus margin (ms)" "$ms" "<" 3000
+sc_wait "everything final" 20 \
+    "SELECT count(*) = 0 FROM queuer.batches WHERE status IS DISTINCT FROM 'Committed'"
