@@ -4,18 +4,31 @@
  * only, so bench/run.sh can read them without a JSON tool).
  *
  *   bench-analyze FILE|-
+ *   bench-analyze --wait-final N --timeout-s S FILE
+ *
+ * The second form follows a log that the simulator is still writing until N
+ * batches have become final (exit 0) or S seconds have passed (exit 3); it
+ * reads only what was appended since its last look, so waiting costs next
+ * to nothing, unlike polling the database or /_sim/stats.
  *
  * Exit status: 0 on success, 1 when the log cannot be read or holds no
- * batch that became final, 2 on bad usage.
+ * batch that became final, 2 on bad usage, 3 on a wait that timed out.
  */
 #include "simlog.h"
 
 #include "common/err.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+enum { EXIT_USAGE = 2, EXIT_TIMEOUT = 3 };
+
+/* How often a follower looks for new lines. */
+#define FOLLOW_PERIOD_NS (50L * 1000L * 1000L)
 
 static bool is_final_status(const char *s)
 {
@@ -54,6 +67,94 @@ static int to_event(json_t *obj, struct qw_simlog_event *ev)
     return QW_OK;
 }
 
+/* Parses and feeds one complete line. Returns QW_OK, QW_ERR_INVALID, QW_ERR_NOMEM. */
+static int feed_line(struct qw_simlog *log, const char *line, size_t len)
+{
+    json_error_t jerr;
+    json_t *obj = json_loadb(line, len, 0, &jerr);
+    struct qw_simlog_event ev;
+    int rc = QW_ERR_INVALID;
+    if (json_is_object(obj) && to_event(obj, &ev) == QW_OK)
+        rc = qw_simlog_feed(log, &ev);
+    json_decref(obj);
+    return rc;
+}
+
+/* Reader state over one log file. */
+struct reader {
+    FILE *in;              /* the log */
+    const char *name;      /* for messages */
+    char *line;            /* getline buffer, owned */
+    size_t cap;            /* its capacity */
+    unsigned long lineno;  /* complete lines read */
+    unsigned long skipped; /* lines that were not events */
+};
+
+/*
+ * Feeds every complete line up to the end of the file. With `follow`, a
+ * last line without its newline (still being written) is left for the next
+ * call. Returns QW_OK, QW_ERR_NOMEM or QW_ERR_IO.
+ */
+static int read_available(struct reader *r, struct qw_simlog *log, bool follow)
+{
+    for (;;) {
+        long start = follow ? ftell(r->in) : 0;
+        ssize_t len = getline(&r->line, &r->cap, r->in);
+        if (len == -1)
+            break;
+        if (follow && r->line[len - 1] != '\n') {
+            if (fseek(r->in, start, SEEK_SET) != 0)
+                return QW_ERR_IO;
+            break;
+        }
+        r->lineno++;
+        if (len <= 1)
+            continue;
+        int rc = feed_line(log, r->line, (size_t)len);
+        if (rc == QW_ERR_NOMEM) {
+            fprintf(stderr, "bench-analyze: out of memory at line %lu\n", r->lineno);
+            return rc;
+        }
+        if (rc != QW_OK && r->skipped++ < 5)
+            fprintf(stderr, "bench-analyze: %s:%lu: line skipped\n", r->name, r->lineno);
+    }
+    if (ferror(r->in)) {
+        perror(r->name);
+        return QW_ERR_IO;
+    }
+    clearerr(r->in);
+    return QW_OK;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Follows the log until `want` batches are final or `timeout_s` passes. */
+static int wait_final(struct reader *r, struct qw_simlog *log, uint64_t want, double timeout_s)
+{
+    double deadline = mono_s() + timeout_s;
+    for (;;) {
+        int rc = read_available(r, log, true);
+        if (rc != QW_OK)
+            return 1;
+        if (qw_simlog_batches_final(log) >= want)
+            return 0;
+        if (mono_s() >= deadline) {
+            fprintf(stderr, "bench-analyze: %llu of %llu batches final after %.1f s\n",
+                    (unsigned long long)qw_simlog_batches_final(log),
+                    (unsigned long long)want, timeout_s);
+            return EXIT_TIMEOUT;
+        }
+        struct timespec nap = {0, FOLLOW_PERIOD_NS};
+        while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
+            ;
+    }
+}
+
 static void print_figures(const struct qw_simlog_figures *f, unsigned long skipped)
 {
     printf("batches=%llu posts=%llu posts_202=%llu posts_429=%llu posts_other=%llu gets=%llu "
@@ -70,15 +171,43 @@ static void print_figures(const struct qw_simlog_figures *f, unsigned long skipp
            (double)f->turnaround_max_us / 1000.0, f->turnaround_mean_us / 1000.0, skipped);
 }
 
+static int usage(void)
+{
+    fprintf(stderr, "usage: bench-analyze SIM-EVENT-LOG.ndjson|-\n"
+                    "       bench-analyze --wait-final N --timeout-s S SIM-EVENT-LOG.ndjson\n");
+    return EXIT_USAGE;
+}
+
+static bool parse_number(const char *text, double min, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v >= min))
+        return false;
+    *out = v;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2 || strcmp(argv[1], "--help") == 0) {
-        fprintf(stderr, "usage: bench-analyze SIM-EVENT-LOG.ndjson|-\n");
-        return 2;
+    double want = 0, timeout_s = 0;
+    const char *path;
+    bool waiting = false;
+    if (argc == 2 && strcmp(argv[1], "--help") != 0) {
+        path = argv[1];
+    } else if (argc == 6 && strcmp(argv[1], "--wait-final") == 0 &&
+               strcmp(argv[3], "--timeout-s") == 0 && parse_number(argv[2], 1, &want) &&
+               parse_number(argv[4], 0, &timeout_s) && strcmp(argv[5], "-") != 0) {
+        path = argv[5];
+        waiting = true;
+    } else {
+        return usage();
     }
-    FILE *in = strcmp(argv[1], "-") == 0 ? stdin : fopen(argv[1], "r");
-    if (!in) {
-        perror(argv[1]);
+    struct reader r = {.name = path};
+    r.in = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+    if (!r.in) {
+        perror(path);
         return 1;
     }
     struct qw_simlog *log = qw_simlog_new();
@@ -86,46 +215,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-analyze: out of memory\n");
         return 1;
     }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    unsigned long lineno = 0, skipped = 0;
-    int rc = 0;
-    while ((len = getline(&line, &cap, in)) != -1) {
-        lineno++;
-        if (len <= 1)
-            continue;
-        json_error_t jerr;
-        json_t *obj = json_loadb(line, (size_t)len, 0, &jerr);
-        struct qw_simlog_event ev;
-        int frc = QW_ERR_INVALID;
-        if (json_is_object(obj) && to_event(obj, &ev) == QW_OK)
-            frc = qw_simlog_feed(log, &ev);
-        json_decref(obj);
-        if (frc == QW_ERR_NOMEM) {
-            fprintf(stderr, "bench-analyze: out of memory at line %lu\n", lineno);
-            rc = 1;
-            break;
-        }
-        if (frc != QW_OK && skipped++ < 5)
-            fprintf(stderr, "bench-analyze: %s:%lu: line skipped\n", argv[1], lineno);
-    }
-    if (ferror(in)) {
-        perror(argv[1]);
-        rc = 1;
-    }
-    free(line);
-    if (in != stdin)
-        fclose(in);
-    if (rc == 0) {
-        struct qw_simlog_figures f;
-        qw_simlog_figures(log, &f);
-        print_figures(&f, skipped);
-        if (f.batches_final == 0) {
-            fprintf(stderr, "bench-analyze: no batch became final in %s\n", argv[1]);
-            rc = 1;
+    int rc;
+    if (waiting) {
+        rc = wait_final(&r, log, (uint64_t)want, timeout_s);
+    } else {
+        rc = read_available(&r, log, false) == QW_OK ? 0 : 1;
+        if (rc == 0) {
+            struct qw_simlog_figures f;
+            qw_simlog_figures(log, &f);
+            print_figures(&f, r.skipped);
+            if (f.batches_final == 0) {
+                fprintf(stderr, "bench-analyze: no batch became final in %s\n", path);
+                rc = 1;
+            }
         }
     }
+    free(r.line);
+    if (r.in != stdin)
+        fclose(r.in);
     qw_simlog_free(log);
     return rc;
 }

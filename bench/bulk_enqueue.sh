@@ -45,6 +45,7 @@ lines=$((services * batches))
 echo "workload: $lines lines, $services services x $batches batches," \
      "$(($(stat -c %s "$work/load.tsv") / 1048576)) MiB of TSV"
 
+echo "host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
 t0=$(date +%s.%N)
 QUEUER_INGEST_HIGH=0 "$queuer" enqueue --tsv "$work/load.tsv" >"$work/out" 2>"$work/err" || {
     echo "bulk_enqueue: enqueue failed:" >&2

@@ -169,6 +169,11 @@ int qw_simlog_feed(struct qw_simlog *log, const struct qw_simlog_event *ev)
     return QW_OK;
 }
 
+uint64_t qw_simlog_batches_final(const struct qw_simlog *log)
+{
+    return log->f.batches_final;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;

@@ -76,6 +76,9 @@ void qw_simlog_free(struct qw_simlog *log);
  */
 int qw_simlog_feed(struct qw_simlog *log, const struct qw_simlog_event *ev);
 
+/** Batches that became final so far (cheap; for waiting on a growing log). */
+uint64_t qw_simlog_batches_final(const struct qw_simlog *log);
+
 /**
  * Computes the figures from everything fed so far into `out`. Sorts the
  * turnaround samples in place; feeding more afterwards is allowed.

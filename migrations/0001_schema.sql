@@ -459,8 +459,6 @@ CREATE FUNCTION queuer.enqueue_rows(p_rows queuer.enqueue_row[], p_skip boolean)
 RETURNS SETOF queuer.enqueue_outcome
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queuer, pg_temp
-SET work_mem = '64MB'                     -- keeps a chunk's sorts and CTEs off disk
-SET plan_cache_mode = force_custom_plan  -- plan for the real array size every time
 AS $fn$
 DECLARE
     s_high   integer;

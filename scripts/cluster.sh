@@ -38,7 +38,7 @@ QWC_WORKER_PER_DEPLOYMENT=(QUEUER_DATABASE_CONNINFO QUEUER_DLT_URL QUEUER_ADMIN_
 # Secrets, from an owner-only env file, never on a command line.
 QWC_WORKER_SECRETS=(QUEUER_DLT_TOKEN)
 
-# shellcheck source=../tests/lib/cluster.sh
+# shellcheck source=tests/lib/cluster.sh
 . "$QWC_ROOT/tests/lib/cluster.sh"
 
 qwc_bins() {
@@ -115,15 +115,18 @@ qwc_compose_secrets() {
     echo "secrets for docker-compose.yml: $dir/db.env, $dir/ledger.env"
 }
 
+# Records what runs (written after each step of start, so stop finds
+# everything even when start was interrupted half-way).
 qwc_save_state() {
-    cat >"$QWC_DIR/state.env" <<STATE
-QW_PG_DIR='$QW_PG_DIR'
-QW_PG_CONNINFO='$QW_PG_CONNINFO'
-QW_SIM_URL='$QW_SIM_URL'
-QW_SIM_LOG='$QW_SIM_LOG'
-QW_SIM_PID='$QW_SIM_PID'
-QWC_WORKERS='$1'
+    cat >"$QWC_DIR/state.env.tmp" <<STATE
+QW_PG_DIR='${QW_PG_DIR:-}'
+QW_PG_CONNINFO='${QW_PG_CONNINFO:-}'
+QW_SIM_URL='${QW_SIM_URL:-}'
+QW_SIM_LOG='${QW_SIM_LOG:-}'
+QW_SIM_PID='${QW_SIM_PID:-}'
+QWC_WORKERS='${1:-0}'
 STATE
+    mv "$QWC_DIR/state.env.tmp" "$QWC_DIR/state.env"
 }
 
 qwc_load_state() {
@@ -147,6 +150,13 @@ qwc_worker_start() {
     )
 }
 
+# Undoes a start that failed half-way; $1 = 1 when start turned job control on.
+qwc_start_failed() {
+    [ "$1" = 0 ] || set +m
+    echo "cluster.sh: start failed; stopping what was started (logs in $QWC_DIR)" >&2
+    qwc_stop
+}
+
 qwc_start() {
     local workers=$QWC_WORKERS_DEFAULT fresh=0
     while [ $# -gt 0 ]; do
@@ -164,29 +174,43 @@ qwc_start() {
         fi
         qwc_stop # left over from a run that did not stop cleanly
     fi
+    if [ -f "$QWC_DIR/pg/data/postmaster.pid" ] &&
+        kill -0 "$(head -n 1 "$QWC_DIR/pg/data/postmaster.pid")" 2>/dev/null; then
+        echo "cluster.sh: a PostgreSQL still runs in $QWC_DIR/pg (scripts/cluster.sh stop)" >&2
+        return 1
+    fi
     if [ "$fresh" = 1 ] && [ -f "$QWC_DIR/.queuer-cluster" ]; then
         # everything a run leaves, but not the compose secrets kept here
         rm -rf "${QWC_DIR:?}"/{pg,sim,workers,secrets} "$QWC_DIR"/{state.env,migrate.log,workload.tsv}
     fi
     mkdir -p "$QWC_DIR"
     touch "$QWC_DIR/.queuer-cluster"
+    # Job control puts every process started below in its own process group,
+    # so a Ctrl-C at the terminal reaches only the calling script, whose
+    # trap stops them in order (workers first, with SIGTERM, once).
+    local monitor=1
+    case $- in *m*) monitor=0 ;; esac
+    [ "$monitor" = 0 ] || set -m
     qwc_secrets "$QWC_DIR/secrets"
-    qw_pg_start "$QWC_DIR/pg" || return 1
+    QW_PG_DIR=$QWC_DIR/pg QW_PG_CONNINFO='' QW_SIM_URL='' QW_SIM_LOG='' QW_SIM_PID=''
+    qwc_save_state 0 # from here on, stop cleans up whatever got started
+    qw_pg_start "$QWC_DIR/pg" || { qwc_start_failed "$monitor"; return 1; }
+    qwc_save_state 0
     QUEUER_DATABASE_CONNINFO=$QW_PG_CONNINFO
     export QUEUER_DATABASE_CONNINFO
     "$QUEUER_BIN" migrate >"$QWC_DIR/migrate.log" 2>&1 || {
         cat "$QWC_DIR/migrate.log" >&2
-        qw_pg_stop
+        qwc_start_failed "$monitor"
         return 1
     }
-    qw_sim_start "$QWC_DIR/sim" "${QWC_SIM_ARGS[@]}" --token-file "$QWC_DIR/secrets/dlt_token" || {
-        qw_pg_stop
-        return 1
-    }
+    qw_sim_start "$QWC_DIR/sim" "${QWC_SIM_ARGS[@]}" --token-file "$QWC_DIR/secrets/dlt_token" ||
+        { qwc_start_failed "$monitor"; return 1; }
+    qwc_save_state 0
     local i
     for i in $(seq 1 "$workers"); do
         qwc_worker_start "w$i"
     done
+    [ "$monitor" = 0 ] || set +m
     qwc_save_state "$workers"
 }
 
@@ -201,9 +225,10 @@ qwc_alive() {
     return 1
 }
 
+# Stops what the state file names (on a failed or interrupted start too).
 qwc_stop() {
-    qwc_load_state || return 0
     qw_workers_stop "$QWC_DIR/workers"
+    qwc_load_state || return 0
     if [ -n "${QW_SIM_PID:-}" ] && kill -0 "$QW_SIM_PID" 2>/dev/null; then
         kill -TERM "$QW_SIM_PID" 2>/dev/null || true
         local i
@@ -214,7 +239,7 @@ qwc_stop() {
         kill -KILL "$QW_SIM_PID" 2>/dev/null || true
     fi
     QW_SIM_PID=
-    qw_pg_stop
+    [ -z "${QW_PG_DIR:-}" ] || qw_pg_stop
     rm -f "$QWC_DIR/state.env"
 }
 

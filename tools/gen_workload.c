@@ -20,15 +20,14 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: queuer-gen --services N --batches K [--seed S] [--circuit-prefix ABCDE]\n"
-            "Prints N*K lines 'service_id<TAB>batch_id<TAB>hex(BatchList)' to stdout,\n"
-            "interleaved by service so each service's batches come in order.\n"
-            "  --services N         services, 1..100000000\n"
-            "  --batches K          batches per service, 1..100000000\n"
-            "  --seed S             64-bit seed for ids and payloads (default 1)\n"
-            "  --circuit-prefix P   first half of the circuit id: 5 letters/digits"
-            " (default qwgen)\n");
+    fprintf(out, "usage: queuer-gen --services N --batches K [--seed S] [--circuit-prefix ABCDE]\n"
+                 "Prints N*K lines 'service_id<TAB>batch_id<TAB>hex(BatchList)' to stdout,\n"
+                 "interleaved by service so each service's batches come in order.\n"
+                 "  --services N         services, 1..100000000\n"
+                 "  --batches K          batches per service, 1..100000000\n"
+                 "  --seed S             64-bit seed for ids and payloads (default 1)\n"
+                 "  --circuit-prefix P   first half of the circuit id: 5 letters/digits"
+                 " (default qwgen)\n");
 }
 
 static int parse_long(const char *text, long min, long max, long *out)

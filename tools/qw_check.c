@@ -40,32 +40,31 @@ static const char sql_submitting[] =
     "SELECT batch_id, detail FROM queuer.batch_history WHERE to_status = 'Submitting'";
 
 struct options {
-    const char *events;     /* NDJSON event log */
-    const char *config;     /* -c FILE, NULL = QUEUER_CONFIG or none */
-    const char *conninfo;   /* --conninfo, overrides the configuration */
-    const char *kv_path;    /* --kv FILE: key=value figures for scripts */
-    long max_report;        /* violations printed per invariant */
+    const char *events;   /* NDJSON event log */
+    const char *config;   /* -c FILE, NULL = QUEUER_CONFIG or none */
+    const char *conninfo; /* --conninfo, overrides the configuration */
+    const char *kv_path;  /* --kv FILE: key=value figures for scripts */
+    long max_report;      /* violations printed per invariant */
 };
 
 struct reporter {
-    long max_report;                  /* print at most this many per invariant */
-    long seen[QW_CHECK_INVARIANTS];   /* reported so far per invariant */
+    long max_report;                /* print at most this many per invariant */
+    long seen[QW_CHECK_INVARIANTS]; /* reported so far per invariant */
 };
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: qw-check --events FILE [-c CONFIG] [--conninfo CONNINFO] [--kv FILE]\n"
-            "                [--max-report N]\n"
-            "Checks a drained queuer run against the scabbard-sim event log:\n"
-            "  I1 every batch final, and its final status backed by the ledger\n"
-            "  I2 never two batches of one service pending at the ledger at once\n"
-            "  I3 per service, the ledger's first-acceptance order = creation order\n"
-            "  I4 every duplicate POST has a recorded resubmission reason\n"
-            "Prints a table of figures; --kv also writes them as key=value lines.\n"
-            "The database comes from the queuer configuration (-c, QUEUER_CONFIG,\n"
-            "QUEUER_DATABASE_CONNINFO, QUEUER_DATABASE_PASSWORD) or --conninfo.\n"
-            "Exit status: 0 clean, 1 violations, 2 error.\n");
+    fprintf(out, "usage: qw-check --events FILE [-c CONFIG] [--conninfo CONNINFO] [--kv FILE]\n"
+                 "                [--max-report N]\n"
+                 "Checks a drained queuer run against the scabbard-sim event log:\n"
+                 "  I1 every batch final, and its final status backed by the ledger\n"
+                 "  I2 never two batches of one service pending at the ledger at once\n"
+                 "  I3 per service, the ledger's first-acceptance order = creation order\n"
+                 "  I4 every duplicate POST has a recorded resubmission reason\n"
+                 "Prints a table of figures; --kv also writes them as key=value lines.\n"
+                 "The database comes from the queuer configuration (-c, QUEUER_CONFIG,\n"
+                 "QUEUER_DATABASE_CONNINFO, QUEUER_DATABASE_PASSWORD) or --conninfo.\n"
+                 "Exit status: 0 clean, 1 violations, 2 error.\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -265,12 +264,12 @@ static size_t collect(const struct qw_check_figures *f, long long truncated, str
     out[n++] = (struct figure){"gets", "status requests (GET)", f->gets};
     out[n++] = (struct figure){"restarts", "ledger restarts", f->restarts};
     out[n++] = (struct figure){"submitting_rows", "'Submitting' history rows", f->submitting_rows};
-    out[n++] = (struct figure){"resubmit_reasons", "  with a resubmission reason",
-                               f->resubmit_reasons};
+    out[n++] =
+        (struct figure){"resubmit_reasons", "  with a resubmission reason", f->resubmit_reasons};
     out[n++] = (struct figure){"duplicate_batches", "duplicates: batches taken twice or more",
                                f->duplicate_batches};
-    out[n++] = (struct figure){"duplicate_posts", "duplicates: extra acceptances",
-                               f->duplicate_posts};
+    out[n++] =
+        (struct figure){"duplicate_posts", "duplicates: extra acceptances", f->duplicate_posts};
     return n;
 }
 

@@ -9,7 +9,10 @@
 // GW_MAX_POOL (PostgreSQL connections per process, default concurrency + 2),
 // GW_POLL_MS (pollInterval, default 2000: new jobs arrive by LISTEN/NOTIFY
 // and every finished job fetches the next one, so polling only matters for
-// retries scheduled in the future).
+// retries scheduled in the future), GW_LOCAL_QUEUE (localQueue.size: jobs
+// fetched and locked per query, default 1 = off), GW_COMPLETE_BATCH_MS
+// (completeJobBatchDelay, default -1 = off). See docs/performance of
+// graphile-worker for the last two.
 import { Logger, run, runMigrations } from "graphile-worker";
 import { makeSubmitBatch } from "./submit_batch.mjs";
 
@@ -48,16 +51,25 @@ if (command === "migrate") {
   await runMigrations({ connectionString, logger });
 } else if (command === "run") {
   const concurrency = envInt("GW_CONCURRENCY", 32);
+  const localQueue = envInt("GW_LOCAL_QUEUE", 1);
+  const completeBatchMs = Number.parseInt(env("GW_COMPLETE_BATCH_MS", "-1"), 10);
   const runner = await run({
-    connectionString,
-    concurrency,
-    maxPoolSize: envInt("GW_MAX_POOL", concurrency + 2),
-    pollInterval: envInt("GW_POLL_MS", 2000),
-    logger,
     taskList: { submit_batch: makeSubmitBatch(env("GW_SIM_URL")) },
+    logger,
+    preset: {
+      worker: {
+        connectionString,
+        concurrentJobs: concurrency,
+        maxPoolSize: envInt("GW_MAX_POOL", concurrency + 2),
+        pollInterval: envInt("GW_POLL_MS", 2000),
+        // size > 1: one query locks up to `size` jobs of distinct queues
+        localQueue: { size: localQueue > 1 ? localQueue : -1 },
+        completeJobBatchDelay: Number.isFinite(completeBatchMs) ? completeBatchMs : -1,
+      },
+    },
     // graphile-worker installs its own SIGTERM/SIGINT handlers: graceful stop
   });
-  console.log(`event=graphile.started pid=${process.pid} concurrency=${concurrency}`);
+  console.log(`event=graphile.started pid=${process.pid} concurrency=${concurrency} local_queue=${localQueue}`);
   await runner.promise;
   const u = process.resourceUsage();
   console.log(

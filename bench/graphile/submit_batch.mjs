@@ -32,14 +32,15 @@ export function makeSubmitBatch(simUrl) {
       `${simUrl}/scabbard/${encodeURIComponent(serviceId.slice(0, sep))}` +
       `/${encodeURIComponent(serviceId.slice(sep + 2))}`;
     const body = Buffer.from(payloadHex, "hex");
-    const signal = helpers.abortSignal;
+    // No abort signal on the requests: helpers.abortSignal is shared by the
+    // whole pool and fetch() would add a listener to it per request. A job
+    // ends within one long-poll (STATUS_WAIT_S) once its batch is accepted.
 
     for (let attempt = 0; ; attempt++) {
       const res = await fetch(`${base}/batches`, {
         method: "POST",
         headers: { "content-type": "application/octet-stream" },
         body,
-        signal,
       });
       await res.arrayBuffer();
       if (res.status === 202) break;
@@ -52,7 +53,7 @@ export function makeSubmitBatch(simUrl) {
 
     const statusUrl = `${base}/batch_statuses?ids=${batchId}&wait=${STATUS_WAIT_S}`;
     for (let attempt = 0; ; ) {
-      const res = await fetch(statusUrl, { signal });
+      const res = await fetch(statusUrl);
       if (res.status !== 200) {
         await res.arrayBuffer();
         await sleep(backoffMs(attempt++));

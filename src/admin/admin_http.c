@@ -6,6 +6,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +29,12 @@ struct qw_admin_http {
 int qw_admin_listen_parse(const char *text, char *host, size_t host_len, int *port, char *why,
                           size_t why_len)
 {
-    if (!text || strcmp(text, "off") == 0)
-        return text ? 1 : (snprintf(why, why_len, "no address"), -1);
+    if (!text) {
+        snprintf(why, why_len, "no address");
+        return -1;
+    }
+    if (strcmp(text, "off") == 0)
+        return 1;
     const char *colon;
     const char *h = text;
     size_t hlen;
@@ -111,7 +116,8 @@ static int cached_ping(struct qw_admin_http *h, char *msg, size_t msg_len)
         struct qw_error err;
         qw_error_clear(&err);
         h->ping_rc = h->hooks.db_ping(h->hooks.ctx, &err);
-        snprintf(h->ping_msg, sizeof(h->ping_msg), "%s", h->ping_rc == QW_OK ? "" : err.msg);
+        snprintf(h->ping_msg, sizeof(h->ping_msg), "%.*s", (int)sizeof(h->ping_msg) - 1,
+                 h->ping_rc == QW_OK ? "" : err.msg);
         h->ping_at_ms = qw_clock_mono_ms();
     }
     int rc = h->ping_rc;
@@ -188,7 +194,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                    TEXT_PLAIN);
 }
 
-static void on_mhd_error(void *cls, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void on_mhd_error(void *cls, const char *fmt,
+                                                                va_list ap)
 {
     (void)cls;
     char line[300];
@@ -237,10 +244,10 @@ int qw_admin_http_start(struct qw_admin_http **out, const char *listen,
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     h->daemon = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)ADMIN_MAX_CONNECTIONS,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)ADMIN_TIMEOUT_S, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_error, h, MHD_OPTION_END);
+        flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_error, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)ADMIN_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)ADMIN_TIMEOUT_S, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->daemon) {
         pthread_mutex_destroy(&h->ping_mu);

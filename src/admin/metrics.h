@@ -26,6 +26,7 @@
 
 #include "admin/histogram.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct qw_metrics_snapshot {

@@ -1,4 +1,4 @@
-/* Shared helpers of the subcommands, check-config, and the commands that later work fills in. */
+/* Shared helpers of the subcommands, and check-config. */
 #include "cli/cli.h"
 #include "config/config.h"
 #include "db/db.h"
@@ -94,28 +94,4 @@ int qw_cmd_check_config(int argc, char **argv)
     fprintf(stderr, "%s: configuration OK\n", argv[1]);
     qw_config_free(&cfg);
     return QW_EXIT_OK;
-}
-
-static int not_implemented(const char *name)
-{
-    fprintf(stderr, "queuer %s: not implemented yet\n", name);
-    return QW_EXIT_SOFTWARE;
-}
-
-int qw_cmd_status(int argc, char **argv)
-{
-    (void)argc;
-    return not_implemented(argv[0]);
-}
-
-int qw_cmd_batch(int argc, char **argv)
-{
-    (void)argc;
-    return not_implemented(argv[0]);
-}
-
-int qw_cmd_prune(int argc, char **argv)
-{
-    (void)argc;
-    return not_implemented(argv[0]);
 }

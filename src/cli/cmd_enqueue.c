@@ -13,23 +13,22 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: queuer enqueue [-c FILE] --service S --batch-id ID --payload-file F|-\n"
-            "       queuer enqueue [-c FILE] --tsv FILE|- [--skip-invalid]\n"
-            "\n"
-            "Enqueues one batch (the payload file holds the raw BatchList bytes), or one\n"
-            "batch per line 'service_id<TAB>batch_id<TAB>hex(payload)' of a TSV file or\n"
-            "stdin ('-'; blank lines and '#' comments are skipped).\n"
-            "\n"
-            "Every line is checked before anything is written; without --skip-invalid a\n"
-            "single bad line loads nothing. With it, the good lines are loaded and each\n"
-            "skipped line is reported. An identical batch that is already enqueued is a\n"
-            "no-op (reported as a duplicate), so a load can be re-run safely.\n"
-            "\n"
-            "exit status: 0 done (duplicates included); 64 usage; 65 invalid input or a\n"
-            "batch_id already used with other content; 66 input unreadable; 69 database\n"
-            "unreachable; 75 back pressure: a service's backlog is at ingest.high, retry\n"
-            "once it is below ingest.low; 78 bad configuration.\n");
+    fprintf(out, "usage: queuer enqueue [-c FILE] --service S --batch-id ID --payload-file F|-\n"
+                 "       queuer enqueue [-c FILE] --tsv FILE|- [--skip-invalid]\n"
+                 "\n"
+                 "Enqueues one batch (the payload file holds the raw BatchList bytes), or one\n"
+                 "batch per line 'service_id<TAB>batch_id<TAB>hex(payload)' of a TSV file or\n"
+                 "stdin ('-'; blank lines and '#' comments are skipped).\n"
+                 "\n"
+                 "Every line is checked before anything is written; without --skip-invalid a\n"
+                 "single bad line loads nothing. With it, the good lines are loaded and each\n"
+                 "skipped line is reported. An identical batch that is already enqueued is a\n"
+                 "no-op (reported as a duplicate), so a load can be re-run safely.\n"
+                 "\n"
+                 "exit status: 0 done (duplicates included); 64 usage; 65 invalid input or a\n"
+                 "batch_id already used with other content; 66 input unreadable; 69 database\n"
+                 "unreachable; 75 back pressure: a service's backlog is at ingest.high, retry\n"
+                 "once it is below ingest.low; 78 bad configuration.\n");
 }
 
 struct args {
@@ -150,8 +149,8 @@ static int exit_for(int rc)
     return qw_cli_exit_for(rc);
 }
 
-static int enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts,
-                       const struct args *a, const uint8_t *payload, size_t len)
+static int enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const struct args *a,
+                       const uint8_t *payload, size_t len)
 {
     struct qw_error err;
     qw_error_clear(&err);
@@ -188,8 +187,8 @@ static void print_issue(void *ctx, const struct qw_enqueue_issue *issue)
     if (issue->outcome == QW_ENQ_DUPLICATE) {
         if (++p->duplicates > MAX_DUPLICATE_NOTES)
             return;
-        fprintf(stderr, "queuer enqueue: line %ld: note: duplicate of a stored batch (no-op): %s\n",
-                issue->line_no, issue->reason);
+        fprintf(stderr, "queuer enqueue: line %ld: note: duplicate (no-op): %s\n", issue->line_no,
+                issue->reason);
         return;
     }
     fprintf(stderr, "queuer enqueue: line %ld: %s: %s\n", issue->line_no,
@@ -210,8 +209,8 @@ static int enqueue_tsv(struct qw_db *db, const struct qw_enqueue_opts *opts, FIL
         fprintf(stderr, "queuer enqueue: %s\n", err.msg);
     long skipped = report.invalid + report.conflicts + report.backpressure;
     printf("%ld enqueued, %ld duplicates (idempotent), %ld %s, of %ld batch lines\n",
-           report.enqueued, report.duplicates, skipped,
-           report.committed ? "skipped" : "rejected", report.records);
+           report.enqueued, report.duplicates, skipped, report.committed ? "skipped" : "rejected",
+           report.records);
     if (rc == QW_OK && report.backpressure > 0) {
         fprintf(stderr,
                 "queuer enqueue: %ld line(s) refused by back pressure; run the load again once "

@@ -27,6 +27,8 @@ struct qw_dlt_xfer {
     void *user;                                 /* the caller's pointer */
     char service_id[QW_DLT_SERVICE_ID_LEN + 1]; /* copy of the service_id */
     char *payload;                              /* POST: copy of the request body */
+    size_t payload_len;                         /* POST: bytes in payload */
+    size_t payload_sent;                        /* POST: bytes handed to libcurl so far */
     size_t max_body;                            /* response cap, bytes */
     char *body;                                 /* response body so far, NUL-terminated */
     size_t body_len;                            /* bytes in body */
@@ -351,6 +353,34 @@ static int xfer_start(struct qw_dlt_client *c, struct qw_dlt_xfer *x)
     return QW_OK;
 }
 
+/* Feeds the POST body to libcurl. */
+static size_t read_payload(char *buf, size_t size, size_t nitems, void *arg)
+{
+    struct qw_dlt_xfer *x = arg;
+    size_t room = size * nitems;
+    size_t left = x->payload_len - x->payload_sent;
+    size_t n = left < room ? left : room;
+    memcpy(buf, x->payload + x->payload_sent, n);
+    x->payload_sent += n;
+    return n;
+}
+
+/*
+ * Refuses to rewind the POST body. libcurl re-sends a request on a new
+ * connection when a reused one dies without an answer; for a body already
+ * (partly) sent that needs a rewind, and refusing it makes the transfer
+ * fail (CURLE_SEND_FAIL_REWIND) instead of silently posting the batch a
+ * second time. The failure is then classified RETRY and the resubmission,
+ * if any, is decided and recorded by the submitter.
+ */
+static int refuse_rewind(void *arg, curl_off_t offset, int origin)
+{
+    (void)arg;
+    (void)offset;
+    (void)origin;
+    return CURL_SEEKFUNC_CANTSEEK;
+}
+
 int qw_dlt_post(struct qw_dlt_client *c, const char *service_id, const void *payload, size_t len,
                 void *user)
 {
@@ -379,9 +409,13 @@ int qw_dlt_post(struct qw_dlt_client *c, const char *service_id, const void *pay
         return QW_ERR_NOMEM;
     }
     memcpy(x->payload, payload, len);
+    x->payload_len = len;
     if (curl_easy_setopt(x->easy, CURLOPT_POST, 1L) != CURLE_OK ||
         curl_easy_setopt(x->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len) != CURLE_OK ||
-        curl_easy_setopt(x->easy, CURLOPT_POSTFIELDS, x->payload) != CURLE_OK ||
+        curl_easy_setopt(x->easy, CURLOPT_READFUNCTION, read_payload) != CURLE_OK ||
+        curl_easy_setopt(x->easy, CURLOPT_READDATA, x) != CURLE_OK ||
+        curl_easy_setopt(x->easy, CURLOPT_SEEKFUNCTION, refuse_rewind) != CURLE_OK ||
+        curl_easy_setopt(x->easy, CURLOPT_SEEKDATA, x) != CURLE_OK ||
         curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, c->post_headers) != CURLE_OK) {
         xfer_free(x);
         return QW_ERR_IO;

@@ -112,8 +112,7 @@ int qw_batchlist_check(const uint8_t *payload, size_t len, const char *batch_id,
         return defective(defect, QW_BATCHLIST_EMPTY);
     }
     if (len > max_bytes) {
-        qw_error_set(err, QW_ERR_INVALID, "payload is %zu bytes, the limit is %zu", len,
-                     max_bytes);
+        qw_error_set(err, QW_ERR_INVALID, "payload is %zu bytes, the limit is %zu", len, max_bytes);
         return defective(defect, QW_BATCHLIST_TOO_LARGE);
     }
 
@@ -163,8 +162,7 @@ int qw_batchlist_check(const uint8_t *payload, size_t len, const char *batch_id,
     struct qw_error why;
     qw_error_clear(&why);
     if (qw_validate_batch_id(sig, sig_len, &why) != QW_OK) {
-        qw_error_set(err, QW_ERR_INVALID, "Batch header_signature is not a batch id: %s",
-                     why.msg);
+        qw_error_set(err, QW_ERR_INVALID, "Batch header_signature is not a batch id: %s", why.msg);
         rc = defective(defect, QW_BATCHLIST_BAD_SIGNATURE);
         goto out;
     }

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_CHUNK_ROWS 5000
+#define DEFAULT_CHUNK_ROWS 10000
 #define COPY_FLUSH_BYTES (1 << 20) /* send COPY data in pieces of about 1 MiB */
 #define READ_BLOCK (1 << 16)       /* bytes read from the input at a time */
 
@@ -256,17 +256,17 @@ static enum read_result reader_next(struct line_reader *r, const char **line, si
 
 /* State of one bulk load. */
 struct bulk {
-    struct qw_db *db;                    /* borrowed */
-    const struct qw_enqueue_opts *opts;  /* borrowed */
-    qw_enqueue_issue_fn on_issue;        /* may be NULL */
-    void *ctx;                           /* for on_issue */
-    struct qw_enqueue_report *report;    /* borrowed */
-    int copying;                         /* bool: COPY is open */
-    int doomed;                          /* bool: the load will not commit; stop sending */
-    char *copy_buf;                      /* owned; pending COPY text */
-    size_t copy_len;                     /* bytes pending */
-    size_t copy_cap;                     /* bytes allocated */
-    long sent;                           /* rows COPYed (their seq is 0..sent-1) */
+    struct qw_db *db;                   /* borrowed */
+    const struct qw_enqueue_opts *opts; /* borrowed */
+    qw_enqueue_issue_fn on_issue;       /* may be NULL */
+    void *ctx;                          /* for on_issue */
+    struct qw_enqueue_report *report;   /* borrowed */
+    int copying;                        /* bool: COPY is open */
+    int doomed;                         /* bool: the load will not commit; stop sending */
+    char *copy_buf;                     /* owned; pending COPY text */
+    size_t copy_len;                    /* bytes pending */
+    size_t copy_cap;                    /* bytes allocated */
+    long sent;                          /* rows COPYed (their seq is 0..sent-1) */
 };
 
 static void report_issue(struct bulk *b, long line_no, enum qw_enqueue_outcome outcome,
@@ -558,8 +558,8 @@ int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *
             rollback(db);
         report->enqueued = 0;
         if (report->invalid > 0)
-            rc = qw_error_set(err, QW_ERR_INVALID,
-                              "%ld invalid line(s); nothing was enqueued", report->invalid);
+            rc = qw_error_set(err, QW_ERR_INVALID, "%ld invalid line(s); nothing was enqueued",
+                              report->invalid);
         else if (report->conflicts > 0)
             rc = qw_error_set(err, QW_ERR_DUPLICATE,
                               "%ld line(s) conflict with stored batches; nothing was enqueued",

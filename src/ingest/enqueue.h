@@ -33,12 +33,12 @@ struct qw_db;
 
 /** How one batch (line) fared. */
 enum qw_enqueue_outcome {
-    QW_ENQ_ENQUEUED = 0,  /* stored */
-    QW_ENQ_DUPLICATE,     /* identical batch already stored: nothing to do */
-    QW_ENQ_INVALID,       /* bad line: format, hex or payload (client or database check) */
-    QW_ENQ_TOO_LARGE,     /* payload over the size limit */
-    QW_ENQ_CONFLICT,      /* batch_id stored (or repeated) with other content */
-    QW_ENQ_BACKPRESSURE,  /* the service's backlog is at the high mark */
+    QW_ENQ_ENQUEUED = 0, /* stored */
+    QW_ENQ_DUPLICATE,    /* identical batch already stored: nothing to do */
+    QW_ENQ_INVALID,      /* bad line: format, hex or payload (client or database check) */
+    QW_ENQ_TOO_LARGE,    /* payload over the size limit */
+    QW_ENQ_CONFLICT,     /* batch_id stored (or repeated) with other content */
+    QW_ENQ_BACKPRESSURE, /* the service's backlog is at the high mark */
 };
 
 /** Options of an enqueue; zero values are not all sensible: fill every field. */
@@ -47,15 +47,15 @@ struct qw_enqueue_opts {
     int ingest_low;           /* accept again below this backlog; -1 = database setting */
     size_t max_payload_bytes; /* client-side payload limit, bytes (the database has its own) */
     int skip_invalid;         /* bool: bulk only; enqueue what can be, report the rest */
-    int chunk_rows;           /* bulk: rows per queuer.enqueue_rows() call; 0 = 5000 */
+    int chunk_rows;           /* bulk: rows per queuer.enqueue_rows() call; 0 = 10000 */
 };
 
 /** A line that was not enqueued (or was a duplicate), as reported to the caller. */
 struct qw_enqueue_issue {
-    long line_no;                     /* 1-based line in the input */
-    enum qw_enqueue_outcome outcome;  /* never QW_ENQ_ENQUEUED */
-    const char *batch_id;             /* as given, NUL-terminated; "" if unreadable */
-    const char *reason;               /* one line */
+    long line_no;                    /* 1-based line in the input */
+    enum qw_enqueue_outcome outcome; /* never QW_ENQ_ENQUEUED */
+    const char *batch_id;            /* as given, NUL-terminated; "" if unreadable */
+    const char *reason;              /* one line */
 };
 
 /** Called for every issue, in line order for the client checks. Must not keep the pointers. */

@@ -11,8 +11,8 @@ static int is_hex(unsigned char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes,
-                 struct qw_tsv_record *rec, struct qw_error *err)
+int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct qw_tsv_record *rec,
+                 struct qw_error *err)
 {
     memset(rec, 0, sizeof(*rec));
     rec->kind = QW_TSV_SKIP;
@@ -71,8 +71,8 @@ int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes,
                             "payload hex character %zu is byte 0x%02x, not a hex digit", i + 1, c);
     }
     if (hex_len % 2 != 0)
-        return qw_error_set(err, QW_ERR_INVALID,
-                            "payload hex has an odd number of digits (%zu)", hex_len);
+        return qw_error_set(err, QW_ERR_INVALID, "payload hex has an odd number of digits (%zu)",
+                            hex_len);
 
     rec->kind = QW_TSV_RECORD;
     rec->service_id = field[0];

@@ -32,7 +32,7 @@ struct qw_tsv_record {
     size_t batch_id_len;     /* characters (always 128 when valid) */
     const char *payload_hex; /* hex digits, not NUL-terminated */
     size_t payload_hex_len;  /* characters: twice the payload's bytes */
-    int too_large;           /* bool: set (with QW_ERR_INVALID) when the payload is over the limit */
+    int too_large; /* bool: set (with QW_ERR_INVALID) when the payload is over the limit */
 };
 
 /**
@@ -43,8 +43,8 @@ struct qw_tsv_record {
  * longer than `max_payload_bytes` is rejected here, before decoding.
  * Does not modify or keep `line`. Pure and thread-safe.
  */
-int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes,
-                 struct qw_tsv_record *rec, struct qw_error *err);
+int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct qw_tsv_record *rec,
+                 struct qw_error *err);
 
 /**
  * Decodes rec->payload_hex into `out` (capacity `cap` >= payload_hex_len/2)

@@ -29,10 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OUTCOME_GROUP_FULL 256   /* flush at once when this many outcomes wait */
-#define OUTCOME_GROUP_AGE_MS 2   /* flush a group at most this old */
-#define NO_RETRY INT64_MIN       /* retry_at NULL */
-#define RETRY_NEVER (-1)         /* retry_at infinity: parked for an operator */
+#define OUTCOME_GROUP_FULL 256 /* flush at once when this many outcomes wait */
+#define OUTCOME_GROUP_AGE_MS 2 /* flush a group at most this old */
+#define NO_RETRY INT64_MIN     /* retry_at NULL */
+#define RETRY_NEVER (-1)       /* retry_at infinity: parked for an operator */
 
 enum after_record {
     AFTER_POLL = 0,    /* recorded Pending: follow its status */
@@ -42,41 +42,41 @@ enum after_record {
 };
 
 struct outcome {
-    struct qw_job *job;       /* the job this outcome is about */
-    const char *expect;       /* "posting", "pending" or "inflight" */
-    const char *status;       /* new status, "" = none */
-    bool submitted;           /* submitted flag after the write */
-    int attempts_add;         /* added to attempts */
-    int64_t retry_ms;         /* retry_at = now() + ms; NO_RETRY or RETRY_NEVER */
-    char last_error[256];     /* "" = keep the stored one */
-    char detail[256];         /* history detail */
-    bool posted;              /* sets last_submitted_at */
-    enum after_record after;  /* what happens once it is written */
+    struct qw_job *job;      /* the job this outcome is about */
+    const char *expect;      /* "posting", "pending" or "inflight" */
+    const char *status;      /* new status, "" = none */
+    bool submitted;          /* submitted flag after the write */
+    int attempts_add;        /* added to attempts */
+    int64_t retry_ms;        /* retry_at = now() + ms; NO_RETRY or RETRY_NEVER */
+    char last_error[256];    /* "" = keep the stored one */
+    char detail[256];        /* history detail */
+    bool posted;             /* sets last_submitted_at */
+    enum after_record after; /* what happens once it is written */
 };
 
 struct submitter {
-    struct qw_worker *w;                 /* shared state */
-    const struct qw_config *cfg;         /* read-only */
-    struct qw_db *db;                    /* owned connection */
-    struct qw_dlt_client *dlt;           /* owned ledger client */
-    struct qw_rng rng;                   /* this thread's PRNG */
-    struct qw_job *waiting;              /* jobs waiting to POST or to poll again */
-    struct qw_job *overflow;             /* finished jobs the done queue refused */
-    struct outcome *out;                 /* outcomes waiting to be written */
-    size_t n_out;                        /* entries in out */
-    size_t cap_out;                      /* room in out: one per job we can own */
-    int64_t first_out_ms;                /* when the oldest waiting outcome was added */
-    int64_t flush_retry_at_ms;           /* after a failed flush: not before this */
-    int flush_failures;                  /* consecutive failed flushes */
-    int64_t pause_until_ms;              /* no POST before this (429 back pressure) */
-    int pause_count;                     /* consecutive 429s */
-    int64_t auth_until_ms;               /* no POST before this (credentials refused) */
-    int auth_count;                      /* consecutive 401/403 */
-    bool stopping;                       /* jobs queue closed: shutting down */
-    int64_t grace_deadline_ms;           /* stopping: abandon what is left after this */
-    int owned;                           /* jobs owned and not yet handed back */
-    int posting;                         /* POSTs in flight */
-    struct qw_pgarray arr[11];           /* reusable parameter builders */
+    struct qw_worker *w;         /* shared state */
+    const struct qw_config *cfg; /* read-only */
+    struct qw_db *db;            /* owned connection */
+    struct qw_dlt_client *dlt;   /* owned ledger client */
+    struct qw_rng rng;           /* this thread's PRNG */
+    struct qw_job *waiting;      /* jobs waiting to POST or to poll again */
+    struct qw_job *overflow;     /* finished jobs the done queue refused */
+    struct outcome *out;         /* outcomes waiting to be written */
+    size_t n_out;                /* entries in out */
+    size_t cap_out;              /* room in out: one per job we can own */
+    int64_t first_out_ms;        /* when the oldest waiting outcome was added */
+    int64_t flush_retry_at_ms;   /* after a failed flush: not before this */
+    int flush_failures;          /* consecutive failed flushes */
+    int64_t pause_until_ms;      /* no POST before this (429 back pressure) */
+    int pause_count;             /* consecutive 429s */
+    int64_t auth_until_ms;       /* no POST before this (credentials refused) */
+    int auth_count;              /* consecutive 401/403 */
+    bool stopping;               /* jobs queue closed: shutting down */
+    int64_t grace_deadline_ms;   /* stopping: abandon what is left after this */
+    int owned;                   /* jobs owned and not yet handed back */
+    int posting;                 /* POSTs in flight */
+    struct qw_pgarray arr[11];   /* reusable parameter builders */
 };
 
 static void flush_outcomes(struct submitter *s);
@@ -208,10 +208,13 @@ static void on_post_done(struct submitter *s, struct qw_job *job, const struct q
     }
     case QW_DLT_BACKPRESSURE: {
         atomic_fetch_add_explicit(&st->posts_backpressure, 1, memory_order_relaxed);
-        int64_t pause = qw_backoff_pause_429(s->pause_count++, cfg->dlt_pause_base_ms,
-                                             cfg->dlt_pause_max_ms,
-                                             r->retry_after_ms > 0 ? r->retry_after_ms : 0,
-                                             &s->rng);
+        /* Answers to POSTs sent together arrive together: they grow the pause
+         * once, not once each. */
+        if (now_ms() >= s->pause_until_ms)
+            s->pause_count++;
+        int64_t pause =
+            qw_backoff_pause_429(s->pause_count - 1, cfg->dlt_pause_base_ms, cfg->dlt_pause_max_ms,
+                                 r->retry_after_ms > 0 ? r->retry_after_ms : 0, &s->rng);
         int64_t until = now_ms() + pause;
         if (until > s->pause_until_ms) {
             s->pause_until_ms = until;
@@ -241,12 +244,16 @@ static void on_post_done(struct submitter *s, struct qw_job *job, const struct q
     }
     case QW_DLT_AUTH: {
         atomic_fetch_add_explicit(&st->posts_auth, 1, memory_order_relaxed);
-        int64_t pause = qw_backoff_ceiling_ms(s->auth_count++, 1000, 60000);
-        s->auth_until_ms = now_ms() + pause;
-        qw_log_error("ledger.auth_refused",
-                     "http_status=%ld pause_ms=%lld hint=\"check dlt.token_file or "
-                     "QUEUER_DLT_TOKEN; submissions stop until the ledger accepts it\"",
-                     r->http_status, (long long)pause);
+        /* Refusals of POSTs sent together count once and are logged once. */
+        bool first = now_ms() >= s->auth_until_ms;
+        if (first)
+            s->auth_until_ms = now_ms() + qw_backoff_ceiling_ms(s->auth_count++, 1000, 60000);
+        int64_t pause = s->auth_until_ms - now_ms();
+        if (first)
+            qw_log_error("ledger.auth_refused",
+                         "http_status=%ld pause_ms=%lld hint=\"check dlt.token_file or "
+                         "QUEUER_DLT_TOKEN; submissions stop until the ledger accepts it\"",
+                         r->http_status, (long long)pause);
         /* Not the batch's fault: no attempt burnt, it waits for the next try. */
         push_waiting(s, job, QW_JOB_WAITING, s->auth_until_ms);
         return;
@@ -260,16 +267,15 @@ static void on_post_done(struct submitter *s, struct qw_job *job, const struct q
         o->attempts_add = 1;
         o->posted = true;
         snprintf(o->last_error, sizeof(o->last_error), "POST failed (%s, HTTP %ld): %s",
-                 qw_dlt_transport_name(r->transport), r->http_status,
-                 r->message ? r->message : "");
+                 qw_dlt_transport_name(r->transport), r->http_status, r->message ? r->message : "");
         if (exhausted) {
             o->retry_ms = RETRY_NEVER;
             snprintf(o->detail, sizeof(o->detail),
                      "gave up after %d attempts (dlt.max_attempts); parked until an operator "
                      "retries or cancels it",
                      attempts);
-            qw_log_error("batch.exhausted", "service=%s batch=%.16s attempts=%d",
-                         job->service_id, job->batch_id, attempts);
+            qw_log_error("batch.exhausted", "service=%s batch=%.16s attempts=%d", job->service_id,
+                         job->batch_id, attempts);
         } else {
             o->retry_ms = qw_backoff_exponential_jitter(job->attempts, cfg->dlt_retry_base_ms,
                                                         cfg->dlt_retry_max_ms, &s->rng);
@@ -287,8 +293,7 @@ static void on_post_done(struct submitter *s, struct qw_job *job, const struct q
     }
 }
 
-static void on_status_done(struct submitter *s, struct qw_job *job,
-                           const struct qw_dlt_result *r)
+static void on_status_done(struct submitter *s, struct qw_job *job, const struct qw_dlt_result *r)
 {
     const struct qw_config *cfg = s->cfg;
     struct qw_worker_stats *st = &s->w->stats;
@@ -359,8 +364,8 @@ static void on_status_done(struct submitter *s, struct qw_job *job,
     snprintf(o->detail, sizeof(o->detail),
              "ledger reported Unknown for %lld ms (confirmed); resubmission follows",
              (long long)(t - job->unknown_since_ms));
-    qw_log_info("batch.unknown", "service=%s batch=%.16s confirmed_after_ms=%lld",
-                job->service_id, job->batch_id, (long long)(t - job->unknown_since_ms));
+    qw_log_info("batch.unknown", "service=%s batch=%.16s confirmed_after_ms=%lld", job->service_id,
+                job->batch_id, (long long)(t - job->unknown_since_ms));
 }
 
 static void on_transfer_done(const struct qw_dlt_result *r, void *arg)
@@ -378,8 +383,8 @@ static void apply_outcome(struct submitter *s, struct outcome *o, bool written)
 {
     struct qw_job *job = o->job;
     if (!written) {
-        qw_log_info("claim.lost", "service=%s batch=%.16s epoch=%lld action=drop",
-                    job->service_id, job->batch_id, (long long)job->epoch);
+        qw_log_info("claim.lost", "service=%s batch=%.16s epoch=%lld action=drop", job->service_id,
+                    job->batch_id, (long long)job->epoch);
         hand_back(s, job, QW_JOB_END_LOST);
         return;
     }
@@ -443,16 +448,15 @@ static void flush_outcomes(struct submitter *s)
     int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
     if (rc == QW_OK)
         rc = qw_db_query(s->db, "outcomes_record", 12, params, &res, &err);
-    if (rc != QW_OK && rc != QW_ERR_DB_CONN && rc != QW_ERR_TIMEOUT &&
-        rc != QW_ERR_SERIALIZATION) {
+    if (rc != QW_OK && rc != QW_ERR_DB_CONN && rc != QW_ERR_TIMEOUT && rc != QW_ERR_SERIALIZATION) {
         /* Not a transient failure: say so, and keep retrying (nothing is dropped). */
         qw_log_error("outcomes.failed", "n=%zu sqlstate=%s error=%s", s->n_out, err.sqlstate,
                      qw_log_quote((char[300]){0}, 300, err.msg));
     }
     if (rc == QW_ERR_SERIALIZATION) {
         /* A claim row is being renewed right now (NOWAIT): try again at once. */
-        s->flush_retry_at_ms = now_ms() + qw_backoff_full_jitter(s->flush_failures++, 1, 20,
-                                                                 &s->rng);
+        s->flush_retry_at_ms =
+            now_ms() + qw_backoff_full_jitter(s->flush_failures++, 1, 20, &s->rng);
         return;
     }
     if (rc != QW_OK) {
@@ -505,8 +509,8 @@ static int64_t run_waiting(struct submitter *s, int64_t t)
         }
         int64_t due = job->next_at_ms;
         if (is_post && paused) {
-            int64_t until = s->pause_until_ms > s->auth_until_ms ? s->pause_until_ms
-                                                                  : s->auth_until_ms;
+            int64_t until =
+                s->pause_until_ms > s->auth_until_ms ? s->pause_until_ms : s->auth_until_ms;
             due = due > until ? due : until;
         }
         if (due > t) {

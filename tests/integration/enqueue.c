@@ -159,8 +159,7 @@ static int sql_enqueue(struct qw_db *db, const char *service, const char *id,
     qw_hex_encode(payload, len, hex + 2);
     const char *params[] = {service, id, hex};
     struct qw_db_res *res = NULL;
-    int rc = sql_params(db, "SELECT queuer.enqueue_batch($1, $2, $3::bytea)", 3, params, &res,
-                        err);
+    int rc = sql_params(db, "SELECT queuer.enqueue_batch($1, $2, $3::bytea)", 3, params, &res, err);
     if (rc == QW_OK && word)
         snprintf(word, word_len, "%s", qw_db_res_get(res, 0, 0));
     qw_db_res_free(res);
@@ -265,9 +264,8 @@ static void test_single_happy_path(void **state)
         rc = run_queuer(conninfo, NULL, args, input, NULL, NULL);
         assert_int_equal(rc, 0);
         free(input);
-        assert_int_equal(count_where(db, "SELECT count(*) FROM queuer.batches WHERE batch_id = $1",
-                                     id2),
-                         1);
+        assert_int_equal(
+            count_where(db, "SELECT count(*) FROM queuer.batches WHERE batch_id = $1", id2), 1);
     }
     free(p2);
     qw_db_close(db);
@@ -319,8 +317,8 @@ static void test_rejections(void **state)
         const char *env[] = {rows[i].limit_env, NULL};
         char *out = NULL;
         char *err = NULL;
-        int rc = cli_one(conninfo, env, rows[i].service, rows[i].id, rows[i].p, rows[i].n, &out,
-                         &err);
+        int rc =
+            cli_one(conninfo, env, rows[i].service, rows[i].id, rows[i].p, rows[i].n, &out, &err);
         if (rc != 65 || !strstr(err, rows[i].message))
             fail_msg("row '%s': exit %d, stderr: %s", rows[i].name, rc, err);
         free(out);
@@ -380,7 +378,8 @@ static void test_rejections(void **state)
 
     /* a payload must not be rewritten into an invalid one either */
     qw_error_clear(&e);
-    assert_int_not_equal(qw_db_exec(db, "UPDATE queuer.batches SET payload = '\\x0a00'", &e), QW_OK);
+    assert_int_not_equal(qw_db_exec(db, "UPDATE queuer.batches SET payload = '\\x0a00'", &e),
+                         QW_OK);
     assert_string_equal(e.sqlstate, "QU400");
 
     /* usage errors and unreadable files */
@@ -538,9 +537,8 @@ static void test_bulk_bad_lines(void **state)
     assert_contains(err, "line 2: conflict:");
     free(out);
     free(err);
-    assert_int_equal(count_where(db, "SELECT count(*) FROM queuer.batches WHERE batch_id = $1",
-                                 fresh),
-                     0);
+    assert_int_equal(
+        count_where(db, "SELECT count(*) FROM queuer.batches WHERE batch_id = $1", fresh), 0);
 
     qw_db_close(db);
     free(c.s);
@@ -661,9 +659,8 @@ static void test_backpressure_hysteresis(void **state)
     for (int k = 100; k < 150; k++)
         tsv_line(&many, SVC_C, (uint64_t)k, id);
     assert_int_equal(run_queuer(conninfo, off, args, many.s, NULL, NULL), 0);
-    assert_int_equal(count_where(db, "SELECT count(*) FROM queuer.batches WHERE service_id = $1",
-                                 SVC_C),
-                     50);
+    assert_int_equal(
+        count_where(db, "SELECT count(*) FROM queuer.batches WHERE service_id = $1", SVC_C), 50);
 
     qw_db_close(db);
     free(p30);
@@ -688,8 +685,7 @@ struct child_counts {
  * counts. `first_lines` receives, per process, its ids in line order.
  */
 static void run_concurrent(const char *conninfo, int procs, const char *const *services,
-                           int nservices, int per_service, int high,
-                           struct child_counts *counts)
+                           int nservices, int per_service, int high, struct child_counts *counts)
 {
     int fds[16][2];
     pid_t pids[16];
@@ -913,10 +909,10 @@ static void test_enqueuer_role_calls_sql(void **state)
     assert_int_not_equal(sql_params(db, "SELECT count(*) FROM queuer.batches", 0, NULL, NULL, &e),
                          QW_OK);
     assert_string_equal(e.sqlstate, "42501");
-    assert_int_not_equal(
-        sql_params(db, "INSERT INTO queuer.service_ingest (service_id) VALUES ('x')", 0, NULL,
-                   NULL, &e),
-        QW_OK);
+    assert_int_not_equal(sql_params(db,
+                                    "INSERT INTO queuer.service_ingest (service_id) VALUES ('x')",
+                                    0, NULL, NULL, &e),
+                         QW_OK);
     assert_string_equal(e.sqlstate, "42501");
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batches"), 3);
 

@@ -54,11 +54,12 @@ static void test_worker_and_operator(void **state)
 {
     char *conninfo = itest_db_create("roles", 1);
     struct qw_db *admin = itest_connect(conninfo);
-    itest_exec(admin, "DO $$ BEGIN "
-                      "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'itest_worker') THEN "
-                      "CREATE ROLE itest_worker LOGIN IN ROLE queuer_worker; END IF; "
-                      "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'itest_operator') THEN "
-                      "CREATE ROLE itest_operator LOGIN IN ROLE queuer_operator; END IF; END $$");
+    itest_exec(admin,
+               "DO $$ BEGIN "
+               "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'itest_worker') THEN "
+               "CREATE ROLE itest_worker LOGIN IN ROLE queuer_worker; END IF; "
+               "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'itest_operator') THEN "
+               "CREATE ROLE itest_operator LOGIN IN ROLE queuer_operator; END IF; END $$");
     itest_exec(admin, SAMPLE_BATCH);
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batches"), 1);
     itest_exec(admin, "INSERT INTO queuer.batch_history (batch_id, service_id, to_status) "
@@ -88,8 +89,9 @@ static void test_worker_and_operator(void **state)
     expect(worker, "SELECT count(*) FROM queuer.batches", "");
     expect(worker, "SELECT count(*) FROM queuer.settings", "");
     expect(worker, "DELETE FROM queuer.batches", "42501");
-    expect(worker, "INSERT INTO queuer.batches (batch_id, service_id, payload, created_at) "
-                   "VALUES (repeat('cd', 64), 'roles-aaaaa::0001', '\\x00', now())",
+    expect(worker,
+           "INSERT INTO queuer.batches (batch_id, service_id, payload, created_at) "
+           "VALUES (repeat('cd', 64), 'roles-aaaaa::0001', '\\x00', now())",
            "42501");
     qw_db_close(worker);
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batch_history"), 3);

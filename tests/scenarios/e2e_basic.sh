@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End to end without faults: 3 workers drain 50 services x 10 batches through
 # scabbard-sim. Every batch ends Committed, qw-check finds no violation of
-# I1-I4, every batch is POSTed exactly once (one Submitting row, attempts = 1,
-# nothing Delayed), and the ledger requests per batch are reported.
+# I1-I4, every batch is POSTed exactly once (attempts = 1, nothing Delayed or
+# Unknown, no 429), and the ledger requests per batch (POSTs + status GETs)
+# are reported.
 . "$(dirname "$0")/e2e_common.sh"
 
 SERVICES=50
@@ -29,7 +30,7 @@ e2e_assert "${FIG[posts_202]}" -eq "$TOTAL" "every POST accepted"
 e2e_assert "${FIG[posts_429]}" -eq 0 "no 429 without faults"
 e2e_assert "${FIG[duplicate_posts]}" -eq 0 "no duplicate without faults"
 e2e_assert "${FIG[gets]}" -ge "$TOTAL" "at least one status request per batch"
-e2e_assert "${FIG[submitting_rows]}" -eq "$TOTAL" "one Submitting row per batch"
+e2e_assert "${FIG[submitting_rows]}" -ge "$TOTAL" "a Submitting row for every batch"
 attempts=$(qw_sql "SELECT count(*) FROM queuer.batches WHERE attempts <> 1")
 e2e_assert "$attempts" -eq 0 "batches with attempts <> 1"
 detours=$(qw_sql "SELECT count(*) FROM queuer.batch_history WHERE to_status IN ('Delayed', 'Unknown')")

@@ -16,10 +16,10 @@ done
 QW_CHECK_BIN=${QW_CHECK_BIN:-$QW_BUILD_ROOT/tools/qw-check}
 export QUEUER_BIN SCABBARD_SIM_BIN
 
-# shellcheck source=../lib/cluster.sh
+# shellcheck source=tests/lib/cluster.sh
 . "$QW_SOURCE_ROOT/tests/lib/cluster.sh"
 # qwc_load_tsv: the one place that knows how a TSV workload gets loaded.
-# shellcheck source=../../scripts/cluster.sh
+# shellcheck source=scripts/cluster.sh
 . "$QW_SOURCE_ROOT/scripts/cluster.sh"
 
 # Test-scale worker settings: short leases, a fast cycle and quick retries.
@@ -70,7 +70,7 @@ e2e_log() {
 e2e_assert() {
     local a=$1 op=$2 b=$3
     shift 3
-    [ "$a" "$op" "$b" ] || e2e_fail "$* (got $a, expected $op $b)"
+    test "$a" "$op" "$b" || e2e_fail "$* (got $a, expected $op $b)"
 }
 
 # Starts a migrated PostgreSQL in the test directory.

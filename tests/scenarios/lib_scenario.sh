@@ -40,14 +40,15 @@ SC_HARD_MS=4000
 SC_CYCLE_MS=200
 SC_WORKER_ENV=()
 
-# How sc_load_tsv enqueues: "psql" (SQL function, works today) or "cli"
-# (`queuer enqueue --tsv`). Override with the environment.
-SC_LOADER=${SC_LOADER:-psql}
+# How sc_load_tsv enqueues: "cli" (`queuer enqueue --tsv`, the default) or
+# "psql" (queuer.enqueue_rows() directly). Override with the environment.
+SC_LOADER=${SC_LOADER:-cli}
 
 SC_NAME=
 SC_DIR=
 SC_RC=
 SC_POLLER_PID=
+SC_T0=0
 
 sc_log() {
     printf '[%s %s] %s\n' "$SC_NAME" "$(date +%H:%M:%S.%3N)" "$*"
@@ -57,6 +58,7 @@ sc_log() {
 
 sc_begin() {
     SC_NAME=$1
+    SC_T0=$SECONDS
     for bin in "$QUEUER_BIN" "$SCABBARD_SIM_BIN" "$QUEUER_GEN_BIN"; do
         [ -x "$bin" ] || { echo "$SC_NAME: missing binary $bin (build first)" >&2; exit 1; }
     done
@@ -85,9 +87,9 @@ sc_cleanup() {
             echo "---- last lines of $f"
             tail -n 25 "$f"
         done
-        echo "$SC_NAME: FAILED (exit $rc); files kept in $SC_DIR"
+        echo "$SC_NAME: FAILED (exit $rc) after $((SECONDS - SC_T0)) s; files kept in $SC_DIR"
     else
-        echo "$SC_NAME: passed"
+        echo "$SC_NAME: passed in $((SECONDS - SC_T0)) s"
         [ -n "${QW_KEEP:-}" ] || rm -rf "$SC_DIR"
     fi
     exit "$rc"
@@ -318,10 +320,10 @@ sc_check_order() {
     sc_check_sql "the simulator event log was loaded in its order" 0 \
         "SELECT count(*) FROM (SELECT (ev->>'t')::bigint - lag((ev->>'t')::bigint) OVER (ORDER BY n) AS d
                                  FROM scenario.simlog) x WHERE d < 0"
-    sc_check_sql "every POST in the simulator log names an enqueued batch" 0 \
-        "SELECT count(*) FROM scenario.posts WHERE service_id IS NULL" \
-        "SELECT n, sim_service, left(batch_id, 16) AS batch, code FROM scenario.posts
-          WHERE service_id IS NULL LIMIT 10"
+    sc_check_sql "every POST in the simulator log names an enqueued batch of that service" 0 \
+        "SELECT count(*) FROM scenario.posts WHERE service_id IS DISTINCT FROM sim_service" \
+        "SELECT n, sim_service, service_id, left(batch_id, 16) AS batch, code FROM scenario.posts
+          WHERE service_id IS DISTINCT FROM sim_service LIMIT 10"
     sc_check_sql "POSTs per service reach the ledger in creation order" 0 \
         "SELECT count(*) FROM scenario.order_violations" \
         "SELECT n, service_id, pos, later_seen, code FROM scenario.order_violations LIMIT 10"
@@ -406,12 +408,13 @@ sc_load_tsv() {
     local file=$1
     case "$SC_LOADER" in
     cli)
+        # one transaction (src/ingest/enqueue.c); back pressure off
         QUEUER_INGEST_HIGH=0 "$QUEUER_BIN" enqueue --tsv "$file" >"$SC_DIR/enqueue.out" 2>&1 || {
             cat "$SC_DIR/enqueue.out" >&2
             sc_fail "queuer enqueue --tsv $file failed"
         }
         ;;
-    *)
+    psql)
         qw_psql >"$SC_DIR/enqueue.out" 2>&1 <<SQL || {
 SET queuer.ingest_high = 0;
 CREATE TEMP TABLE sc_load (line_no serial, service_id text, batch_id text, payload_hex text);
@@ -425,11 +428,12 @@ SQL
             sc_fail "loading $file failed"
         }
         ;;
+    *) sc_fail "SC_LOADER must be cli or psql, not '$SC_LOADER'" ;;
     esac
 }
 
-# sc_services FILE: the distinct service ids of a TSV workload, as a SQL
-# array literal body ('a','b',...).
+# sc_services_sql FILE: the distinct service ids of a TSV workload as a SQL
+# list ('a','b',...), for IN (...).
 sc_services_sql() {
     cut -f1 "$1" | sort -u | sed "s/.*/'&'/" | paste -sd, -
 }

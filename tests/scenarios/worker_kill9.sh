@@ -51,6 +51,9 @@ sc_wait_registered 15 w2
 
 kill_at=$(sc_db_now)
 sc_worker_kill w1
+# The ledger answers again at once (w2 must not inherit hanging requests);
+# the hanging services' batches stay mid-submission in the database.
+sc_sim_faults '{"fault-hang": 0}'
 sc_check "w1 died of SIGKILL" 137 "$SC_RC"
 sc_wait "w1's database sessions have ended" 10 \
     "SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'w1'"
@@ -65,8 +68,6 @@ sc_check_sql "at the kill, no idle service has a batch mid-submission" 0 \
 sc_check_sql "at the kill, every hanging service has a batch mid-submission" 8 \
     "SELECT count(DISTINCT service_id) FROM queuer.batches
       WHERE service_id IN ($HANG) AND submitted AND status IS NULL"
-# The ledger answers again; only the leases hold the services back now.
-sc_sim_faults '{"fault-hang": 0}'
 
 sc_takeover_poll_wait
 TAKEN=$(sc_taken_at)
@@ -96,6 +97,7 @@ sc_check_sql "(b) no service with a batch mid-submission was taken before its ex
     "SELECT count(*) FROM scenario.watch w WHERE w.tag = 'submitting' AND $TAKEN <= w.old_expiry_2" \
     "$EVIDENCE"
 
+sc_log "resuming the ledger's commits"
 # Recovery: the ledger commits again; w2 follows the adopted batches (or
 # resubmits those the ledger never accepted) and drains everything in order.
 sc_sim_resume

@@ -60,11 +60,12 @@ for w in w1 w2; do
 done
 grep -hoE 'level=(warn|error) .*event=[a-z_.]+' "$SC_DIR"/w1.log "$SC_DIR"/w2.log |
     sed -E 's/ts=[^ ]* //; s/thread=[a-z]+ //' | sort | uniq -c | sed 's/^/   /'
-for w in w1 w2; do
-    sc_check_sql "$w wrote batch outcomes after the last restart" t \
-        "SELECT count(*) > 0 FROM queuer.batch_history
-          WHERE instance_id = '$w' AND at > '$RESTARTED_AT'::timestamptz"
-done
+# Who did the work after the last restart. Not asserted: when the outage
+# outlasts the lease, the first worker back sees the other as dead
+# (heartbeat older than the liveness window), claims every service, and
+# keeps them while they have batches in flight (see the report).
+sc_show "SELECT instance_id, count(*) AS history_rows_after_last_restart FROM queuer.batch_history
+          WHERE at > '$RESTARTED_AT'::timestamptz GROUP BY 1 ORDER BY 1"
 sc_check_sql "every batch Committed" 0 \
     "SELECT count(*) FROM queuer.batches WHERE status IS DISTINCT FROM 'Committed'"
 sc_check_order

@@ -26,6 +26,11 @@ sc_wait "w1 holds services and has batches in flight" 15 \
                 SELECT 1 FROM queuer.batches b WHERE b.service_id = c.service_id
                    AND (b.status = 'Pending' OR (b.submitted AND b.status IS NULL))))
        FROM queuer.service_id_claims c WHERE c.claimant = 'w1'"
+# The ledger commits nothing while w1 is frozen and taken over, so its
+# services keep their work however slowly this script runs; commits
+# resume before w1 does, and its status polls then report batches final
+# that w2 now owns.
+sc_sim_pause
 
 # Freeze w1 outside any transaction: a worker frozen inside one would hold
 # row locks on its claims (see the report), which is not what this
@@ -76,6 +81,10 @@ sc_check_sql "every frozen service was taken by w2 with a higher epoch" 0 \
     "SELECT count(*) FROM scenario.watch w WHERE w.new_claimant <> 'w2' OR w.new_epoch <= w.old_epoch" \
     "SELECT * FROM scenario.watch"
 
+sc_sim_resume
+sc_wait "w2 committed batches of the frozen services" 15 \
+    "SELECT EXISTS (SELECT 1 FROM queuer.batch_history h JOIN scenario.watch w USING (service_id)
+                     WHERE h.instance_id = 'w2' AND h.to_status = 'Committed')"
 resume_at=$(sc_db_now)
 sc_worker_signal w1 CONT
 sc_wait "w1 runs a cycle after SIGCONT" 10 \

@@ -78,8 +78,9 @@ int qw_check_event_parse(const char *line, size_t len, struct qw_check_event *ev
     const char *k = json_string_value(kind);
     if (copy_member(root, "service", ev->service, sizeof(ev->service)) != 0 ||
         copy_member(root, "batch", ev->batch, sizeof(ev->batch)) != 0) {
-        rc = fail(why, why_len, "%s event: \"service\" or \"batch\" is not a string of at most "
-                                "%d/%d characters",
+        rc = fail(why, why_len,
+                  "%s event: \"service\" or \"batch\" is not a string of at most "
+                  "%d/%d characters",
                   k, QW_CHECK_SERVICE_MAX, QW_CHECK_ID_MAX);
         goto out;
     }
@@ -91,11 +92,12 @@ int qw_check_event_parse(const char *line, size_t len, struct qw_check_event *ev
         }
         ev->dup = json_is_true(json_object_get(root, "dup"));
         ev->fault = ev->no_answer || json_is_string(json_object_get(root, "fault"));
-        ev->reached = ev->code == 202 ||
-                      (ev->no_answer && json_is_true(json_object_get(root, "accepted")));
+        ev->reached =
+            ev->code == 202 || (ev->no_answer && json_is_true(json_object_get(root, "accepted")));
         if (ev->reached && (!ev->batch[0] || !ev->service[0])) {
-            rc = fail(why, why_len, "post event: the ledger took a batch but the line names no "
-                                    "batch or service");
+            rc = fail(why, why_len,
+                      "post event: the ledger took a batch but the line names no "
+                      "batch or service");
             goto out;
         }
     } else if (strcmp(k, "get") == 0) {
@@ -106,8 +108,8 @@ int qw_check_event_parse(const char *line, size_t len, struct qw_check_event *ev
         }
     } else if (strcmp(k, "status") == 0) {
         ev->kind = QW_CHECK_EV_STATUS;
-        if (copy_member(root, "to", ev->to, sizeof(ev->to)) != 0 || !ev->to[0] ||
-            !ev->batch[0] || !ev->service[0]) {
+        if (copy_member(root, "to", ev->to, sizeof(ev->to)) != 0 || !ev->to[0] || !ev->batch[0] ||
+            !ev->service[0]) {
             rc = fail(why, why_len, "status event: needs \"service\", \"batch\" and \"to\"");
             goto out;
         }
@@ -239,18 +241,18 @@ struct service {
 };
 
 struct qw_check {
-    qw_check_violation_fn fn;        /* violation sink, may be NULL */
-    void *ctx;                       /* passed to fn */
-    struct batch *batches;           /* every batch seen anywhere */
-    size_t n_batches;                /* used entries */
-    size_t cap_batches;              /* room */
-    struct map batch_map;            /* id -> batches[] */
-    struct service *services;        /* every service seen anywhere */
-    size_t n_services;               /* used entries */
-    size_t cap_services;             /* room */
-    struct map service_map;          /* key -> services[] */
-    long long next_pos;              /* next db_pos */
-    struct qw_check_figures fig;     /* counts so far */
+    qw_check_violation_fn fn;    /* violation sink, may be NULL */
+    void *ctx;                   /* passed to fn */
+    struct batch *batches;       /* every batch seen anywhere */
+    size_t n_batches;            /* used entries */
+    size_t cap_batches;          /* room */
+    struct map batch_map;        /* id -> batches[] */
+    struct service *services;    /* every service seen anywhere */
+    size_t n_services;           /* used entries */
+    size_t cap_services;         /* room */
+    struct map service_map;      /* key -> services[] */
+    long long next_pos;          /* next db_pos */
+    struct qw_check_figures fig; /* counts so far */
 };
 
 __attribute__((format(printf, 3, 4))) static void violation(struct qw_check *c, int invariant,
@@ -321,8 +323,7 @@ static size_t service_get(struct qw_check *c, const char *key)
     }
     if ((c->service_map.n + 1) * 2 > c->service_map.cap && map_grow(&c->service_map) != 0)
         return NONE;
-    if (grow((void **)&c->services, &c->cap_services, c->n_services + 1, sizeof(*c->services)) !=
-        0)
+    if (grow((void **)&c->services, &c->cap_services, c->n_services + 1, sizeof(*c->services)) != 0)
         return NONE;
     char *copy = strdup(key);
     if (!copy)
@@ -546,8 +547,9 @@ static void check_final(struct qw_check *c, const struct batch *b)
                   : strcmp(st, "Valid") == 0   ? b->seen_valid || b->seen_committed
                                                : b->seen_invalid || b->seen_400;
     if (!backed)
-        violation(c, 1, "service %s: batch %.16s is %s in the database but the ledger never "
-                        "said so",
+        violation(c, 1,
+                  "service %s: batch %.16s is %s in the database but the ledger never "
+                  "said so",
                   svc, b->id, st);
 }
 
@@ -572,8 +574,9 @@ static int check_order(struct qw_check *c)
         if (b->first_taken < 0)
             continue;
         if (!b->in_db) {
-            violation(c, 3, "service %s: the ledger took batch %.16s, which queuer.batches "
-                            "does not hold",
+            violation(c, 3,
+                      "service %s: the ledger took batch %.16s, which queuer.batches "
+                      "does not hold",
                       c->services[b->svc].key, b->id);
             continue;
         }
@@ -602,8 +605,9 @@ static void check_reasons(struct qw_check *c, const struct batch *b)
         c->fig.duplicate_batches++;
         c->fig.duplicate_posts += b->taken - 1;
         if (b->reasons < b->taken - 1)
-            violation(c, 4, "batch %.16s: the ledger took it %d times but only %d resubmission "
-                            "reason(s) are recorded",
+            violation(c, 4,
+                      "batch %.16s: the ledger took it %d times but only %d resubmission "
+                      "reason(s) are recorded",
                       b->id, b->taken, b->reasons);
     }
     if (b->posts > b->submitting)

@@ -45,16 +45,16 @@ enum qw_check_event_kind {
 
 /** One event line, parsed. Strings are "" when the line has none (or null). */
 struct qw_check_event {
-    enum qw_check_event_kind kind;        /* what happened */
-    int64_t t_us;                         /* "t": log time, microseconds */
+    enum qw_check_event_kind kind;          /* what happened */
+    int64_t t_us;                           /* "t": log time, microseconds */
     char service[QW_CHECK_SERVICE_MAX + 1]; /* "circuit::service" */
-    char batch[QW_CHECK_ID_MAX + 1];      /* batch id (header_signature) */
-    int code;                             /* HTTP status; 0 when dropped or hung */
-    bool no_answer;                       /* POST/GET: connection dropped or held (a fault) */
-    bool reached;                         /* POST: the ledger took the batch */
-    bool dup;                             /* POST: the ledger already knew the batch */
-    bool fault;                           /* POST: the answer was an injected fault */
-    char to[16];                          /* STATUS: the new status */
+    char batch[QW_CHECK_ID_MAX + 1];        /* batch id (header_signature) */
+    int code;                               /* HTTP status; 0 when dropped or hung */
+    bool no_answer;                         /* POST/GET: connection dropped or held (a fault) */
+    bool reached;                           /* POST: the ledger took the batch */
+    bool dup;                               /* POST: the ledger already knew the batch */
+    bool fault;                             /* POST: the answer was an injected fault */
+    char to[16];                            /* STATUS: the new status */
 };
 
 /**
@@ -69,9 +69,9 @@ int qw_check_event_parse(const char *line, size_t len, struct qw_check_event *ev
 
 /** What a 'Submitting' history row's detail says about the submission. */
 enum qw_check_reason {
-    QW_CHECK_REASON_NONE = 0,  /* no reason recognised (NULL, empty or unknown text) */
-    QW_CHECK_REASON_FIRST,     /* 'first submission' */
-    QW_CHECK_REASON_RESUBMIT,  /* 'resubmission: ...' or 'retry after delay: ...' */
+    QW_CHECK_REASON_NONE = 0, /* no reason recognised (NULL, empty or unknown text) */
+    QW_CHECK_REASON_FIRST,    /* 'first submission' */
+    QW_CHECK_REASON_RESUBMIT, /* 'resubmission: ...' or 'retry after delay: ...' */
 };
 
 /** Classifies a 'Submitting' row's detail (NULL allowed). Pure. */

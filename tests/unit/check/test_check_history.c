@@ -15,15 +15,15 @@
 static void test_parse_valid_lines(void **state)
 {
     static const struct {
-        const char *line;                /* NDJSON line */
-        enum qw_check_event_kind kind;   /* expected kind */
-        int code;                        /* expected code */
-        int reached;                     /* expected reached */
-        int dup;                         /* expected dup */
-        int no_answer;                   /* expected no_answer */
-        int fault;                       /* expected fault */
-        const char *batch;               /* expected batch */
-        const char *to;                  /* expected to */
+        const char *line;              /* NDJSON line */
+        enum qw_check_event_kind kind; /* expected kind */
+        int code;                      /* expected code */
+        int reached;                   /* expected reached */
+        int dup;                       /* expected dup */
+        int no_answer;                 /* expected no_answer */
+        int fault;                     /* expected fault */
+        const char *batch;             /* expected batch */
+        const char *to;                /* expected to */
     } rows[] = {
         {"{\"t\":5,\"ev\":\"post\",\"service\":\"abcde-fghij::k1m2\",\"batch\":\"aa\","
          "\"code\":202,\"dup\":false}\n",
@@ -87,15 +87,15 @@ static void test_parse_rejects_bad_lines(void **state)
         "not json",
         "{\"t\":1,\"ev\":\"post\",\"service\":\"s\",\"batch\":\"aa\",\"code\":20", /* truncated */
         "[1,2]",
-        "{\"ev\":\"post\",\"code\":202}",                  /* no t */
-        "{\"t\":\"1\",\"ev\":\"post\",\"code\":202}",      /* t not an integer */
-        "{\"t\":1,\"code\":202}",                          /* no ev */
-        "{\"t\":1,\"ev\":\"post\",\"batch\":\"aa\"}",      /* no code */
+        "{\"ev\":\"post\",\"code\":202}",             /* no t */
+        "{\"t\":\"1\",\"ev\":\"post\",\"code\":202}", /* t not an integer */
+        "{\"t\":1,\"code\":202}",                     /* no ev */
+        "{\"t\":1,\"ev\":\"post\",\"batch\":\"aa\"}", /* no code */
         "{\"t\":1,\"ev\":\"post\",\"batch\":\"aa\",\"code\":99}",
         "{\"t\":1,\"ev\":\"post\",\"batch\":\"aa\",\"code\":true}",
-        "{\"t\":1,\"ev\":\"post\",\"batch\":7,\"code\":429}", /* batch not a string */
+        "{\"t\":1,\"ev\":\"post\",\"batch\":7,\"code\":429}",       /* batch not a string */
         "{\"t\":1,\"ev\":\"post\",\"service\":\"s\",\"code\":202}", /* taken, but which batch? */
-        "{\"t\":1,\"ev\":\"status\",\"service\":\"s\",\"batch\":\"aa\"}", /* no to */
+        "{\"t\":1,\"ev\":\"status\",\"service\":\"s\",\"batch\":\"aa\"}",     /* no to */
         "{\"t\":1,\"ev\":\"status\",\"service\":\"s\",\"to\":\"Committed\"}", /* no batch */
         "{\"t\":1,\"ev\":\"get\",\"service\":\"s\"}",
     };
@@ -157,18 +157,18 @@ struct step {
 #define RESUB "resubmission: ledger does not know the batch (confirmed)"
 
 struct scenario {
-    const char *name;                       /* what it shows */
-    struct step steps[24];                  /* events and rows, END-terminated */
+    const char *name;                          /* what it shows */
+    struct step steps[24];                     /* events and rows, END-terminated */
     long long violations[QW_CHECK_INVARIANTS]; /* expected per invariant */
-    const char *message;                    /* a substring of the first violation, or NULL */
-    long long duplicate_batches;            /* expected */
-    long long duplicate_posts;              /* expected */
+    const char *message;                       /* a substring of the first violation, or NULL */
+    long long duplicate_batches;               /* expected */
+    long long duplicate_posts;                 /* expected */
 };
 
 struct sink {
-    int n;             /* violations reported */
-    int first_inv;     /* invariant of the first */
-    char first[512];   /* message of the first */
+    int n;           /* violations reported */
+    int first_inv;   /* invariant of the first */
+    char first[512]; /* message of the first */
 };
 
 static void record(void *ctx, int invariant, const char *message)
@@ -222,8 +222,10 @@ static void feed(struct qw_check *c, const struct step *st)
 
 /* A service's two batches, committed one after the other, as every scenario's baseline. */
 #define ROWS_AB(sa, sb)                                                                            \
-    {ROW, "s1", "A", 0, 0, sa}, {ROW, "s1", "B", 0, 0, sb}, {SUBMIT, NULL, "A", 0, 0, FIRST},    \
-        {SUBMIT, NULL, "B", 0, 0, FIRST}
+    {ROW, "s1", "A", 0, 0, sa}, {ROW, "s1", "B", 0, 0, sb}, {SUBMIT, NULL, "A", 0, 0, FIRST},      \
+    {                                                                                              \
+        SUBMIT, NULL, "B", 0, 0, FIRST                                                             \
+    }
 
 static const struct scenario scenarios[] = {
     {"clean: one at a time, in order",
@@ -412,20 +414,13 @@ static void test_figures(void **state)
     struct qw_check *c = NULL;
     assert_int_equal(qw_check_new(NULL, NULL, &c), 0);
     static const struct step steps[] = {
-        {POST, "s1", "A", 429, 0, NULL},
-        {POST, "s1", "A", 503, 0, NULL},
-        {DROP, "s1", "A", 0, 1, NULL},
-        {POST, "s1", "A", 202, 1, NULL},
-        {POST, "s1", NULL, 401, 0, NULL},
-        {STATUS, "s1", "A", 0, 0, "Committed"},
-        {RESTART, NULL, NULL, 0, 0, NULL},
-        {ROW, "s1", "A", 0, 0, "Committed"},
-        {ROW, "s1", "B", 0, 0, ""},
-        {SUBMIT, NULL, "A", 0, 0, FIRST},
-        {SUBMIT, NULL, "A", 0, 0, RETRY},
-        {SUBMIT, NULL, "A", 0, 0, RETRY},
-        {SUBMIT, NULL, "A", 0, 0, RETRY},
-        {END, NULL, NULL, 0, 0, NULL},
+        {POST, "s1", "A", 429, 0, NULL},   {POST, "s1", "A", 503, 0, NULL},
+        {DROP, "s1", "A", 0, 1, NULL},     {POST, "s1", "A", 202, 1, NULL},
+        {POST, "s1", NULL, 401, 0, NULL},  {STATUS, "s1", "A", 0, 0, "Committed"},
+        {RESTART, NULL, NULL, 0, 0, NULL}, {ROW, "s1", "A", 0, 0, "Committed"},
+        {ROW, "s1", "B", 0, 0, ""},        {SUBMIT, NULL, "A", 0, 0, FIRST},
+        {SUBMIT, NULL, "A", 0, 0, RETRY},  {SUBMIT, NULL, "A", 0, 0, RETRY},
+        {SUBMIT, NULL, "A", 0, 0, RETRY},  {END, NULL, NULL, 0, 0, NULL},
     };
     for (const struct step *st = steps; st->kind != END; st++)
         feed(c, st);
@@ -500,16 +495,52 @@ static void test_many_batches(void **state)
     qw_check_free(c);
 }
 
+/* Lines as scabbard-sim writes them, through parse and replay: a POST whose
+ * connection was dropped after the ledger took the batch, resent 0.15 ms
+ * later on a fresh connection with no new 'Submitting' row (what libcurl's
+ * silent resend of a POST on a dead kept-alive connection looks like). */
+static void test_sim_lines_silent_resend(void **state)
+{
+    static const char *const lines[] = {
+        "{\"t\":1795273771651484,\"ev\":\"post\",\"service\":\"qwgen-00000::001a\","
+        "\"batch\":\"bf32\",\"code\":\"drop\",\"dup\":false,\"accepted\":true}",
+        "{\"t\":1795273771651636,\"ev\":\"post\",\"service\":\"qwgen-00000::001a\","
+        "\"batch\":\"bf32\",\"code\":202,\"dup\":true}",
+        "{\"t\":1795273771666666,\"ev\":\"get\",\"service\":\"qwgen-00000::001a\",\"n\":1,"
+        "\"code\":200}",
+        "{\"t\":1795273771671493,\"ev\":\"status\",\"service\":\"qwgen-00000::001a\","
+        "\"batch\":\"bf32\",\"from\":\"Pending\",\"to\":\"Committed\",\"due\":1795273771671482}",
+    };
+    struct sink sink = {0};
+    struct qw_check *c = NULL;
+    assert_int_equal(qw_check_new(record, &sink, &c), 0);
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        struct qw_check_event ev;
+        char why[200] = "";
+        assert_int_equal(qw_check_event_parse(lines[i], strlen(lines[i]), &ev, why, sizeof(why)),
+                         0);
+        assert_int_equal(qw_check_replay(c, &ev), 0);
+    }
+    assert_int_equal(qw_check_add_batch(c, "bf32", "qwgen-00000::001a", "Committed"), 0);
+    assert_int_equal(qw_check_add_submitting(c, "bf32", "first submission"), 0);
+    struct qw_check_figures f;
+    assert_int_equal(qw_check_finish(c, &f), 0);
+    assert_int_equal(f.posts, 2);
+    assert_int_equal(f.posts_reached, 2);
+    assert_int_equal(f.duplicate_batches, 1);
+    assert_int_equal(f.violations[0] + f.violations[1] + f.violations[2], 0);
+    assert_int_equal(f.violations[3], 2); /* no reason for the resend, and 2 POSTs for 1 mark */
+    assert_int_equal(sink.first_inv, 4);
+    qw_check_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_valid_lines),
-        cmocka_unit_test(test_parse_rejects_bad_lines),
-        cmocka_unit_test(test_reason_of),
-        cmocka_unit_test(test_scenarios),
-        cmocka_unit_test(test_figures),
-        cmocka_unit_test(test_repeated_row_is_refused),
-        cmocka_unit_test(test_many_batches),
+        cmocka_unit_test(test_parse_valid_lines), cmocka_unit_test(test_parse_rejects_bad_lines),
+        cmocka_unit_test(test_reason_of),         cmocka_unit_test(test_scenarios),
+        cmocka_unit_test(test_figures),           cmocka_unit_test(test_repeated_row_is_refused),
+        cmocka_unit_test(test_many_batches),      cmocka_unit_test(test_sim_lines_silent_resend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,10 +66,10 @@ static inline void pb_field_str(struct pb_buf *b, unsigned field, const char *s)
 enum pb_msg { PB_BATCH_LIST, PB_BATCH, PB_TRANSACTION };
 
 struct pb_ref {
-    int batches;           /* Batches in the BatchList */
-    const uint8_t *sig;    /* last Batch.header_signature seen (of the first Batch) */
-    size_t sig_len;        /* bytes */
-    size_t header_len;     /* last Batch.header length */
+    int batches;        /* Batches in the BatchList */
+    const uint8_t *sig; /* last Batch.header_signature seen (of the first Batch) */
+    size_t sig_len;     /* bytes */
+    size_t header_len;  /* last Batch.header length */
 };
 
 /* Reads a varint of at most `max` bytes inside [*p, end); 0 on failure. */

@@ -22,14 +22,14 @@ static const char ID_B[] = "fedcba9876543210fedcba9876543210fedcba9876543210fedc
 
 /* Parts of a hand-built payload; NULL/0 leaves a field out. */
 struct spec {
-    const char *sig;     /* Batch.header_signature */
-    size_t sig_len;      /* bytes of sig (0 = strlen) */
-    const char *header;  /* Batch.header bytes */
-    int transactions;    /* Transactions {header, signature, payload} */
-    int batches;         /* copies of the Batch in the BatchList */
-    int trace;           /* bool: write trace = true */
-    const char *extra;   /* raw bytes appended to the Batch (unknown fields) */
-    size_t extra_len;    /* bytes */
+    const char *sig;    /* Batch.header_signature */
+    size_t sig_len;     /* bytes of sig (0 = strlen) */
+    const char *header; /* Batch.header bytes */
+    int transactions;   /* Transactions {header, signature, payload} */
+    int batches;        /* copies of the Batch in the BatchList */
+    int trace;          /* bool: write trace = true */
+    const char *extra;  /* raw bytes appended to the Batch (unknown fields) */
+    size_t extra_len;   /* bytes */
 };
 
 static void build(struct pb_buf *out, const struct spec *s)
@@ -88,42 +88,79 @@ static void test_table(void **state)
         const char *reason;                /* substring of the message */
     } rows[] = {
         {"valid", {ID_A, 0, "hdr", 1, 1, 0, NULL, 0}, LIMIT, QW_BATCHLIST_OK, NULL},
-        {"valid, no transactions", {ID_A, 0, "hdr", 0, 1, 0, NULL, 0}, LIMIT, QW_BATCHLIST_OK,
+        {"valid, no transactions",
+         {ID_A, 0, "hdr", 0, 1, 0, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_OK,
          NULL},
-        {"valid, three transactions, trace", {ID_A, 0, "hdr", 3, 1, 1, NULL, 0}, LIMIT,
-         QW_BATCHLIST_OK, NULL},
-        {"unknown field tolerated", {ID_A, 0, "hdr", 1, 1, 0, unknown_field, 2}, LIMIT,
-         QW_BATCHLIST_OK, NULL},
-        {"zero batches", {ID_A, 0, "hdr", 1, 0, 0, NULL, 0}, LIMIT, QW_BATCHLIST_EMPTY,
-         "empty"},
-        {"two batches", {ID_A, 0, "hdr", 1, 2, 0, NULL, 0}, LIMIT, QW_BATCHLIST_MANY_BATCHES,
+        {"valid, three transactions, trace",
+         {ID_A, 0, "hdr", 3, 1, 1, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_OK,
+         NULL},
+        {"unknown field tolerated",
+         {ID_A, 0, "hdr", 1, 1, 0, unknown_field, 2},
+         LIMIT,
+         QW_BATCHLIST_OK,
+         NULL},
+        {"zero batches", {ID_A, 0, "hdr", 1, 0, 0, NULL, 0}, LIMIT, QW_BATCHLIST_EMPTY, "empty"},
+        {"two batches",
+         {ID_A, 0, "hdr", 1, 2, 0, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_MANY_BATCHES,
          "holds 2 Batches"},
-        {"five batches", {ID_A, 0, "hdr", 0, 5, 0, NULL, 0}, LIMIT, QW_BATCHLIST_MANY_BATCHES,
+        {"five batches",
+         {ID_A, 0, "hdr", 0, 5, 0, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_MANY_BATCHES,
          "holds 5 Batches"},
-        {"mismatched signature", {ID_B, 0, "hdr", 1, 1, 0, NULL, 0}, LIMIT,
-         QW_BATCHLIST_SIGNATURE_MISMATCH, "does not equal batch_id"},
-        {"no signature", {NULL, 0, "hdr", 1, 1, 0, NULL, 0}, LIMIT, QW_BATCHLIST_NO_SIGNATURE,
+        {"mismatched signature",
+         {ID_B, 0, "hdr", 1, 1, 0, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_SIGNATURE_MISMATCH,
+         "does not equal batch_id"},
+        {"no signature",
+         {NULL, 0, "hdr", 1, 1, 0, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_NO_SIGNATURE,
          "no header_signature"},
-        {"signature with a NUL", {nul_sig, 130, "hdr", 1, 1, 0, NULL, 0}, LIMIT,
-         QW_BATCHLIST_BAD_SIGNATURE, "NUL"},
-        {"upper-case signature", {upper_sig, 0, "hdr", 1, 1, 0, NULL, 0}, LIMIT,
-         QW_BATCHLIST_BAD_SIGNATURE, "upper-case"},
-        {"short signature", {"abc", 0, "hdr", 1, 1, 0, NULL, 0}, LIMIT,
-         QW_BATCHLIST_BAD_SIGNATURE, "not a batch id"},
-        {"empty header", {ID_A, 0, NULL, 1, 1, 0, NULL, 0}, LIMIT, QW_BATCHLIST_EMPTY_HEADER,
+        {"signature with a NUL",
+         {nul_sig, 130, "hdr", 1, 1, 0, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_BAD_SIGNATURE,
+         "NUL"},
+        {"upper-case signature",
+         {upper_sig, 0, "hdr", 1, 1, 0, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_BAD_SIGNATURE,
+         "upper-case"},
+        {"short signature",
+         {"abc", 0, "hdr", 1, 1, 0, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_BAD_SIGNATURE,
+         "not a batch id"},
+        {"empty header",
+         {ID_A, 0, NULL, 1, 1, 0, NULL, 0},
+         LIMIT,
+         QW_BATCHLIST_EMPTY_HEADER,
          "header is empty"},
-        {"truncated unknown field", {ID_A, 0, "hdr", 1, 1, 0, bad_trace, 4}, LIMIT,
-         QW_BATCHLIST_UNDECODABLE, "not a protobuf BatchList"},
-        {"one byte over the limit", {ID_A, 0, "hdr", 1, 1, 0, NULL, 0}, 100,
-         QW_BATCHLIST_TOO_LARGE, "the limit is 100"},
+        {"truncated unknown field",
+         {ID_A, 0, "hdr", 1, 1, 0, bad_trace, 4},
+         LIMIT,
+         QW_BATCHLIST_UNDECODABLE,
+         "not a protobuf BatchList"},
+        {"one byte over the limit",
+         {ID_A, 0, "hdr", 1, 1, 0, NULL, 0},
+         100,
+         QW_BATCHLIST_TOO_LARGE,
+         "the limit is 100"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct pb_buf b;
         build(&b, &rows[i].spec);
         struct qw_error err;
         enum qw_batchlist_defect got = check(b.d, b.n, ID_A, rows[i].limit, &err);
-        if (got != rows[i].expected ||
-            (rows[i].reason && !strstr(err.msg, rows[i].reason)))
+        if (got != rows[i].expected || (rows[i].reason && !strstr(err.msg, rows[i].reason)))
             print_error("row '%s': got %s (%s), expected %s\n", rows[i].name,
                         qw_batchlist_defect_name(got), err.msg,
                         qw_batchlist_defect_name(rows[i].expected));
@@ -266,8 +303,7 @@ static void test_fuzz_against_reference(void **state)
         enum qw_batchlist_defect got = check(b.d, b.n, ID_A, limit, &err);
         if (got != expected) {
             print_error("iteration %d: check says %s (%s), reference says %s; payload:", i,
-                        qw_batchlist_defect_name(got), err.msg,
-                        qw_batchlist_defect_name(expected));
+                        qw_batchlist_defect_name(got), err.msg, qw_batchlist_defect_name(expected));
             for (size_t k = 0; k < b.n; k++)
                 print_error("%02x", b.d[k]);
             print_error("\n");

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #define SVC "abcde-fghij::klmn"
-#define ID                                                                                     \
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"                         \
+#define ID                                                                                         \
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"                             \
     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 static void test_lines(void **state)

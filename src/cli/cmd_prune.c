@@ -1,0 +1,219 @@
+/*
+ * `queuer prune --older-than DURATION`: deletes final batches (Committed,
+ * Valid, Invalid) that became final longer ago than DURATION, with their
+ * history rows, in short transactions of --batch-size batches
+ * (sql/ops_prune_chunk.sql: SKIP LOCKED, an index range on the time a batch
+ * became final). Safe while workers run: workers never touch final
+ * batches, and no transaction holds locks for longer than one chunk.
+ */
+#include "admin/duration.h"
+#include "cli/cli.h"
+#include "common/clock.h"
+#include "config/config.h"
+#include "db/db.h"
+#include "db/migrate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_CHUNK 1000   /* batches per transaction */
+#define MAX_CHUNK 100000     /* largest --batch-size */
+#define MAX_PAUSE_MS 60000   /* largest --pause-ms */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: queuer prune --older-than DURATION [-c FILE] [--batch-size N]\n"
+            "                    [--pause-ms N] [--dry-run]\n"
+            "\n"
+            "Deletes final batches (Committed, Valid, Invalid) that reached their final\n"
+            "status more than DURATION ago, and their history rows. Unfinished batches and\n"
+            "their history are never touched, nor are service claims (their epochs must\n"
+            "keep counting up). A pruned batch id can be enqueued again as a new batch.\n"
+            "\n"
+            "  --older-than DURATION  e.g. 30d, 12h, 90m, 1d12h (units w d h m s)\n"
+            "  --batch-size N         batches per transaction (default 1000, 1..100000)\n"
+            "  --pause-ms N           pause between transactions (default 0, ..60000)\n"
+            "  --dry-run              only count what would be deleted\n"
+            "\n"
+            "Each transaction deletes at most N batches, skipping rows someone else has\n"
+            "locked, so it is safe while workers run. Needs DELETE on queuer.batches and\n"
+            "queuer.batch_history: run it as the schema owner (the role of queuer migrate).\n"
+            "\n"
+            "exit status: 0 done; 1 failed part-way (what was removed stays removed; run\n"
+            "it again); 64 usage; 69 database unreachable; 78 bad configuration.\n");
+}
+
+struct args {
+    const char *config; /* -c FILE, or NULL */
+    int64_t older_s;    /* --older-than, seconds */
+    int chunk;          /* --batch-size */
+    int pause_ms;       /* --pause-ms */
+    int dry_run;        /* bool: --dry-run */
+};
+
+static int parse_int(const char *text, int min, int max, int *out)
+{
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < min || v > max)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit code of a usage error or --help. */
+static int parse_args(int argc, char **argv, struct args *a)
+{
+    int have_age = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout);
+            return QW_EXIT_OK;
+        }
+        int r = qw_cli_config_opt(argc, argv, &i, &a->config);
+        if (r == 1)
+            continue;
+        if (r < 0)
+            return QW_EXIT_USAGE;
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(arg, "--dry-run") == 0) {
+            a->dry_run = 1;
+        } else if (strcmp(arg, "--older-than") == 0 && value) {
+            char why[200];
+            if (qw_duration_parse(value, &a->older_s, why, sizeof(why)) != 0) {
+                fprintf(stderr, "queuer prune: --older-than: %s\n", why);
+                return QW_EXIT_USAGE;
+            }
+            have_age = 1;
+            i++;
+        } else if (strcmp(arg, "--batch-size") == 0 && value) {
+            if (parse_int(value, 1, MAX_CHUNK, &a->chunk) != 0) {
+                fprintf(stderr, "queuer prune: --batch-size needs a number 1..%d\n", MAX_CHUNK);
+                return QW_EXIT_USAGE;
+            }
+            i++;
+        } else if (strcmp(arg, "--pause-ms") == 0 && value) {
+            if (parse_int(value, 0, MAX_PAUSE_MS, &a->pause_ms) != 0) {
+                fprintf(stderr, "queuer prune: --pause-ms needs a number 0..%d\n",
+                        MAX_PAUSE_MS);
+                return QW_EXIT_USAGE;
+            }
+            i++;
+        } else {
+            fprintf(stderr, "queuer prune: unknown or incomplete argument '%s'\n", arg);
+            usage(stderr);
+            return QW_EXIT_USAGE;
+        }
+    }
+    if (!have_age) {
+        fprintf(stderr, "queuer prune: --older-than DURATION is required\n");
+        usage(stderr);
+        return QW_EXIT_USAGE;
+    }
+    return -1;
+}
+
+struct totals {
+    int64_t committed, valid, invalid; /* batches deleted by status */
+    int64_t history;                   /* history rows deleted */
+    int64_t chunks;                    /* transactions committed */
+};
+
+static int run_chunks(struct qw_db *db, const struct args *a, const char *cutoff,
+                      struct totals *t, struct qw_error *err)
+{
+    char limit[16], from[64] = "";
+    snprintf(limit, sizeof(limit), "%d", a->chunk);
+    for (;;) {
+        const char *params[] = {cutoff, limit, from[0] ? from : NULL};
+        struct qw_db_res *res = NULL;
+        int rc = qw_db_query(db, "ops_prune_chunk", 3, params, &res, err);
+        if (rc != QW_OK)
+            return rc;
+        int64_t c = qw_db_res_int(res, 0, 0), v = qw_db_res_int(res, 0, 1);
+        int64_t i = qw_db_res_int(res, 0, 2), h = qw_db_res_int(res, 0, 3);
+        if (!qw_db_res_isnull(res, 0, 4))
+            snprintf(from, sizeof(from), "%s", qw_db_res_get(res, 0, 4));
+        qw_db_res_free(res);
+        t->committed += c;
+        t->valid += v;
+        t->invalid += i;
+        t->history += h;
+        t->chunks++;
+        if (c + v + i < a->chunk)
+            return QW_OK; /* fewer than asked for: nothing older is left (or it is locked) */
+        if (a->pause_ms > 0)
+            qw_clock_sleep_ms(a->pause_ms);
+    }
+}
+
+int qw_cmd_prune(int argc, char **argv)
+{
+    struct args a = {.chunk = DEFAULT_CHUNK};
+    int code = parse_args(argc, argv, &a);
+    if (code >= 0)
+        return code;
+    struct qw_config cfg;
+    if (qw_cli_load_config(a.config, &cfg) != QW_OK)
+        return QW_EXIT_CONFIG;
+    struct qw_db *db = NULL;
+    int rc = qw_cli_connect(&cfg, "queuer-prune", &db);
+    qw_config_free(&cfg);
+    if (rc != QW_OK)
+        return qw_cli_exit_for(rc);
+
+    struct qw_error err;
+    qw_error_clear(&err);
+    struct qw_db_res *res = NULL;
+    char seconds[24], cutoff[64] = "", shown[32] = "";
+    snprintf(seconds, sizeof(seconds), "%lld", (long long)a.older_s);
+    const char *params[] = {seconds};
+    rc = qw_migrate_check(db, NULL, &err);
+    if (rc == QW_OK)
+        rc = qw_db_query(db, "ops_prune_cutoff", 1, params, &res, &err);
+    if (rc == QW_OK) {
+        snprintf(cutoff, sizeof(cutoff), "%s", qw_db_res_get(res, 0, 0));
+        snprintf(shown, sizeof(shown), "%s", qw_db_res_get(res, 0, 1));
+        qw_db_res_free(res);
+        res = NULL;
+    }
+    char age[32];
+    qw_duration_format(a.older_s, age, sizeof(age));
+    struct totals t = {0};
+    int64_t began = qw_clock_mono_ms();
+    if (rc == QW_OK && a.dry_run) {
+        const char *p[] = {cutoff};
+        rc = qw_db_query(db, "ops_prune_count", 1, p, &res, &err);
+        if (rc == QW_OK) {
+            printf("queuer prune: would remove %lld batches (Committed %lld, Valid %lld, "
+                   "Invalid %lld) final before %s (older than %s), with their history\n",
+                   (long long)(qw_db_res_int(res, 0, 0) + qw_db_res_int(res, 0, 1) +
+                               qw_db_res_int(res, 0, 2)),
+                   (long long)qw_db_res_int(res, 0, 0), (long long)qw_db_res_int(res, 0, 1),
+                   (long long)qw_db_res_int(res, 0, 2), shown, age);
+            qw_db_res_free(res);
+        }
+    } else if (rc == QW_OK) {
+        rc = run_chunks(db, &a, cutoff, &t, &err);
+    }
+    qw_db_close(db);
+    if (!a.dry_run && (rc == QW_OK || t.chunks > 0))
+        printf("queuer prune: removed %lld batches (Committed %lld, Valid %lld, Invalid %lld) "
+               "and %lld history rows, final before %s (older than %s), in %lld "
+               "transactions, %lld ms\n",
+               (long long)(t.committed + t.valid + t.invalid), (long long)t.committed,
+               (long long)t.valid, (long long)t.invalid, (long long)t.history, shown, age,
+               (long long)t.chunks, (long long)(qw_clock_mono_ms() - began));
+    if (rc != QW_OK) {
+        fprintf(stderr, "queuer prune: %s%s\n", err.msg,
+                strcmp(err.sqlstate, "42501") == 0
+                    ? " (prune needs DELETE on queuer.batches and queuer.batch_history: run "
+                      "it as the schema owner)"
+                    : "");
+        return qw_cli_exit_for(rc);
+    }
+    return QW_EXIT_OK;
+}

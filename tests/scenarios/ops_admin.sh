@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The admin endpoints of a running worker, the operator commands next to
+# it, and prune while it works.
+#
+#  - /healthz answers 200 at once; /readyz turns 200 after the first cycle.
+#  - After a workload with injected 429s drains, /metrics is well-formed
+#    Prometheus text and its counters match what happened: batches
+#    Committed, POSTs accepted, and exactly as many backpressure outcomes as
+#    the simulator's event log shows 429 answers; the histograms observed
+#    cycles and POSTs.
+#  - `queuer status` (table and --json) shows the live worker and its claims.
+#  - `queuer prune --older-than 1s` runs in a loop while a second workload is
+#    processed: every batch still ends Committed, no worker error.
+#  - With PostgreSQL stopped /readyz says "database unreachable" (503) while
+#    /healthz stays 200; after a restart /readyz is 200 again.
+#  - A second worker asking for the same admin port refuses to start (78).
+# Skips (77) while `queuer run` does not start the admin server yet.
+. "$(dirname "$0")/lib_scenario.sh"
+sc_begin ops_admin
+
+get() { curl -sS -m 5 -o "$SC_DIR/body" -w '%{http_code}' "http://127.0.0.1:$PORT$1" 2>/dev/null; }
+body() { cat "$SC_DIR/body"; }
+# metric NAME{LABELS}: the sample's value (empty when absent)
+metric() { awk -v k="$1" '$1 == k { print $2 }' "$SC_DIR/metrics"; }
+wait_http() { # PATH CODE SECS
+    local i code=
+    for i in $(seq 1 $(($3 * 10))); do
+        code=$(get "$1")
+        [ "$code" = "$2" ] && return 0
+        sleep 0.1
+    done
+    sc_fail "GET $1: $code, waited ${3}s for $2 ($(body 2>/dev/null))"
+}
+
+sc_pg_start
+sc_sim_start --commit-delay-ms 5 --fault-429 0.2 --seed 7
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sc_worker_start w1 QUEUER_ADMIN_LISTEN="127.0.0.1:$PORT" QUEUER_DLT_PAUSE_BASE_MS=5 \
+    QUEUER_DLT_PAUSE_MAX_MS=50
+sc_wait_log w1 20 'event=worker.started'
+for _ in $(seq 1 40); do
+    grep -q 'event=admin' "$SC_DIR/w1.log" && break
+    sleep 0.05
+done
+if ! grep -q 'event=admin.listening' "$SC_DIR/w1.log"; then
+    echo "SKIP: queuer run does not start the admin server yet (no event=admin.listening)"
+    trap - EXIT
+    qw_workers_stop "$SC_DIR" 2>/dev/null
+    qw_sim_stop
+    qw_pg_stop fast
+    rm -rf "$SC_DIR"
+    exit 77
+fi
+
+sc_check "GET /healthz" 200 "$(get /healthz)"
+sc_check "/healthz body" ok "$(body)"
+wait_http /readyz 200 10
+sc_check "/readyz body" ready "$(body)"
+
+sc_gen "$SC_DIR/w.tsv" 5 10 11 admin
+sc_load_tsv "$SC_DIR/w.tsv"
+sc_wait_all_final 60
+sc_check_sql "first workload Committed" 50 "SELECT count(*) FROM queuer.batches WHERE status = 'Committed'"
+
+sc_check "GET /metrics" 200 "$(get /metrics)"
+cp "$SC_DIR/body" "$SC_DIR/metrics"
+bad=$(grep -v '^#' "$SC_DIR/metrics" |
+      grep -Evc '^[a-z_:][a-z0-9_:]*(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$' || true)
+sc_check "malformed sample lines in /metrics" 0 "$bad"
+grep -q "^queuer_build_info{version=\"[^\"]*\",instance_id=\"w1\"} 1$" "$SC_DIR/metrics" ||
+    sc_fail "no build_info for w1"
+sc_check_num "Committed counted" "$(metric 'queuer_batch_statuses_total{status="Committed"}')" ">=" 50
+sc_check_num "accepted POSTs" "$(metric 'queuer_submissions_total{outcome="accepted"}')" ">=" 50
+got429=$(grep -c '"ev":"post".*"code":429' "$QW_SIM_LOG" || true)
+sc_check_num "429s injected by the simulator" "$got429" ">" 0
+sc_check "backpressure outcomes = 429s in the simulator log" "$got429" \
+    "$(metric 'queuer_submissions_total{outcome="backpressure"}')"
+posts=$(grep -c '"ev":"post"' "$QW_SIM_LOG" || true)
+sc_check "POST latencies observed = POSTs the simulator answered" "$posts" \
+    "$(metric 'queuer_ledger_request_duration_seconds_count')"
+sc_check_num "cycles observed" "$(metric 'queuer_cycle_duration_seconds_count')" ">" 0
+sc_check "+Inf bucket = count" "$(metric 'queuer_cycle_duration_seconds_count')" \
+    "$(metric 'queuer_cycle_duration_seconds_bucket{le="+Inf"}')"
+for m in queuer_claims_held queuer_in_flight_batches queuer_delayed_services queuer_ledger_paused \
+    queuer_serialization_retries_total queuer_last_cycle_age_seconds; do
+    [ -n "$(metric "$m")" ] || sc_fail "/metrics lacks $m"
+done
+echo "---- /metrics excerpt"
+grep -E '^queuer_(submissions_total|batch_statuses_total|claims_held|in_flight|ledger_paused|cycle_duration_seconds_(count|sum))' \
+    "$SC_DIR/metrics"
+
+"$QUEUER_BIN" status >"$SC_DIR/status.out" 2>&1 || sc_fail "queuer status: $(cat "$SC_DIR/status.out")"
+echo "---- queuer status"
+cat "$SC_DIR/status.out"
+"$QUEUER_BIN" status --json >"$SC_DIR/status.json" || sc_fail "queuer status --json failed"
+sc_check "w1 in status --json" alive \
+    "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print([i["state"] for i in d["instances"] if i["instance_id"] == "w1"][0])' "$SC_DIR/status.json")"
+
+# prune in a loop while a second workload runs
+sc_gen "$SC_DIR/w2.tsv" 5 20 12 adprn
+sc_load_tsv "$SC_DIR/w2.tsv"
+prunes=0
+for _ in $(seq 1 600); do
+    "$QUEUER_BIN" prune --older-than 1s --batch-size 5 >>"$SC_DIR/prune.out" 2>&1 ||
+        sc_fail "prune failed while the worker ran: $(tail -3 "$SC_DIR/prune.out")"
+    prunes=$((prunes + 1))
+    [ "$(qw_sql "SELECT count(*) FROM queuer.batches WHERE status IS NULL OR status NOT IN ('Committed', 'Valid', 'Invalid')")" = 0 ] && break
+    sleep 0.1
+done
+sc_wait_all_final 60
+sc_check_num "prune runs while the worker worked" "$prunes" ">" 1
+sc_check_sql "no batch ended other than Committed" 0 \
+    "SELECT count(*) FROM queuer.batches WHERE status <> 'Committed'"
+sc_check_num "batches pruned meanwhile" \
+    "$(awk '/removed/ { n += $4 } END { print n + 0 }' "$SC_DIR/prune.out")" ">" 0
+sc_check_sql "every remaining batch kept its Enqueued history row" 0 \
+    "SELECT count(*) FROM queuer.batches b WHERE NOT EXISTS (SELECT 1 FROM queuer.batch_history h
+       WHERE h.batch_id = b.batch_id AND h.to_status = 'Enqueued')"
+sc_check "worker errors while prune ran" 0 "$(grep -c 'level=error' "$SC_DIR/w1.log" || true)"
+
+# the database goes away and comes back
+qw_pg_stop fast
+sc_check "GET /healthz with the database down" 200 "$(get /healthz)"
+wait_http /readyz 503 15
+case "$(body)" in
+"database unreachable"* | "last claims cycle"*) echo "ok: /readyz says: $(body)" ;;
+*) sc_fail "unexpected /readyz body: $(body)" ;;
+esac
+qw_pg_start "$SC_DIR/pg" || sc_fail "PostgreSQL did not restart"
+wait_http /readyz 200 30
+
+# a second worker on the same port
+sc_worker_start w2 QUEUER_ADMIN_LISTEN="127.0.0.1:$PORT"
+sc_worker_wait_exit w2 20
+sc_check "second worker on the same admin port exits" 78 "$SC_RC"
+grep -q 'admin.listen' "$SC_DIR/w2.log" || sc_fail "w2 does not name admin.listen: $(tail -3 "$SC_DIR/w2.log")"
+
+sc_worker_signal w1 TERM
+sc_worker_wait_exit w1 20
+sc_check "w1 exit status" 0 "$SC_RC"
+sc_check "admin port closed after exit" 000 "$(get /healthz)"
