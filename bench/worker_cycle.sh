@@ -22,6 +22,7 @@
 # 3. Serialization retries per cycle: three workers drain a workload with
 #    fast commits; each prints `event=worker.summary ...
 #    serialization_retries=N cycles=M` when it stops.
+# shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/../tests/scenarios/lib_scenario.sh"
 
 N=${BENCH_SERVICES:-10000}

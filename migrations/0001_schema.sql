@@ -450,11 +450,13 @@ CREATE TYPE queuer.enqueue_outcome AS (
 -- no batch_id (refused as invalid) to take all its locks in one sorted
 -- pass, so that concurrent loads cannot deadlock.
 --
--- Speed: one set-based statement classifies and inserts; formats and
+-- Speed: one set-based statement classifies and inserts. Formats and
 -- payloads are checked once, by the table's CHECK constraints and the
--- batches_check_payload trigger. Only when one of those fails (a caller
--- sent a bad row) is the statement re-run "carefully", with every row
--- checked up front, so that bad rows are reported rather than fatal.
+-- batches_check_payload trigger, and with back pressure off a stored
+-- batch_id is found by the primary key. Only when one of those fails (a
+-- caller sent a bad row, or a batch that is already stored) is the
+-- statement re-run "carefully", with every row classified up front, so
+-- that such rows are reported rather than fatal.
 CREATE FUNCTION queuer.enqueue_rows(p_rows queuer.enqueue_row[], p_skip boolean)
 RETURNS SETOF queuer.enqueue_outcome
 LANGUAGE plpgsql SECURITY DEFINER
@@ -559,14 +561,14 @@ BEGIN
                        WHERE (careful OR s_high > 0) AND f.code = 0
                          AND x.batch_id = s.batch_id) b ON true
             ), fresh AS (
-                -- back pressure: a batch_id repeated in p_rows counts once
+                -- a batch_id repeated in p_rows is stored (and counted) once
                 SELECT k.*,
                        first_value(k.ord) OVER w AS first_ord,
                        first_value(k.line_no) OVER w AS first_line,
                        (k.service_id = first_value(k.service_id) OVER w
                         AND k.payload = first_value(k.payload) OVER w) AS same_as_first
                   FROM chk k
-                 WHERE s_high > 0 AND k.outcome IS NULL
+                 WHERE (s_high > 0 OR careful) AND k.outcome IS NULL
                 WINDOW w AS (PARTITION BY k.batch_id COLLATE "C" ORDER BY k.ord)
             ), facts AS (
                 -- back pressure: the service's state and backlog, looked up on its first row
@@ -576,37 +578,50 @@ BEGIN
                           FROM fresh f WHERE f.ord = f.first_ord) c
                   LEFT JOIN LATERAL (
                       SELECT g.blocked,
-                             (SELECT count(*) FROM queuer.batches b
-                               WHERE b.service_id = g.service_id
-                                 AND (b.status IS NULL
-                                      OR b.status IN ('Pending', 'Unknown', 'Delayed')))::integer
-                                 AS backlog
+                             CASE WHEN s_high > 0 THEN
+                                 (SELECT count(*) FROM queuer.batches b
+                                   WHERE b.service_id = g.service_id
+                                     AND (b.status IS NULL
+                                          OR b.status IN ('Pending', 'Unknown', 'Delayed')))::integer
+                             ELSE 0 END AS backlog
                         FROM queuer.service_ingest g
                        WHERE c.rnk = 1 AND g.service_id = c.service_id) i ON true
             ), dec AS (
                 -- hysteresis: blocked from reaching high until the backlog is below low
                 SELECT p.line_no, p.service_id, p.batch_id, p.payload, p.ord, p.backlog_all AS backlog,
-                       e.blocked_now, NOT e.blocked_now AND p.rnk <= s_high - p.backlog_all
+                       e.blocked_now,
+                       s_high = 0 OR (NOT e.blocked_now AND p.rnk <= s_high - p.backlog_all)
                            AS accepted
                   FROM (SELECT f.*, coalesce(max(f.backlog) OVER s, 0) AS backlog_all,
                                coalesce(bool_or(f.blocked) OVER s, false) AS blocked_all
                           FROM facts f WINDOW s AS (PARTITION BY f.service_id)) p
                   CROSS JOIN LATERAL (
-                      SELECT (p.blocked_all AND p.backlog_all >= s_low)
-                             OR p.backlog_all >= s_high AS blocked_now) e
-                 WHERE s_high > 0
+                      SELECT s_high > 0 AND ((p.blocked_all AND p.backlog_all >= s_low)
+                                             OR p.backlog_all >= s_high) AS blocked_now) e
+                 WHERE s_high > 0 OR careful
                 UNION ALL
-                -- no back pressure: every row that passed the checks goes in
+                -- no back pressure, first try: every row that passed the checks goes in
                 SELECT k.line_no, k.service_id, k.batch_id, k.payload, k.ord, 0, false, true
                   FROM chk k
-                 WHERE s_high = 0 AND k.outcome IS NULL
-            ), ins AS (
+                 WHERE s_high = 0 AND NOT careful AND k.outcome IS NULL
+            ), ins_first AS (
+                -- a batch_id already stored (by an earlier row or a concurrent
+                -- load) fails this insert with unique_violation: re-run carefully
                 INSERT INTO queuer.batches AS b (batch_id, service_id, payload, created_at)
                 SELECT d.batch_id, d.service_id, d.payload,
                        v_base + (d.ord - 1) * interval '1 microsecond'
-                  FROM dec d WHERE d.accepted ORDER BY d.ord
+                  FROM dec d WHERE d.accepted AND NOT careful ORDER BY d.ord
+                RETURNING b.batch_id, b.service_id, b.created_at
+            ), ins_careful AS (
+                -- only a concurrent load can still take a batch_id here
+                INSERT INTO queuer.batches AS b (batch_id, service_id, payload, created_at)
+                SELECT d.batch_id, d.service_id, d.payload,
+                       v_base + (d.ord - 1) * interval '1 microsecond'
+                  FROM dec d WHERE d.accepted AND careful ORDER BY d.ord
                 ON CONFLICT (batch_id) DO NOTHING
                 RETURNING b.batch_id, b.service_id, b.created_at
+            ), ins AS (
+                SELECT * FROM ins_first UNION ALL SELECT * FROM ins_careful
             ), hist AS (
                 INSERT INTO queuer.batch_history (batch_id, service_id, to_status)
                 SELECT n.batch_id, n.service_id, 'Enqueued' FROM ins n
@@ -652,8 +667,9 @@ BEGIN
                                               = v_base + (d.ord - 1) * interval '1 microsecond'))
               INTO outcomes, missing;
             EXIT;
-        EXCEPTION WHEN SQLSTATE 'QU400' OR check_violation THEN
-            -- a row failed the table's checks: re-run, reporting such rows
+        EXCEPTION WHEN SQLSTATE 'QU400' OR check_violation OR unique_violation THEN
+            -- a row failed the table's checks or its batch_id is taken:
+            -- re-run, classifying every row up front and reporting such rows
             IF careful THEN
                 RAISE;
             END IF;

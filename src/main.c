@@ -27,8 +27,9 @@ static void usage(FILE *out)
                  "commands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(out, "  %-13s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\n'queuer <command> --help' describes a command's options.\n"
-                 "Configuration: -c FILE or QUEUER_CONFIG, overridden by QUEUER_<SECTION>_<KEY>.\n");
+    fprintf(out,
+            "\n'queuer <command> --help' describes a command's options.\n"
+            "Configuration: -c FILE or QUEUER_CONFIG, overridden by QUEUER_<SECTION>_<KEY>.\n");
 }
 
 int main(int argc, char **argv)

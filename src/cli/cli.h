@@ -10,14 +10,14 @@
 
 enum qw_exit {
     QW_EXIT_OK = 0,
-    QW_EXIT_FAILURE = 1,       /* failed; the message says why */
-    QW_EXIT_USAGE = 64,        /* bad command line */
-    QW_EXIT_DATAERR = 65,      /* invalid input data (malformed batch, bad line) */
-    QW_EXIT_NOINPUT = 66,      /* an input file could not be opened */
-    QW_EXIT_UNAVAILABLE = 69,  /* database unreachable */
-    QW_EXIT_SOFTWARE = 70,     /* not implemented yet / internal error */
-    QW_EXIT_TEMPFAIL = 75,     /* back pressure: try again after the backlog drains */
-    QW_EXIT_CONFIG = 78,       /* bad configuration */
+    QW_EXIT_FAILURE = 1,      /* failed; the message says why */
+    QW_EXIT_USAGE = 64,       /* bad command line */
+    QW_EXIT_DATAERR = 65,     /* invalid input data (malformed batch, bad line) */
+    QW_EXIT_NOINPUT = 66,     /* an input file could not be opened */
+    QW_EXIT_UNAVAILABLE = 69, /* database unreachable */
+    QW_EXIT_SOFTWARE = 70,    /* not implemented yet / internal error */
+    QW_EXIT_TEMPFAIL = 75,    /* back pressure: try again after the backlog drains */
+    QW_EXIT_CONFIG = 78,      /* bad configuration */
 };
 
 /** Maps a result code to the exit code a script should see. */

@@ -11,22 +11,22 @@
 
 enum qw_rc {
     QW_OK = 0,
-    QW_ERR_NOMEM = -1,          /* allocation failed */
-    QW_ERR_INVALID = -2,        /* bad input: the caller's data is wrong */
-    QW_ERR_CONFIG = -3,         /* bad configuration */
-    QW_ERR_IO = -4,             /* file or socket I/O failed */
-    QW_ERR_DB = -5,             /* database error that a retry will not fix */
-    QW_ERR_DB_CONN = -6,        /* connection to the database lost or refused */
-    QW_ERR_SERIALIZATION = -7,  /* SQLSTATE 40001 / 40P01: re-run the transaction */
+    QW_ERR_NOMEM = -1,           /* allocation failed */
+    QW_ERR_INVALID = -2,         /* bad input: the caller's data is wrong */
+    QW_ERR_CONFIG = -3,          /* bad configuration */
+    QW_ERR_IO = -4,              /* file or socket I/O failed */
+    QW_ERR_DB = -5,              /* database error that a retry will not fix */
+    QW_ERR_DB_CONN = -6,         /* connection to the database lost or refused */
+    QW_ERR_SERIALIZATION = -7,   /* SQLSTATE 40001 / 40P01: re-run the transaction */
     QW_ERR_OUTCOME_UNKNOWN = -8, /* connection lost during COMMIT: re-read by key */
-    QW_ERR_TIMEOUT = -9,        /* a deadline passed */
-    QW_ERR_BACKPRESSURE = -10,  /* refused until a backlog drains */
-    QW_ERR_DUPLICATE = -11,     /* the key exists already with other content */
-    QW_ERR_CLAIM_LOST = -12,    /* a fenced write touched zero rows */
-    QW_ERR_SCHEMA = -13,        /* database schema older or newer than this binary */
-    QW_ERR_HTTP = -14,          /* the ledger answered with an error status */
-    QW_ERR_AUTH = -15,          /* the ledger refused our credentials (401/403) */
-    QW_ERR_SHUTDOWN = -16,      /* stopped because the process is shutting down */
+    QW_ERR_TIMEOUT = -9,         /* a deadline passed */
+    QW_ERR_BACKPRESSURE = -10,   /* refused until a backlog drains */
+    QW_ERR_DUPLICATE = -11,      /* the key exists already with other content */
+    QW_ERR_CLAIM_LOST = -12,     /* a fenced write touched zero rows */
+    QW_ERR_SCHEMA = -13,         /* database schema older or newer than this binary */
+    QW_ERR_HTTP = -14,           /* the ledger answered with an error status */
+    QW_ERR_AUTH = -15,           /* the ledger refused our credentials (401/403) */
+    QW_ERR_SHUTDOWN = -16,       /* stopped because the process is shutting down */
     QW_ERR_NOT_IMPLEMENTED = -17,
 };
 
@@ -38,10 +38,10 @@ const char *qw_strerror(int rc);
  * failure; the caller that decides what to do logs it once.
  */
 struct qw_error {
-    int rc;               /* enum qw_rc */
-    char sqlstate[6];     /* SQLSTATE of a database error, "" if none */
-    int http_status;      /* HTTP status from the ledger, 0 if none */
-    char msg[512];        /* one line, no secrets */
+    int rc;           /* enum qw_rc */
+    char sqlstate[6]; /* SQLSTATE of a database error, "" if none */
+    int http_status;  /* HTTP status from the ledger, 0 if none */
+    char msg[512];    /* one line, no secrets */
 };
 
 /** Clears `err` to "no error". */

@@ -61,9 +61,8 @@ void qw_log(enum qw_log_level level, const char *event, const char *fmt, ...)
     int n = snprintf(line, sizeof(line),
                      "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s instance=%s thread=%s "
                      "event=%s",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000L, level_names[level], log_instance,
-                     log_thread, event);
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000L, level_names[level], log_instance, log_thread, event);
     if (fmt && n > 0 && (size_t)n < sizeof(line) - 2) {
         line[n++] = ' ';
         va_list ap;

@@ -28,23 +28,23 @@
 
 struct qw_config {
     /* [database] */
-    char *db_conninfo;          /* libpq conninfo without password; default "dbname=queuer" */
-    char *db_password_file;     /* path of a private file holding the password, or "" */
-    int db_connect_timeout_s;   /* seconds, 1..300, default 5 */
-    int db_query_timeout_ms;    /* client-side deadline per statement, 100..600000, default 10000 */
+    char *db_conninfo;        /* libpq conninfo without password; default "dbname=queuer" */
+    char *db_password_file;   /* path of a private file holding the password, or "" */
+    int db_connect_timeout_s; /* seconds, 1..300, default 5 */
+    int db_query_timeout_ms;  /* client-side deadline per statement, 100..600000, default 10000 */
 
     /* [worker] */
-    char *worker_instance_id;   /* "" = generated as <host>-<pid>-<random> */
-    int worker_cycle_ms;        /* cycle period, 10..600000, default 1000 */
-    int worker_lease_ms;        /* expiry_1 = now() + lease, 100..3600000, default 30000 */
-    int worker_hard_expiry_ms;  /* expiry_2 = now() + hard, >= lease, ..86400000, default 180000 */
-    int worker_claim_slack;     /* extra claims over the fair share, 0..100000, default 4 */
-    int worker_max_claims;      /* hard cap on claims, 0 = none, default 0 */
-    int worker_listen;          /* bool: LISTEN for wake-ups (off behind transaction poolers) */
-    int worker_queue_capacity;  /* bounded queuer->submitter queue, 1..1000000, default 4096 */
-    int worker_shutdown_grace_ms; /* bound on finishing in-flight work at SIGTERM, default 5000 */
-    int worker_txn_max_attempts;  /* serializable retries per transaction, 1..1000, default 20 */
-    int worker_txn_max_ms;        /* time budget per retried transaction, default 10000 */
+    char *worker_instance_id;  /* "" = generated as <host>-<pid>-<random> */
+    int worker_cycle_ms;       /* cycle period, 10..600000, default 1000 */
+    int worker_lease_ms;       /* expiry_1 = now() + lease, 100..3600000, default 30000 */
+    int worker_hard_expiry_ms; /* expiry_2 = now() + hard, >= lease, ..86400000, default 180000 */
+    int worker_claim_slack;    /* extra claims over the fair share, 0..100000, default 4 */
+    int worker_max_claims;     /* hard cap on claims, 0 = none, default 0 */
+    int worker_listen;         /* bool: LISTEN for wake-ups (off behind transaction poolers) */
+    int worker_queue_capacity; /* bounded queuer->submitter queue, 1..1000000, default 4096 */
+    int worker_shutdown_grace_ms;   /* bound on finishing in-flight work at SIGTERM, default 5000 */
+    int worker_txn_max_attempts;    /* serializable retries per transaction, 1..1000, default 20 */
+    int worker_txn_max_ms;          /* time budget per retried transaction, default 10000 */
     int worker_txn_backoff_base_ms; /* full-jitter backoff base, 1..10000, default 2 */
     int worker_txn_backoff_max_ms;  /* backoff cap, >= base, default 200 */
 
@@ -66,19 +66,19 @@ struct qw_config {
     int dlt_pause_max_ms;       /* 429 pause cap, >= base, default 10000 */
 
     /* [ingest] */
-    int ingest_high;            /* back pressure on at this backlog, 0 = off, default 30 */
-    int ingest_low;             /* and off again below this, < high, default 15 */
+    int ingest_high;              /* back pressure on at this backlog, 0 = off, default 30 */
+    int ingest_low;               /* and off again below this, < high, default 15 */
     int ingest_max_payload_bytes; /* 1..67108864, default 1048576 */
 
     /* [admin] */
-    char *admin_listen;         /* "host:port" or "off", default "127.0.0.1:9187" */
+    char *admin_listen; /* "host:port" or "off", default "127.0.0.1:9187" */
 
     /* [log] */
-    char *log_level;            /* debug | info | warn | error, default "info" */
+    char *log_level; /* debug | info | warn | error, default "info" */
 
     /* secrets, loaded from env or files, never printed */
-    char *db_password;          /* NULL when unset */
-    char *dlt_token;            /* NULL when unset */
+    char *db_password; /* NULL when unset */
+    char *dlt_token;   /* NULL when unset */
 };
 
 /** Fills `cfg` with the built-in defaults (allocates the strings). */

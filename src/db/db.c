@@ -14,16 +14,16 @@
 #define QW_DB_MAX_PREPARED 128
 
 struct qw_db {
-    PGconn *conn;                                /* NULL after a drop */
-    char *conninfo;                              /* copied from opts */
-    char *password;                              /* copied; wiped on close */
-    char *app_name;                              /* application_name */
-    int connect_timeout_s;                       /* seconds */
-    int query_timeout_ms;                        /* deadline per call */
-    char listen[QW_DB_MAX_LISTEN][64];           /* channels to re-LISTEN */
-    int nlisten;                                 /* used entries of listen */
-    const char *prepared[QW_DB_MAX_PREPARED];    /* statement names prepared on conn */
-    int nprepared;                               /* used entries of prepared */
+    PGconn *conn;                             /* NULL after a drop */
+    char *conninfo;                           /* copied from opts */
+    char *password;                           /* copied; wiped on close */
+    char *app_name;                           /* application_name */
+    int connect_timeout_s;                    /* seconds */
+    int query_timeout_ms;                     /* deadline per call */
+    char listen[QW_DB_MAX_LISTEN][64];        /* channels to re-LISTEN */
+    int nlisten;                              /* used entries of listen */
+    const char *prepared[QW_DB_MAX_PREPARED]; /* statement names prepared on conn */
+    int nprepared;                            /* used entries of prepared */
 };
 
 struct qw_db_res {
@@ -519,8 +519,8 @@ static int drain_notifies(struct qw_db *db, qw_db_notify_fn *cb, void *arg)
     return got;
 }
 
-int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, qw_db_notify_fn *cb,
-                      void *arg, struct qw_error *err)
+int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, qw_db_notify_fn *cb, void *arg,
+                      struct qw_error *err)
 {
     if (!db->conn)
         return conn_error(db, err);

@@ -30,11 +30,11 @@ struct qw_db_res;
 
 /** Connection options; zero values take the documented defaults. */
 struct qw_db_opts {
-    const char *conninfo;      /* libpq connection string, without password */
-    const char *password;      /* from env or a private file; NULL = none */
-    const char *app_name;      /* application_name, default "queuer" */
-    int connect_timeout_s;     /* default 5 */
-    int query_timeout_ms;      /* client-side deadline per call, default 10000 */
+    const char *conninfo;  /* libpq connection string, without password */
+    const char *password;  /* from env or a private file; NULL = none */
+    const char *app_name;  /* application_name, default "queuer" */
+    int connect_timeout_s; /* default 5 */
+    int query_timeout_ms;  /* client-side deadline per call, default 10000 */
 };
 
 /**
@@ -107,7 +107,7 @@ typedef void qw_db_notify_fn(const char *channel, const char *payload, void *arg
  * Returns 1 when a notification arrived, 2 when `wake_fd` is readable,
  * 0 on timeout, negative on a connection error.
  */
-int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, qw_db_notify_fn *cb,
-                      void *arg, struct qw_error *err);
+int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, qw_db_notify_fn *cb, void *arg,
+                      struct qw_error *err);
 
 #endif

@@ -106,8 +106,8 @@ int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_err
         }
     }
     if (rc == QW_OK && report)
-        fprintf(report, count ? "schema is now at version %d\n"
-                              : "schema is up to date (version %d)\n",
+        fprintf(report,
+                count ? "schema is now at version %d\n" : "schema is up to date (version %d)\n",
                 qw_migrate_latest());
     struct qw_error ignored;
     if (qw_db_ok(db))

@@ -11,11 +11,11 @@
 #include <stdint.h>
 
 struct qw_pgarray {
-    char *buf;     /* "{...}" under construction, NUL-terminated; owned */
-    size_t len;    /* bytes used, without the NUL */
-    size_t cap;    /* bytes allocated */
-    size_t count;  /* elements appended */
-    int failed;    /* an allocation failed; the literal is unusable */
+    char *buf;    /* "{...}" under construction, NUL-terminated; owned */
+    size_t len;   /* bytes used, without the NUL */
+    size_t cap;   /* bytes allocated */
+    size_t count; /* elements appended */
+    int failed;   /* an allocation failed; the literal is unusable */
 };
 
 /** Starts an empty array ("{"). Always succeeds; failures show at finish. */

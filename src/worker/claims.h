@@ -39,17 +39,17 @@ struct qw_claims_params {
 
 /** What it did; `held` is owned and reused across calls. */
 struct qw_claims_result {
-    struct qw_claim *held; /* claims held after COMMIT */
-    size_t n_held;         /* entries in held */
-    size_t cap_held;       /* allocated entries */
-    int freed;             /* expired claims (anyone's) freed by maintenance */
-    int released;          /* our idle or surplus claims given back */
-    int acquired;          /* new claims */
-    int share;             /* our fair share this cycle */
-    int64_t with_work;     /* services with non-final batches */
+    struct qw_claim *held;  /* claims held after COMMIT */
+    size_t n_held;          /* entries in held */
+    size_t cap_held;        /* allocated entries */
+    int freed;              /* expired claims (anyone's) freed by maintenance */
+    int released;           /* our idle or surplus claims given back */
+    int acquired;           /* new claims */
+    int share;              /* our fair share this cycle */
+    int64_t with_work;      /* services with non-final batches */
     int64_t free_with_work; /* of those, held by nobody (before maintenance) */
-    int live;              /* live instances */
-    int64_t lease_left_ms; /* shortest lease left among held claims, database clock */
+    int live;               /* live instances */
+    int64_t lease_left_ms;  /* shortest lease left among held claims, database clock */
 };
 
 /**

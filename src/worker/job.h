@@ -38,25 +38,25 @@ enum qw_job_state {
 };
 
 struct qw_job {
-    enum qw_job_kind kind;                 /* what the submitter does with it */
-    char service_id[QW_SERVICE_ID_MAX];    /* "<circuit>::<service>" */
-    char batch_id[QW_BATCH_ID_LEN + 1];    /* header_signature */
-    int64_t epoch;                         /* claim epoch the queuer held when it made the job */
-    int attempts;                          /* POSTs recorded before this one */
-    int64_t deadline_ms;                   /* monotonic ms: do not POST after this (lease) */
-    uint8_t *payload;                      /* SUBMIT: BatchList bytes, owned; ADOPT: NULL */
-    size_t payload_len;                    /* bytes in payload */
+    enum qw_job_kind kind;              /* what the submitter does with it */
+    char service_id[QW_SERVICE_ID_MAX]; /* "<circuit>::<service>" */
+    char batch_id[QW_BATCH_ID_LEN + 1]; /* header_signature */
+    int64_t epoch;                      /* claim epoch the queuer held when it made the job */
+    int attempts;                       /* POSTs recorded before this one */
+    int64_t deadline_ms;                /* monotonic ms: do not POST after this (lease) */
+    uint8_t *payload;                   /* SUBMIT: BatchList bytes, owned; ADOPT: NULL */
+    size_t payload_len;                 /* bytes in payload */
 
     /* submitter-private */
-    enum qw_job_state state;               /* progress */
-    int64_t next_at_ms;                    /* monotonic ms of the next action when waiting */
-    int64_t unknown_since_ms;              /* monotonic ms Unknown was first seen, 0 = not */
-    int poll_errors;                       /* consecutive failed status polls */
-    int64_t posted_us;                     /* monotonic us the POST was started, for latency */
+    enum qw_job_state state;  /* progress */
+    int64_t next_at_ms;       /* monotonic ms of the next action when waiting */
+    int64_t unknown_since_ms; /* monotonic ms Unknown was first seen, 0 = not */
+    int poll_errors;          /* consecutive failed status polls */
+    int64_t posted_us;        /* monotonic us the POST was started, for latency */
 
     /* result, set by the submitter before handing the job back */
-    enum qw_job_end end;                   /* how it ended */
-    struct qw_job *next;                   /* intrusive list link, owner's use */
+    enum qw_job_end end; /* how it ended */
+    struct qw_job *next; /* intrusive list link, owner's use */
 };
 
 /** Frees a job and its payload; NULL is ignored. */

@@ -25,21 +25,21 @@
 #include <unistd.h>
 
 struct queuer {
-    struct qw_worker *w;              /* shared state */
-    const struct qw_config *cfg;      /* read-only */
-    struct qw_db *db;                 /* this thread's connection */
-    struct qw_svcmap svcs;            /* services we hold */
-    struct qw_claims_result claims;   /* last claims transaction */
-    struct qw_rng rng;                /* for backoff */
-    struct qw_txn_policy policy;      /* serializable retry policy */
-    int64_t lease_deadline_ms;        /* monotonic: our claims surely valid until */
-    int64_t next_retry_ms;            /* monotonic: a Delayed/Unknown batch becomes due */
-    char **dirty;                     /* services to fetch again now (jobs came back) */
-    size_t n_dirty;                   /* entries in dirty */
-    size_t cap_dirty;                 /* allocated entries */
-    struct qw_pgarray arr[4];         /* reusable array parameters of the mark */
-    struct qw_pgarray filter;         /* services of a partial fetch */
-    bool notified;                    /* a NOTIFY asked for a claims cycle */
+    struct qw_worker *w;            /* shared state */
+    const struct qw_config *cfg;    /* read-only */
+    struct qw_db *db;               /* this thread's connection */
+    struct qw_svcmap svcs;          /* services we hold */
+    struct qw_claims_result claims; /* last claims transaction */
+    struct qw_rng rng;              /* for backoff */
+    struct qw_txn_policy policy;    /* serializable retry policy */
+    int64_t lease_deadline_ms;      /* monotonic: our claims surely valid until */
+    int64_t next_retry_ms;          /* monotonic: a Delayed/Unknown batch becomes due */
+    char **dirty;                   /* services to fetch again now (jobs came back) */
+    size_t n_dirty;                 /* entries in dirty */
+    size_t cap_dirty;               /* allocated entries */
+    struct qw_pgarray arr[4];       /* reusable array parameters of the mark */
+    struct qw_pgarray filter;       /* services of a partial fetch */
+    bool notified;                  /* a NOTIFY asked for a claims cycle */
 };
 
 /* One fetched row, with its strings owned by the fetch result. */
@@ -51,12 +51,12 @@ struct fetched {
 
 /* What one fetch-and-queue transaction produced; reset on every attempt. */
 struct queue_txn {
-    struct queuer *q;              /* owner */
-    const char *filter;            /* text[] literal or NULL for all services */
-    struct qw_job *jobs;           /* jobs to hand over after COMMIT (list) */
-    size_t n_jobs;                 /* entries in jobs */
-    int64_t next_retry_us;         /* from the serial choice, database clock */
-    int64_t db_now_us;             /* database clock at fetch */
+    struct queuer *q;      /* owner */
+    const char *filter;    /* text[] literal or NULL for all services */
+    struct qw_job *jobs;   /* jobs to hand over after COMMIT (list) */
+    size_t n_jobs;         /* entries in jobs */
+    int64_t next_retry_us; /* from the serial choice, database clock */
+    int64_t db_now_us;     /* database clock at fetch */
 };
 
 static void free_job_list(struct qw_job *list)
@@ -145,8 +145,8 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
                          in[i].status == QW_STATUS_PENDING;
         if (!in_flight)
             continue;
-        struct qw_job *job = new_job(QW_JOB_ADOPT, in[i].service_id, in[i].batch_id,
-                                     meta[i].epoch, meta[i].attempts);
+        struct qw_job *job = new_job(QW_JOB_ADOPT, in[i].service_id, in[i].batch_id, meta[i].epoch,
+                                     meta[i].attempts);
         if (!job) {
             rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
             goto out;
@@ -198,9 +198,8 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         size_t hexlen = strlen(hex);
         if (job && hexlen >= 2 && hex[0] == '\\' && hex[1] == 'x') {
             job->payload = malloc(hexlen / 2);
-            long len = job->payload
-                           ? qw_hex_decode(hex + 2, hexlen - 2, job->payload, hexlen / 2)
-                           : -1;
+            long len =
+                job->payload ? qw_hex_decode(hex + 2, hexlen - 2, job->payload, hexlen / 2) : -1;
             job->payload_len = len > 0 ? (size_t)len : 0;
         }
         if (!job || job->payload_len == 0) {
@@ -254,8 +253,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
             qw_svcmap_set_busy(&q->svcs, s, true);
         } else {
             /* The batch stays marked in the database; the next fetch adopts it. */
-            qw_log_warn("handoff.full", "service=%s batch=%.16s", job->service_id,
-                        job->batch_id);
+            qw_log_warn("handoff.full", "service=%s batch=%.16s", job->service_id, job->batch_id);
             qw_job_free(job);
         }
         job = next;
@@ -300,8 +298,8 @@ static int claims_step(struct queuer *q, bool acquire, struct qw_error *err)
         return rc;
     /* Conservative: every claim held has at least lease_left_ms left as of a
      * moment after `began`; keep a tenth of the lease as a safety margin. */
-    int64_t left = q->claims.lease_left_ms == INT64_MAX ? cfg->worker_lease_ms
-                                                        : q->claims.lease_left_ms;
+    int64_t left =
+        q->claims.lease_left_ms == INT64_MAX ? cfg->worker_lease_ms : q->claims.lease_left_ms;
     q->lease_deadline_ms = began + left - cfg->worker_lease_ms / 10;
 
     size_t pos = 0;
@@ -474,8 +472,8 @@ static void queuer_loop(struct queuer *q)
                 next_cycle = t + cfg->worker_cycle_ms;
             } else {
                 log_failure("cycle.failed", &err);
-                next_cycle = t + qw_backoff_full_jitter(failures++, 50, cfg->worker_cycle_ms,
-                                                        &q->rng);
+                next_cycle =
+                    t + qw_backoff_full_jitter(failures++, 50, cfg->worker_cycle_ms, &q->rng);
                 if (!qw_db_ok(q->db))
                     qw_db_reconnect(q->db, &err);
             }
@@ -521,8 +519,7 @@ static void queuer_shutdown(struct queuer *q, pthread_t submitter)
     qw_log_info("worker.stopped", "released=%d", released);
 }
 
-int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter,
-                  struct qw_error *err)
+int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, struct qw_error *err)
 {
     struct queuer q = {.w = w, .cfg = w->cfg, .db = db, .next_retry_ms = INT64_MAX};
     const struct qw_config *cfg = w->cfg;

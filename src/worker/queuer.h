@@ -20,7 +20,6 @@
  * Returns QW_OK after a clean stop.
  */
 struct qw_db;
-int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter,
-                  struct qw_error *err);
+int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, struct qw_error *err);
 
 #endif

@@ -121,9 +121,9 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
         if (w->wake_fd < 0)
             rc = qw_error_set(err, QW_ERR_IO, "eventfd: %s", strerror(errno));
     }
-    size_t jobs_cap = (size_t)(cfg->worker_queue_capacity > cfg->dlt_max_in_flight
-                                   ? cfg->worker_queue_capacity
-                                   : cfg->dlt_max_in_flight);
+    size_t jobs_cap =
+        (size_t)(cfg->worker_queue_capacity > cfg->dlt_max_in_flight ? cfg->worker_queue_capacity
+                                                                     : cfg->dlt_max_in_flight);
     if (rc == QW_OK)
         rc = qw_handoff_create(&w->jobs, jobs_cap, err);
     if (rc == QW_OK)
@@ -156,9 +156,9 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
                     (long long)st->posts_accepted, (long long)st->final_committed,
                     (long long)st->final_valid, (long long)st->final_invalid,
                     (long long)st->posts_backpressure, (long long)st->posts_retry,
-                    (long long)st->unknown_confirmed, (long long)st->lost,
-                    (long long)st->flushes, (long long)st->outcomes,
-                    (long long)st->serialization_retries, (long long)st->cycles,
+                    (long long)st->unknown_confirmed, (long long)st->lost, (long long)st->flushes,
+                    (long long)st->outcomes, (long long)st->serialization_retries,
+                    (long long)st->cycles,
                     (long)(ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000),
                     (long)(ru.ru_stime.tv_sec * 1000 + ru.ru_stime.tv_usec / 1000), ru.ru_maxrss);
     }

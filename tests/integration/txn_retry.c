@@ -16,10 +16,10 @@
 #include <stdlib.h>
 
 struct skew {
-    struct qw_db *other;       /* second connection, interferes on attempt 1 */
+    struct qw_db *other;        /* second connection, interferes on attempt 1 */
     struct qw_txn_stats *stats; /* to see which attempt is running */
-    int64_t seen_sum;          /* what the committed attempt read */
-    int interfered;            /* the other transaction ran */
+    int64_t seen_sum;           /* what the committed attempt read */
+    int interfered;             /* the other transaction ran */
 };
 
 /* Reads the sum of both rows, writes row `row` = sum + 1. */

@@ -20,7 +20,8 @@ const char *itest_base_conninfo(void)
 {
     const char *c = getenv("QW_TEST_CONNINFO");
     if (!c) {
-        fprintf(stderr, "QW_TEST_CONNINFO is not set: run this test through tests/lib/with-pg.sh\n");
+        fprintf(stderr,
+                "QW_TEST_CONNINFO is not set: run this test through tests/lib/with-pg.sh\n");
         exit(2);
     }
     return c;

@@ -23,6 +23,8 @@
 # Every wait is bounded; nothing here sleeps as a substitute for a condition.
 
 set -u -o pipefail
+# Variables set here are read by the sourcing scripts.
+# shellcheck disable=SC2034
 
 SC_SOURCE_ROOT=${QW_SOURCE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 SC_BUILD_ROOT=${QW_BUILD_ROOT:-$SC_SOURCE_ROOT/build}
@@ -31,7 +33,7 @@ SC_BUILD_ROOT=${QW_BUILD_ROOT:-$SC_SOURCE_ROOT/build}
 : "${QUEUER_GEN_BIN:=$SC_BUILD_ROOT/tools/queuer-gen}"
 export QUEUER_BIN SCABBARD_SIM_BIN QUEUER_GEN_BIN
 
-# shellcheck source=../lib/cluster.sh
+# shellcheck source=tests/lib/cluster.sh
 . "$SC_SOURCE_ROOT/tests/lib/cluster.sh"
 
 # Test-scale worker settings; a scenario may override any of them per worker.
@@ -63,8 +65,8 @@ sc_begin() {
         [ -x "$bin" ] || { echo "$SC_NAME: missing binary $bin (build first)" >&2; exit 1; }
     done
     SC_DIR=$(mktemp -d "${TMPDIR:-/tmp}/qw-$SC_NAME.XXXXXX") || exit 1
-    SC_WORKER_ENV=(QUEUER_WORKER_LEASE_MS=$SC_LEASE_MS QUEUER_WORKER_HARD_EXPIRY_MS=$SC_HARD_MS
-                   QUEUER_WORKER_CYCLE_MS=$SC_CYCLE_MS QUEUER_LOG_LEVEL=info)
+    SC_WORKER_ENV=("QUEUER_WORKER_LEASE_MS=$SC_LEASE_MS" "QUEUER_WORKER_HARD_EXPIRY_MS=$SC_HARD_MS"
+                   "QUEUER_WORKER_CYCLE_MS=$SC_CYCLE_MS" QUEUER_LOG_LEVEL=info)
     trap sc_cleanup EXIT
     trap 'exit 130' INT TERM
     sc_log "directory $SC_DIR"
@@ -170,8 +172,8 @@ sc_wait() {
 
 # sc_wait_log NAME SECS PATTERN: waits for an extended regex in a worker's log.
 sc_wait_log() {
-    local name=$1 secs=$2 pattern=$3 i
-    for i in $(seq 1 $((secs * 20))); do
+    local name=$1 secs=$2 pattern=$3 _
+    for _ in $(seq 1 $((secs * 20))); do
         grep -Eq -- "$pattern" "$SC_DIR/$name.log" 2>/dev/null && return 0
         sleep 0.05
     done
@@ -380,11 +382,11 @@ sc_wait_registered() {
 # its exit code or to "timeout". (Runs in this shell: `wait` only works for
 # our own children, so this must not be called inside $(...).)
 sc_worker_wait_exit() {
-    local pid i
+    local pid _
     pid=$(sc_worker_pid "$1")
     SC_RC=timeout
     {
-        for i in $(seq 1 $(($2 * 20))); do
+        for _ in $(seq 1 $(($2 * 20))); do
             kill -0 "$pid" || break
             sleep 0.05
         done
@@ -463,13 +465,18 @@ sc_takeover_poll_start() {
                          WHERE query LIKE 'CALL scenario.await_takeover%' AND pid <> pg_backend_pid())"
 }
 
-# sc_takeover_poll_wait: waits for the poller, then fails (with the claims
-# still waiting) unless every watched claim was taken over.
+# sc_takeover_poll_wait [EVIDENCE-SQL]: waits for the poller, then fails
+# (with the claims still waiting, and the evidence query's result) unless
+# every watched claim was taken over.
 sc_takeover_poll_wait() {
     wait "$SC_POLLER_PID" || {
         cat "$SC_DIR/poller.out" >&2
         sc_fail "the takeover poller failed"
     }
+    if [ -n "${1:-}" ] && [ "$(qw_sql "SELECT count(*) FROM scenario.watch WHERE seen_at IS NULL")" != 0 ]; then
+        echo "evidence:" >&2
+        sc_show "$1" | sed 's/^/    /' >&2
+    fi
     sc_check_sql "every watched claim was taken over" 0 \
         "SELECT count(*) FROM scenario.watch WHERE seen_at IS NULL" \
         "SELECT w.tag, w.service_id, w.old_claimant, c.claimant, c.claim_epoch, c.expiry_1, c.expiry_2, now()
@@ -488,7 +495,7 @@ sc_takeover_poll_wait() {
 # sc_await_takeover SECS: sc_takeover_poll_start and sc_takeover_poll_wait.
 sc_await_takeover() {
     sc_takeover_poll_start "$1"
-    sc_takeover_poll_wait
+    sc_takeover_poll_wait ""
 }
 
 # sc_taken_at: SQL for the exact takeover time of a watched claim (over

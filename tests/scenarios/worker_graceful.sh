@@ -6,6 +6,7 @@
 # row is marked stopped, and every batch still ends Committed in order.
 # Then a worker whose ledger hangs (so its shutdown would wait out a long
 # grace period) gets a second signal while stopping and exits at once.
+# shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/lib_scenario.sh"
 
 # A 3 s lease: a takeover after expiry would take at least 1.5 s (claims are

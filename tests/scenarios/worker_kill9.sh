@@ -10,6 +10,7 @@
 # sessions are gone (so they are final), the takeover time is the acquiring
 # transaction's now() (new expiry_1 - lease). Afterwards everything drains
 # in order.
+# shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/lib_scenario.sh"
 
 # A 2 s lease leaves at least a second between the kill and the first

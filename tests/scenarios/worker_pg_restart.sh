@@ -7,6 +7,7 @@
 # commit that the audit history does not explain: each POST of a batch is
 # preceded by a committed 'Submitting' row (sql/batches_mark.sql), so per
 # batch, POSTs <= Submitting rows and commits <= Submitting rows.
+# shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/lib_scenario.sh"
 
 # Durable commits: with synchronous_commit off (the fast default of

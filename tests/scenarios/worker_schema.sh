@@ -5,6 +5,7 @@
 # non-zero with a message that says what to do, and leaves no trace (no
 # instance row). On an unreachable database it exits 69 (EX_UNAVAILABLE,
 # src/cli/cli.h) with a message naming the server, and no secret in it.
+# shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/lib_scenario.sh"
 
 sc_begin worker_schema

@@ -6,6 +6,7 @@
 # holds no row of it at its old epoch after the takeover, and every batch
 # write after the takeover is attributed to another worker. All batches
 # still end Committed, and the ledger saw each service's batches in order.
+# shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/lib_scenario.sh"
 
 # A longer lease than the other scenarios leaves room to record the frozen

@@ -2,9 +2,12 @@
 # Scenario: claims spread over three workers, each service with work held by
 # exactly one live worker, and nothing held by a worker that stopped.
 #
-# The bound. Each worker claims up to its fair share (sql/claims_share.sql)
-#     share = ceil(services_with_work / live_instances) + worker.claim_slack
-# and gives back claims above it (sql/claims_release_idle.sql). With
+# The bound. Each worker acquires at most share - held services per cycle
+# (src/worker/claims.c), with its fair share (sql/claims_share.sql)
+#     share = ceil(services_with_work / live_instances) + worker.claim_slack,
+# and gives back claims above it that have no batch in flight
+# (sql/claims_release_idle.sql); with every worker live before the work
+# appears, none ever holds more than its share. With
 # S = 60 services with work, L = 3 live workers and slack 4 (the default),
 # share = 20 + 4 = 24: no worker holds more than 24 <= S/2 = 30, and as all
 # 60 are held, the two others hold at most 48, so each holds at least
@@ -12,6 +15,7 @@
 # each of the two holds between 60 - 34 = 26 and 34.
 # The batches stay Pending (the ledger's commits take minutes), so the work
 # stays and no claim is released for lack of work.
+# shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/lib_scenario.sh"
 
 S=60

@@ -40,8 +40,7 @@ static void test_escaping(void **state)
     struct qw_pgarray a;
     qw_pgarray_init(&a);
     qw_pgarray_text(&a, "a \"quoted\" \\ back, {brace} NULL");
-    assert_string_equal(qw_pgarray_finish(&a),
-                        "{\"a \\\"quoted\\\" \\\\ back, {brace} NULL\"}");
+    assert_string_equal(qw_pgarray_finish(&a), "{\"a \\\"quoted\\\" \\\\ back, {brace} NULL\"}");
     qw_pgarray_free(&a);
 }
 

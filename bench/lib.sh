@@ -1,0 +1,104 @@
+# Helpers of bench/run.sh: /proc readings (CPU, peak RSS), PostgreSQL
+# counters, key=value parsing and the machine description. Source this file
+# (bash); it defines functions only.
+#
+#   bench_kv KEY LINE             value of KEY in a "k=v k=v" line ("" if absent)
+#   bench_cpu_ticks PID           utime+stime of PID in clock ticks (0 if gone)
+#   bench_cpu_ticks_tree PID      the same plus its reaped children (cutime+cstime)
+#                                 plus its live children's utime+stime
+#   bench_pg_cpu_ticks DATADIR    bench_cpu_ticks_tree of the cluster's postmaster:
+#                                 every PostgreSQL process, live or exited
+#   bench_vmhwm_kb PID            peak resident set (VmHWM) of PID in KiB (0 if gone)
+#   bench_db_counter CONNINFO DB COLUMN   a pg_stat_database column of DB
+#   bench_db_idle CONNINFO DB SECS        wait until DB has no backend left
+#   bench_machine                 one paragraph describing this machine
+#   bench_ticks_to_s TICKS        clock ticks as seconds (3 decimals)
+
+BENCH_CLK_TCK=$(getconf CLK_TCK)
+
+bench_kv() {
+    local key=$1 line=$2 word
+    for word in $line; do
+        if [ "${word%%=*}" = "$key" ]; then
+            echo "${word#*=}"
+            return 0
+        fi
+    done
+    echo ""
+}
+
+# Fields of /proc/PID/stat after "(comm) ", which may itself hold spaces:
+# [0]=state ... [11]=utime [12]=stime [13]=cutime [14]=cstime.
+bench__stat_fields() {
+    local s
+    s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    echo "${s##*) }"
+}
+
+bench_cpu_ticks() {
+    local f
+    f=$(bench__stat_fields "$1") || {
+        echo 0
+        return 0
+    }
+    set -- $f
+    echo $((${12} + ${13}))
+}
+
+bench_cpu_ticks_tree() {
+    local pid=$1 f total child
+    f=$(bench__stat_fields "$pid") || {
+        echo 0
+        return 0
+    }
+    set -- $f
+    total=$((${12} + ${13} + ${14} + ${15}))
+    for child in $(cat "/proc/$pid/task/"*/children 2>/dev/null); do
+        total=$((total + $(bench_cpu_ticks "$child")))
+    done
+    echo "$total"
+}
+
+bench_pg_cpu_ticks() {
+    local pid
+    pid=$(head -1 "$1/postmaster.pid" 2>/dev/null) || {
+        echo 0
+        return 0
+    }
+    bench_cpu_ticks_tree "$pid"
+}
+
+bench_vmhwm_kb() {
+    local v
+    v=$(awk '/^VmHWM:/ { print $2 }' "/proc/$1/status" 2>/dev/null)
+    echo "${v:-0}"
+}
+
+bench_db_counter() {
+    psql -X -q -t -A "$1" -c "SELECT $3 FROM pg_stat_database WHERE datname = '$2'"
+}
+
+bench_db_idle() {
+    local conninfo=$1 db=$2 secs=$3 i n
+    for i in $(seq 1 $((secs * 10))); do
+        n=$(psql -X -q -t -A "$conninfo" \
+            -c "SELECT count(*) FROM pg_stat_activity WHERE datname = '$db'")
+        [ "$n" = 0 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+bench_ticks_to_s() {
+    awk -v t="$1" -v hz="$BENCH_CLK_TCK" 'BEGIN { printf "%.3f", t / hz }'
+}
+
+bench_machine() {
+    local model mem pg node
+    model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+    mem=$(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+    pg=$("$(qw_pg_bindir)/postgres" --version 2>/dev/null | awk '{ print $NF }')
+    node=$(node --version 2>/dev/null || echo "absent")
+    echo "machine: $(nproc) CPUs ($model), $mem RAM, Linux $(uname -r);" \
+        "PostgreSQL $pg; Node.js $node; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+}

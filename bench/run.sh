@@ -1,0 +1,510 @@
+#!/usr/bin/env bash
+# The queuer benchmark: one command that builds a release build, starts a
+# private PostgreSQL and scabbard-sim, enqueues each workload, runs K
+# `queuer run` workers until every batch is final, and prints a table; the
+# same W1 also runs through graphile-worker for a side-by-side ratio.
+# bench/PERFORMANCE.md explains every figure.
+#
+#   bench/run.sh [--quick] [--workload W1,W2,...] [--workers 1,2,4]
+#                [--out DIR] [--keep]
+#
+#   --quick        reduced sizes for a CI smoke run (about two minutes)
+#   --workload     any of W1 W2 W3 W4 W1F G1 (default: all of them; --quick
+#                  leaves out W1F)
+#                    W1  1,000 services x 10 batches, K = 1, 2, 4
+#                    W2  10,000 services x 3 batches, K = 1, 4
+#                    W3  20 services x 500 batches, K = 4
+#                    W4  W1 with 20% of POSTs answered 429, K = 4
+#                    W1F W1 with K = 4 on a cluster with fsync/synchronous_commit off
+#                    G1  W1 through graphile-worker
+#   --workers      worker counts for every queuer workload (overrides the K above)
+#   --out DIR      where results go (default bench/out/<date>-<time>)
+#   --keep         keep the PostgreSQL data, simulator event logs and databases
+#
+# Environment: BENCH_WORKER_ENV="VAR=VALUE ..." extra settings for every
+# worker (e.g. QUEUER_WORKER_CYCLE_MS=200); BENCH_GW_PROCS (1),
+# BENCH_GW_CONCURRENCY (32), BENCH_GW_LOCAL_QUEUE (64),
+# BENCH_GW_COMPLETE_BATCH_MS (0) for graphile-worker; BENCH_SIM_DELAY_MS (20);
+# BENCH_ANALYZE: a bench-analyze binary to use instead of the build's.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$ROOT/tests/lib/cluster.sh"
+. "$ROOT/bench/lib.sh"
+
+QUICK=0
+WORKLOADS=""
+WORKERS=""
+OUT=""
+KEEP=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) QUICK=1 ;;
+    --workload | --workloads)
+        WORKLOADS=${2:?--workload needs a list}
+        shift
+        ;;
+    --workers)
+        WORKERS=${2:?--workers needs a list}
+        shift
+        ;;
+    --out)
+        OUT=${2:?--out needs a directory}
+        shift
+        ;;
+    --keep) KEEP=1 ;;
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "run.sh: unknown argument '$1' (see --help)" >&2
+        exit 2
+        ;;
+    esac
+    shift
+done
+
+if [ -z "$WORKLOADS" ]; then
+    if [ "$QUICK" = 1 ]; then WORKLOADS=W1,W2,W3,W4,G1; else WORKLOADS=W1,W2,W3,W4,W1F,G1; fi
+fi
+for w in ${WORKLOADS//,/ }; do
+    case $w in
+    W1 | W2 | W3 | W4 | W1F | G1) ;;
+    *)
+        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F G1)" >&2
+        exit 2
+        ;;
+    esac
+done
+case ,$WORKERS, in
+*[!0-9,]*)
+    echo "run.sh: --workers takes a list of numbers such as 1,2,4" >&2
+    exit 2
+    ;;
+esac
+
+SIM_DELAY_MS=${BENCH_SIM_DELAY_MS:-20}
+GW_PROCS=${BENCH_GW_PROCS:-1}
+GW_CONCURRENCY=${BENCH_GW_CONCURRENCY:-32}
+GW_LOCAL_QUEUE=${BENCH_GW_LOCAL_QUEUE:-64}
+GW_COMPLETE_BATCH_MS=${BENCH_GW_COMPLETE_BATCH_MS:-0}
+OUT=${OUT:-$ROOT/bench/out/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORK=$OUT/work
+mkdir -p "$WORK"
+RESULTS=$OUT/results.tsv
+LOG=$OUT/run.log
+: >"$LOG"
+
+say() { echo "bench: $*" | tee -a "$LOG" >&2; }
+die() {
+    say "error: $*"
+    exit 1
+}
+
+# ---- build ------------------------------------------------------------------
+
+BUILD=$ROOT/build/release
+build_release() {
+    if [ ! -f "$BUILD/build.ninja" ]; then
+        say "meson setup $BUILD (release)"
+        meson setup "$BUILD" "$ROOT" --buildtype=release -Dtests=false >>"$LOG" 2>&1 ||
+            die "meson setup failed (see $LOG)"
+    fi
+    say "building $BUILD"
+    meson compile -C "$BUILD" >>"$LOG" 2>&1 || die "build failed (see $LOG)"
+}
+build_release
+QUEUER_BIN=$BUILD/src/queuer
+SCABBARD_SIM_BIN=$BUILD/sim/scabbard-sim
+GEN=$BUILD/tools/queuer-gen
+ANALYZE=${BENCH_ANALYZE:-$BUILD/bench/bench-analyze}
+export QUEUER_BIN SCABBARD_SIM_BIN
+[ -x "$ANALYZE" ] || die "$ANALYZE is missing: the top-level meson.build needs subdir('bench')"
+
+case ,$WORKLOADS, in
+*,G1,*)
+    command -v node >/dev/null || die "Node.js is needed for G1 (graphile-worker) and is not installed; run without G1 (--workload W1,W2,W3,W4) or install nodejs"
+    NODE_MAJOR=$(node --version | sed 's/^v\([0-9]*\).*/\1/')
+    [ "$NODE_MAJOR" -ge 18 ] || die "Node.js >= 18 is needed for G1 (found $(node --version))"
+    GW_DIR=$ROOT/bench/graphile
+    if [ ! -f "$GW_DIR/node_modules/.package-lock.json" ] ||
+        [ "$GW_DIR/package-lock.json" -nt "$GW_DIR/node_modules/.package-lock.json" ]; then
+        say "npm ci in $GW_DIR"
+        (cd "$GW_DIR" && npm ci --no-audit --no-fund --loglevel=error) >>"$LOG" 2>&1 ||
+            die "npm ci failed (see $LOG)"
+    fi
+    ;;
+esac
+
+# ---- clusters and cleanup -----------------------------------------------------
+
+PG_ON_DIR=$WORK/pg-fsync-on
+PG_OFF_DIR=$WORK/pg-fsync-off
+STARTED_PG=()
+RUN_PIDS=()
+
+cleanup() {
+    local pid d
+    for pid in "${RUN_PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    qw_sim_stop
+    for d in "${STARTED_PG[@]}"; do
+        QW_PG_DIR=$d qw_pg_stop fast
+    done
+    if [ "$KEEP" = 0 ]; then
+        rm -rf "$PG_ON_DIR" "$PG_OFF_DIR"
+        find "$WORK" -name 'sim.ndjson' -delete 2>/dev/null || true
+        rm -f "$WORK"/*.tsv
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Starts the cluster for durability mode $1 (on|off) once; sets PG_DIR, PG_ADMIN.
+use_cluster() {
+    local dir
+    if [ "$1" = on ]; then dir=$PG_ON_DIR; else dir=$PG_OFF_DIR; fi
+    if [ ! -f "$dir/data/postmaster.pid" ]; then
+        say "starting PostgreSQL in $dir (fsync, synchronous_commit, full_page_writes = $1)"
+        QW_PG_FSYNC=$1 qw_pg_start "$dir" || die "PostgreSQL did not start"
+        STARTED_PG+=("$dir")
+    fi
+    PG_DIR=$dir
+    PG_ADMIN="host=$dir/sock port=5432 user=postgres dbname=postgres"
+}
+
+# ---- workloads ----------------------------------------------------------------
+
+# Prints "services batches" of a workload in this mode.
+workload_size() {
+    if [ "$QUICK" = 1 ]; then
+        case $1 in
+        W1 | W4 | W1F | G1) echo "200 5" ;;
+        W2) echo "2000 2" ;;
+        W3) echo "5 20" ;;
+        esac
+    else
+        case $1 in
+        W1 | W4 | W1F | G1) echo "1000 10" ;;
+        W2) echo "10000 3" ;;
+        W3) echo "20 500" ;;
+        esac
+    fi
+}
+
+workload_workers() {
+    if [ -n "$WORKERS" ]; then
+        echo "${WORKERS//,/ }"
+        return
+    fi
+    case $1 in
+    W1) if [ "$QUICK" = 1 ]; then echo "1 4"; else echo "1 2 4"; fi ;;
+    W2) if [ "$QUICK" = 1 ]; then echo "4"; else echo "1 4"; fi ;;
+    *) echo "4" ;;
+    esac
+}
+
+# Writes the TSV of a size once; prints its path.
+workload_tsv() {
+    local f=$WORK/w-$1x$2.tsv
+    [ -s "$f" ] || "$GEN" --services "$1" --batches "$2" >"$f"
+    echo "$f"
+}
+
+# Longest wait for one run: generous, so only a stuck run hits it.
+run_timeout_s() { echo $((120 + $1 / 20)); }
+
+SIM_PID_OF_RUN=""
+start_sim() {
+    local dir=$1
+    shift
+    qw_sim_start "$dir" --commit-delay-ms "$SIM_DELAY_MS" --seed 1 "$@" ||
+        die "scabbard-sim did not start"
+    SIM_PID_OF_RUN=$QW_SIM_PID
+}
+
+# Snapshot of the cluster's and the simulator's CPU ticks before a run.
+snap_before() {
+    PG_T0=$(bench_pg_cpu_ticks "$PG_DIR/data")
+    SIM_T0=$(bench_cpu_ticks "$SIM_PID_OF_RUN")
+    XC0=$(bench_db_counter "$PG_ADMIN" "$DB" xact_commit)
+    XR0=$(bench_db_counter "$PG_ADMIN" "$DB" xact_rollback)
+}
+
+snap_after() {
+    PG_T1=$(bench_pg_cpu_ticks "$PG_DIR/data")
+    SIM_T1=$(bench_cpu_ticks "$SIM_PID_OF_RUN")
+}
+
+# Waits until the simulator has finalised $1 batches, then until the
+# database agrees ($2 is an SQL condition). Counts its own SQL polls in
+# HARNESS_XACTS so they can be taken out of the commit count.
+wait_all_final() {
+    local n=$1 cond=$2 secs=$3 i out
+    HARNESS_XACTS=0
+    RUN_STATUS=ok
+    if ! "$ANALYZE" --wait-final "$n" --timeout-s "$secs" "$QW_SIM_LOG" 2>>"$LOG"; then
+        RUN_STATUS=timeout
+        return 0
+    fi
+    for i in $(seq 1 300); do
+        out=$(psql -X -q -t -A "$DB_CONNINFO" -c "SELECT $cond" 2>>"$LOG" || true)
+        HARNESS_XACTS=$((HARNESS_XACTS + 1))
+        [ "$out" = t ] && return 0
+        sleep 0.1
+    done
+    RUN_STATUS=db-not-final
+}
+
+# Fills the per-process columns from PIDs in "$@" (at the end snapshot).
+collect_procs() {
+    local pid t kb
+    PROC_TICKS=0
+    RSS_LIST=""
+    RSS_MAX=0
+    for pid in "$@"; do
+        t=$(bench_cpu_ticks "$pid")
+        kb=$(bench_vmhwm_kb "$pid")
+        PROC_TICKS=$((PROC_TICKS + t))
+        RSS_LIST="$RSS_LIST${RSS_LIST:+/}$(awk -v k="$kb" 'BEGIN { printf "%.1f", k / 1024 }')"
+        [ "$kb" -gt "$RSS_MAX" ] && RSS_MAX=$kb
+    done
+}
+
+# Waits until no backend is connected to $DB any more. A backend leaves
+# pg_stat_activity a moment before it flushes its counters at exit, hence
+# the short pause after.
+db_settle() {
+    bench_db_idle "$PG_ADMIN" "$DB" 30 || say "$DB: backends still connected; commit count may be off"
+    sleep 0.3
+}
+
+# SIGTERM to the processes in "$@", then up to 20 s for them to exit, then SIGKILL.
+stop_pids() {
+    local pid i
+    for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "$@"; do
+        for i in $(seq 1 200); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+}
+
+new_db() {
+    DB=$1
+    DB_CONNINFO="host=$PG_DIR/sock port=5432 user=postgres dbname=$DB"
+    psql -X -q "$PG_ADMIN" -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >>"$LOG" 2>&1 ||
+        die "cannot create database $DB"
+}
+
+drop_db() {
+    [ "$KEEP" = 1 ] && return 0
+    psql -X -q "$PG_ADMIN" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >>"$LOG" 2>&1 || true
+}
+
+printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\n' >"$RESULTS"
+
+# Appends one result row. $1 name, $2 workload, $3 K, $4 fsync, $5 services,
+# $6 batches/service, $7 enqueue seconds, $8 worker summary sums ("" for G1).
+record() {
+    local name=$1 wl=$2 k=$3 fsync=$4 s=$5 b=$6 enq=$7 sums=$8 fig
+    fig=$("$ANALYZE" "$QW_SIM_LOG" 2>>"$LOG") || true
+    local batches xc xr
+    batches=$(bench_kv batches "$fig")
+    batches=${batches:-0}
+    xc=$(($(bench_db_counter "$PG_ADMIN" "$DB" xact_commit) - XC0 - HARNESS_XACTS))
+    xr=$(($(bench_db_counter "$PG_ADMIN" "$DB" xact_rollback) - XR0))
+    awk -v OFS='\t' -v name="$name" -v wl="$wl" -v k="$k" -v fs="$fsync" -v s="$s" -v b="$b" \
+        -v st="$RUN_STATUS" -v n="$batches" -v bps="$(bench_kv batches_per_s "$fig")" \
+        -v p50="$(bench_kv turnaround_p50_ms "$fig")" -v p99="$(bench_kv turnaround_p99_ms "$fig")" \
+        -v pmax="$(bench_kv turnaround_max_ms "$fig")" -v xc="$xc" -v xr="$xr" \
+        -v rpb="$(bench_kv requests_per_batch "$fig")" -v posts="$(bench_kv posts "$fig")" \
+        -v p429="$(bench_kv posts_429 "$fig")" -v gets="$(bench_kv gets "$fig")" \
+        -v rss="$RSS_MAX" -v rsslist="$RSS_LIST" -v wt="$PROC_TICKS" \
+        -v pgt="$((PG_T1 - PG_T0))" -v simt="$((SIM_T1 - SIM_T0))" -v hz="$BENCH_CLK_TCK" \
+        -v span="$(bench_kv span_s "$fig")" -v enq="$enq" -v sums="$sums" 'BEGIN {
+            split(sums, a, " ")
+            per = n > 0 ? 1000 / n : 0
+            print name, wl, k, fs, s, b, st, n, bps, p50, p99, pmax,
+                (n > 0 ? sprintf("%.2f", xc / n) : "-"), (n > 0 ? sprintf("%.3f", xr / n) : "-"),
+                rpb, posts, p429, gets, sprintf("%.1f", rss / 1024), rsslist,
+                sprintf("%.3f", wt / hz * per), sprintf("%.3f", pgt / hz * per),
+                sprintf("%.3f", simt / hz * per), span, enq,
+                (sums == "" ? "-" : a[1]), (sums == "" ? "-" : a[2]),
+                (sums == "" ? "-" : a[3]), (sums == "" ? "-" : a[4])
+        }' >>"$RESULTS"
+    say "$name: $(tail -1 "$RESULTS" | cut -f7-13 | tr '\t' ' ')"
+}
+
+elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+
+# One queuer run: $1 workload, $2 K, $3 fsync mode, sim args after.
+run_queuer() {
+    local wl=$1 k=$2 fsync=$3
+    shift 3
+    local s b name dir tsv t0 enq i pids=() f sums line
+    read -r s b <<<"$(workload_size "$wl")"
+    name="$wl-k$k"
+    dir=$WORK/$name
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    use_cluster "$fsync"
+    new_db "b_${name//-/_}"
+    tsv=$(workload_tsv "$s" "$b")
+    say "$name: $s services x $b batches, $k worker(s), fsync=$fsync $*"
+    QUEUER_DATABASE_CONNINFO=$DB_CONNINFO "$QUEUER_BIN" migrate >>"$LOG" 2>&1 || die "migrate failed"
+    t0=$(date +%s.%N)
+    QUEUER_DATABASE_CONNINFO=$DB_CONNINFO QUEUER_INGEST_HIGH=0 "$QUEUER_BIN" enqueue --tsv "$tsv" \
+        >>"$LOG" 2>&1 || die "enqueue failed"
+    enq=$(elapsed_since "$t0")
+    psql -X -q "$DB_CONNINFO" -c "VACUUM ANALYZE" -c "CHECKPOINT" >>"$LOG" 2>&1
+    db_settle
+    start_sim "$dir" "$@"
+    snap_before
+    for i in $(seq 1 "$k"); do
+        # shellcheck disable=SC2086 # BENCH_WORKER_ENV is a list of VAR=VALUE words
+        QW_DB_CONNINFO=$DB_CONNINFO qw_worker_start "$dir" "w$i" ${BENCH_WORKER_ENV:-}
+        pids+=("$(cat "$dir/w$i.pid")")
+        RUN_PIDS+=("${pids[-1]}")
+    done
+    wait_all_final $((s * b)) \
+        "NOT EXISTS (SELECT 1 FROM queuer.batches WHERE status IS NULL OR status NOT IN ('Committed','Valid','Invalid'))" \
+        "$(run_timeout_s $((s * b)))"
+    snap_after
+    collect_procs "${pids[@]}"
+    qw_workers_stop "$dir"
+    RUN_PIDS=()
+    db_settle
+    # worker.summary sums: serialization_retries flushes outcomes cycles
+    sums="0 0 0 0"
+    for f in "$dir"/w*.log; do
+        line=$(grep 'event=worker.summary' "$f" | tail -1 || true)
+        [ -n "$line" ] || continue
+        sums=$(awk -v s="$sums" -v r="$(bench_kv serialization_retries "$line")" \
+            -v fl="$(bench_kv flushes "$line")" -v o="$(bench_kv outcomes "$line")" \
+            -v c="$(bench_kv cycles "$line")" \
+            'BEGIN { split(s, a, " "); print a[1] + r, a[2] + fl, a[3] + o, a[4] + c }')
+    done
+    qw_sim_stop
+    record "$name" "$wl" "$k" "$fsync" "$s" "$b" "$enq" "$sums"
+    drop_db
+}
+
+# W1 through graphile-worker.
+run_graphile() {
+    local s b name=G1 dir tsv t0 enq i pids=() url
+    read -r s b <<<"$(workload_size G1)"
+    dir=$WORK/$name
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    use_cluster on
+    new_db b_g1
+    url="postgres://postgres@/$DB?host=$PG_DIR/sock&port=5432"
+    tsv=$(workload_tsv "$s" "$b")
+    say "$name: $s services x $b batches through graphile-worker: $GW_PROCS process(es) x" \
+        "$GW_CONCURRENCY jobs, localQueue $GW_LOCAL_QUEUE, completeJobBatchDelay $GW_COMPLETE_BATCH_MS"
+    (cd "$GW_DIR" && GW_DATABASE_URL=$url node driver.mjs migrate) >>"$LOG" 2>&1 ||
+        die "graphile-worker migration failed (see $LOG)"
+    t0=$(date +%s.%N)
+    # One job per batch in the queue named after its service, in file order:
+    # run_at grows by 1 us per line, so each queue's jobs run in that order
+    # whatever ids the insert assigns.
+    psql -X -q -v ON_ERROR_STOP=1 "$DB_CONNINFO" >>"$LOG" 2>&1 <<SQL || die "adding graphile jobs failed"
+CREATE TEMP TABLE load (seq bigserial, service_id text, batch_id text, payload_hex text);
+\copy load (service_id, batch_id, payload_hex) FROM '$tsv'
+SELECT count(*) FROM graphile_worker.add_jobs(
+  (SELECT array_agg(ROW('submit_batch',
+        json_build_object('service_id', service_id, 'batch_id', batch_id, 'payload_hex', payload_hex),
+        service_id, now() - interval '1 hour' + seq * interval '1 microsecond',
+        NULL, NULL, NULL, NULL)::graphile_worker.job_spec ORDER BY seq)
+   FROM load));
+SQL
+    enq=$(elapsed_since "$t0")
+    psql -X -q "$DB_CONNINFO" -c "VACUUM ANALYZE" -c "CHECKPOINT" >>"$LOG" 2>&1
+    db_settle
+    start_sim "$dir"
+    snap_before
+    for i in $(seq 1 "$GW_PROCS"); do
+        (cd "$GW_DIR" && exec env GW_DATABASE_URL="$url" GW_SIM_URL="$QW_SIM_URL" \
+            GW_CONCURRENCY="$GW_CONCURRENCY" GW_LOCAL_QUEUE="$GW_LOCAL_QUEUE" \
+            GW_COMPLETE_BATCH_MS="$GW_COMPLETE_BATCH_MS" node driver.mjs run) \
+            >"$dir/gw$i.log" 2>&1 &
+        pids+=("$!")
+        RUN_PIDS+=("$!")
+    done
+    wait_all_final $((s * b)) "NOT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)" \
+        "$(run_timeout_s $((s * b)))"
+    snap_after
+    collect_procs "${pids[@]}"
+    stop_pids "${pids[@]}"
+    RUN_PIDS=()
+    db_settle
+    qw_sim_stop
+    record "$name" G1 "${GW_PROCS}x$GW_CONCURRENCY" on "$s" "$b" "$enq" ""
+    drop_db
+}
+
+# ---- main -----------------------------------------------------------------------
+
+MACHINE_BEFORE=$(bench_machine)
+say "$MACHINE_BEFORE"
+say "results in $OUT"
+START_S=$(date +%s)
+for wl in ${WORKLOADS//,/ }; do
+    case $wl in
+    W1 | W2 | W3)
+        for k in $(workload_workers "$wl"); do run_queuer "$wl" "$k" on; done
+        ;;
+    W4)
+        for k in $(workload_workers W4); do run_queuer W4 "$k" on --fault-429 0.2; done
+        ;;
+    W1F)
+        for k in $(workload_workers W1F); do run_queuer W1F "$k" off; done
+        ;;
+    G1) run_graphile ;;
+    esac
+done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- report -----------------------------------------------------------------------
+
+{
+    echo "## queuer benchmark $(date -u +%Y-%m-%dT%H:%MZ)$([ "$QUICK" = 1 ] && echo " (--quick: reduced sizes, not comparable to the full table)")"
+    echo
+    echo "$MACHINE_BEFORE; after the runs: load average $LOAD_AFTER; took $(($(date +%s) - START_S)) s"
+    echo "sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off)"
+    echo
+    echo "| run | services x batches | workers | batches/s | turnaround p50 / p99 ms | DB commits/batch | ledger requests/batch | worker RSS peak MB | CPU s/1k batches: workers / PostgreSQL / sim |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    awk -F'\t' 'NR > 1 {
+        st = $7 == "ok" ? "" : " (" $7 ")"
+        printf "| %s%s | %s x %s | %s | %s | %s / %s | %s | %s | %s | %s / %s / %s |\n",
+            $1, st, $5, $6, $3, $9, $10, $11, $13, $15, $19, $21, $22, $23
+    }' "$RESULTS"
+    echo
+    echo "| run | batches | span s | POSTs (429) | GETs | turnaround max ms | rollbacks/batch | worker RSS MB each | serialization retries | outcome flushes | outcomes | cycles | enqueue s |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    awk -F'\t' 'NR > 1 {
+        printf "| %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+            $1, $8, $24, $16, $17, $18, $12, $14, $20, $26, $27, $28, $29, $25
+    }' "$RESULTS"
+    awk -F'\t' -v procs="$GW_PROCS" -v conc="$GW_CONCURRENCY" -v lq="$GW_LOCAL_QUEUE" \
+        -v cb="$GW_COMPLETE_BATCH_MS" 'NR > 1 {
+            if ($1 == "W1-k4") q = $9
+            if ($1 == "G1") g = $9
+        }
+        END {
+            if (q != "" && g != "" && g > 0)
+                printf "\nW1, side by side: queuer (4 workers) %s batches/s, graphile-worker 0.18 (%s process x %s concurrent jobs, localQueue %s, completeJobBatchDelay %s) %s batches/s: ratio %.1fx\n",
+                    q, procs, conc, lq, cb, g, q / g
+        }' "$RESULTS"
+} >"$OUT/table.md"
+cat "$OUT/table.md"
+say "table: $OUT/table.md, raw figures: $RESULTS"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Scenario: a worker hangs *inside* its claims transaction (SIGSTOP while
+# its renewal has updated its claim rows but not committed; a network
+# partition that keeps the TCP session open looks the same to the server).
+# Its uncommitted transaction holds row locks on its claims. The other
+# worker must keep working (DESIGN: workers keep going "while individual
+# workers crash, hang, lose the network"): it keeps its own claims (same
+# epoch throughout) and takes the hung worker's services over within the
+# hard expiry plus a margin.
+#
+# How the hang is placed deterministically: a helper session holds FOR
+# SHARE on one of w1's claim rows, so w1's renewal (FOR NO KEY UPDATE)
+# waits on it inside w1's transaction; w1 is frozen while it waits, then
+# the helper commits, the renewal completes on the server, and w1's
+# session stays "idle in transaction" with the rows locked.
+# shellcheck source=tests/scenarios/lib_scenario.sh
+. "$(dirname "$0")/lib_scenario.sh"
+
+sc_begin worker_frozen_txn
+sc_pg_start
+sc_sim_start --commit-delay-ms 50
+sc_sim_pause # batches stay Pending: every service keeps its work
+
+sc_worker_start w1
+sc_worker_start w2
+sc_wait_registered 15 w1 w2
+sc_gen "$SC_DIR/work.tsv" 12 2
+sc_load_tsv "$SC_DIR/work.tsv"
+sc_wait "both workers hold services, each with a batch Pending" 15 \
+    "SELECT count(*) = 12 AND count(DISTINCT claimant) = 2 FROM queuer.service_id_claims c
+      WHERE c.claimant IN ('w1', 'w2')
+        AND EXISTS (SELECT 1 FROM queuer.batches b WHERE b.service_id = c.service_id AND b.status = 'Pending')"
+victim=$(qw_sql "SELECT min(service_id) FROM queuer.service_id_claims WHERE claimant = 'w1'")
+
+# The helper session, fed through a FIFO so the script decides when it commits.
+mkfifo "$SC_DIR/helper.fifo"
+psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" <"$SC_DIR/helper.fifo" >"$SC_DIR/helper.out" 2>&1 &
+HELPER_PID=$!
+exec 3>"$SC_DIR/helper.fifo"
+echo "BEGIN; SELECT service_id FROM queuer.service_id_claims WHERE service_id = '$victim' FOR SHARE;" >&3
+sc_wait "w1's renewal waits on the helper's lock" 15 \
+    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
+                      AND wait_event_type = 'Lock' AND query LIKE '%Renews%')"
+sc_worker_signal w1 STOP
+echo "COMMIT;" >&3
+exec 3>&-
+wait "$HELPER_PID" || { cat "$SC_DIR/helper.out" >&2; sc_fail "the helper session failed"; }
+sc_wait "w1 is frozen inside its transaction" 10 \
+    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
+                      AND state = 'idle in transaction')"
+sc_log "w1 frozen inside its claims transaction"
+
+n=$(sc_watch_claims frozen "c.claimant = 'w1'")
+sc_check_num "the frozen worker holds services" "$n" ">=" 1
+qw_sql "CREATE TABLE scenario.w2_before AS
+        SELECT service_id, claim_epoch FROM queuer.service_id_claims WHERE claimant = 'w2'" >/dev/null
+sc_takeover_poll_start $((SC_HARD_MS / 1000 + 10))
+sc_takeover_poll_wait "SELECT application_name AS worker, state, wait_event_type, wait_event,
+                              now() - xact_start AS in_transaction_for, left(query, 40) AS query
+                         FROM pg_stat_activity WHERE application_name IN ('w1', 'w2') ORDER BY 1"
+sc_check_sql "w2 kept its own claims, at the same epochs, while w1 hung" 0 \
+    "SELECT count(*) FROM scenario.w2_before p JOIN queuer.service_id_claims c USING (service_id)
+      WHERE c.claimant IS DISTINCT FROM 'w2' OR c.claim_epoch <> p.claim_epoch"
+sc_check_sql "w2's heartbeat is current" t \
+    "SELECT heartbeat_at > now() - $SC_LEASE_MS * interval '1 millisecond'
+       FROM queuer.instances WHERE instance_id = 'w2'"
+
+sc_worker_signal w1 CONT
+sc_sim_resume
+sc_wait_all_final 30
+sc_check_order
+for w in w1 w2; do
+    sc_worker_signal $w TERM
+    sc_worker_wait_exit $w 15
+    sc_check "$w exits 0 after SIGTERM" 0 "$SC_RC"
+done
