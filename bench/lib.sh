@@ -97,7 +97,7 @@ bench_machine() {
     local model mem pg node
     model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
     mem=$(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
-    pg=$("$(qw_pg_bindir)/postgres" --version 2>/dev/null | awk '{ print $NF }')
+    pg=$("$(qw_pg_bindir)/postgres" --version 2>/dev/null | awk '{ print $3 }')
     node=$(node --version 2>/dev/null || echo "absent")
     echo "machine: $(nproc) CPUs ($model), $mem RAM, Linux $(uname -r);" \
         "PostgreSQL $pg; Node.js $node; load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -241,8 +241,10 @@ snap_after() {
 }
 
 # Waits until the simulator has finalised $1 batches, then until the
-# database agrees ($2 is an SQL condition). Counts its own SQL polls in
-# HARNESS_XACTS so they can be taken out of the commit count.
+# database agrees ($2 is an SQL condition). Counts the commits its own SQL
+# polls cause in HARNESS_XACTS so they can be taken out of the commit count:
+# two per psql call in PostgreSQL 15 (the connection start-up reads the
+# catalogs in a transaction of its own, then the SELECT).
 wait_all_final() {
     local n=$1 cond=$2 secs=$3 i out
     HARNESS_XACTS=0
@@ -253,7 +255,7 @@ wait_all_final() {
     fi
     for i in $(seq 1 300); do
         out=$(psql -X -q -t -A "$DB_CONNINFO" -c "SELECT $cond" 2>>"$LOG" || true)
-        HARNESS_XACTS=$((HARNESS_XACTS + 1))
+        HARNESS_XACTS=$((HARNESS_XACTS + 2))
         [ "$out" = t ] && return 0
         sleep 0.1
     done
@@ -271,7 +273,7 @@ collect_procs() {
         kb=$(bench_vmhwm_kb "$pid")
         PROC_TICKS=$((PROC_TICKS + t))
         RSS_LIST="$RSS_LIST${RSS_LIST:+/}$(awk -v k="$kb" 'BEGIN { printf "%.1f", k / 1024 }')"
-        [ "$kb" -gt "$RSS_MAX" ] && RSS_MAX=$kb
+        if [ "$kb" -gt "$RSS_MAX" ]; then RSS_MAX=$kb; fi
     done
 }
 
@@ -356,7 +358,8 @@ run_queuer() {
     rm -rf "$dir"
     mkdir -p "$dir"
     use_cluster "$fsync"
-    new_db "b_${name//-/_}"
+    local db=${name//-/_}
+    new_db "b_${db,,}"
     tsv=$(workload_tsv "$s" "$b")
     say "$name: $s services x $b batches, $k worker(s), fsync=$fsync $*"
     QUEUER_DATABASE_CONNINFO=$DB_CONNINFO "$QUEUER_BIN" migrate >>"$LOG" 2>&1 || die "migrate failed"

@@ -245,7 +245,9 @@ COMMENT ON VIEW queuer.throughput IS
 -- the lock, and the update is a compare-and-set on that state. A batch in
 -- flight (being submitted, or Pending at the ledger) is refused: its
 -- outcome is the worker's to record. Every action appends a history row
--- with instance_id 'operator:<login role>' and the reason.
+-- with instance_id 'operator:<login role>' (session_user: inside this
+-- SECURITY DEFINER function current_user is the owner) and the reason, and
+-- NOTIFYs queuer_work with the service id so its worker looks at once.
 -- Returns one row: outcome 'done', 'not_found', 'in_flight', 'final',
 -- 'not_needed' (retry of a batch that was never submitted) or 'changed'
 -- (the compare-and-set lost; cannot happen under the locks), the batch's
@@ -335,7 +337,7 @@ BEGIN
         INSERT INTO queuer.batch_history
                (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
         VALUES (p_batch_id, v_service, b.status, 'Retrying', v_who, v_epoch, v_detail);
-        PERFORM pg_notify('queuer_work', '');
+        PERFORM pg_notify('queuer_work', v_service);
         RETURN QUERY SELECT 'done'::text, v_service, v_state, b.status::text,
                             format('batch is due now (%s); the worker holding %s resubmits it',
                                    v_state, v_service);
@@ -360,7 +362,7 @@ BEGIN
     INSERT INTO queuer.batch_history
            (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
     VALUES (p_batch_id, v_service, b.status, 'Cancelled', v_who, v_epoch, v_detail);
-    PERFORM pg_notify('queuer_work', '');
+    PERFORM pg_notify('queuer_work', v_service);
     RETURN QUERY SELECT 'done'::text, v_service, v_state, 'Invalid'::text,
                         format('batch ends as Invalid; the next batch of %s may go', v_service);
 END

@@ -51,7 +51,7 @@ QWC_BUILD=${QWC_BUILD:-$root/build/release}
 QWC_DIR=${QWC_DIR:-$root/.cluster}
 say "building ($QWC_BUILD)"
 if [ ! -f "$QWC_BUILD/build.ninja" ]; then
-    meson setup "$QWC_BUILD" --buildtype=release >/dev/null
+    meson setup "$QWC_BUILD" --buildtype=release -Dtests=false >/dev/null
 fi
 meson compile -C "$QWC_BUILD" >/dev/null
 echo "built: $("$QWC_BUILD/src/queuer" --version 2>/dev/null || echo queuer)"

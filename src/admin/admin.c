@@ -115,8 +115,7 @@ int qw_admin_start(const struct qw_config *cfg, struct qw_worker *w, struct qw_o
         return rc;
     }
     qw_log_info("admin.listening", "listen=%s port=%d ready_max_cycle_age_ms=%lld",
-                cfg->admin_listen, qw_admin_http_port(a->http),
-                (long long)hooks.max_cycle_age_ms);
+                cfg->admin_listen, qw_admin_http_port(a->http), (long long)hooks.max_cycle_age_ms);
     *out = a;
     return QW_OK;
 }

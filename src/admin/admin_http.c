@@ -17,13 +17,13 @@
 #define PING_CACHE_MS 1000       /* a ping result is reused this long, milliseconds */
 
 struct qw_admin_http {
-    struct MHD_Daemon *daemon;    /* the server */
-    struct qw_admin_hooks hooks;  /* copied at start */
-    int port;                     /* bound port */
-    pthread_mutex_t ping_mu;      /* guards the three ping fields, held during a ping */
-    int64_t ping_at_ms;           /* monotonic time of the cached ping, 0 = none */
-    int ping_rc;                  /* its result */
-    char ping_msg[200];           /* its error message */
+    struct MHD_Daemon *daemon;   /* the server */
+    struct qw_admin_hooks hooks; /* copied at start */
+    int port;                    /* bound port */
+    pthread_mutex_t ping_mu;     /* guards the three ping fields, held during a ping */
+    int64_t ping_at_ms;          /* monotonic time of the cached ping, 0 = none */
+    int ping_rc;                 /* its result */
+    char ping_msg[200];          /* its error message */
 };
 
 int qw_admin_listen_parse(const char *text, char *host, size_t host_len, int *port, char *why,
@@ -161,9 +161,8 @@ static char *text_dup(const char *text)
 static const char *const TEXT_PLAIN = "text/plain; charset=utf-8";
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     struct qw_admin_http *h = cls;
     (void)version;
@@ -185,8 +184,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                            "text/plain; version=0.0.4; charset=utf-8");
         char msg[200], why[300];
         int rc = snap.stopping ? QW_OK : cached_ping(h, msg, sizeof(msg));
-        int ready = qw_admin_readiness(&snap, rc, msg, h->hooks.max_cycle_age_ms, why,
-                                       sizeof(why));
+        int ready = qw_admin_readiness(&snap, rc, msg, h->hooks.max_cycle_age_ms, why, sizeof(why));
         return respond(conn, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
                        text_dup(ready ? "ready" : why), TEXT_PLAIN);
     }
@@ -195,7 +193,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 }
 
 __attribute__((format(printf, 2, 0))) static void on_mhd_error(void *cls, const char *fmt,
-                                                                va_list ap)
+                                                               va_list ap)
 {
     (void)cls;
     char line[300];
@@ -229,8 +227,8 @@ int qw_admin_http_start(struct qw_admin_http **out, const char *listen,
     snprintf(portstr, sizeof(portstr), "%d", port);
     int gai = getaddrinfo(host, portstr, &hints, &ai);
     if (gai != 0 || !ai)
-        return qw_error_set(err, QW_ERR_CONFIG, "admin.listen %s: cannot resolve '%s': %s",
-                            listen, host, gai_strerror(gai));
+        return qw_error_set(err, QW_ERR_CONFIG, "admin.listen %s: cannot resolve '%s': %s", listen,
+                            host, gai_strerror(gai));
 
     struct qw_admin_http *h = calloc(1, sizeof(*h));
     if (!h) {
@@ -239,15 +237,15 @@ int qw_admin_http_start(struct qw_admin_http **out, const char *listen,
     }
     h->hooks = *hooks;
     pthread_mutex_init(&h->ping_mu, NULL);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->daemon = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_error, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)ADMIN_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)ADMIN_TIMEOUT_S, MHD_OPTION_END);
+    h->daemon =
+        MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
+                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h, MHD_OPTION_SOCK_ADDR,
+                         ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)ADMIN_MAX_CONNECTIONS,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)ADMIN_TIMEOUT_S, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->daemon) {
         pthread_mutex_destroy(&h->ping_mu);

@@ -6,8 +6,8 @@
 #include <string.h>
 
 struct unit {
-    char name;     /* suffix letter */
-    int64_t secs;  /* seconds in one unit */
+    char name;    /* suffix letter */
+    int64_t secs; /* seconds in one unit */
 };
 
 /* Largest first: groups must follow this order. */
@@ -19,8 +19,7 @@ static const struct unit units[] = {
 static int refuse(char *why, size_t why_len, const char *text, const char *reason)
 {
     if (why && why_len)
-        snprintf(why, why_len, "bad duration '%s': %s (e.g. 7d, 12h, 30m, 1d12h)", text,
-                 reason);
+        snprintf(why, why_len, "bad duration '%s': %s (e.g. 7d, 12h, 30m, 1d12h)", text, reason);
     return QW_ERR_INVALID;
 }
 
@@ -81,8 +80,7 @@ void qw_duration_format(int64_t s, char *buf, size_t len)
         uint64_t rest = v % (uint64_t)shown[i].secs;
         if (i < 3 && rest / (uint64_t)shown[i + 1].secs > 0) {
             snprintf(buf, len, "%s%llu%c%llu%c", sign, (unsigned long long)q, shown[i].name,
-                     (unsigned long long)(rest / (uint64_t)shown[i + 1].secs),
-                     shown[i + 1].name);
+                     (unsigned long long)(rest / (uint64_t)shown[i + 1].secs), shown[i + 1].name);
         } else {
             snprintf(buf, len, "%s%llu%c", sign, (unsigned long long)q, shown[i].name);
         }

@@ -4,7 +4,7 @@
 #include <string.h>
 
 const int64_t qw_histogram_bounds_us[QW_HISTOGRAM_BOUNDS] = {
-    500,    1000,    2500,    5000,    10000,   25000,    50000,    100000,
+    500,    1000,   2500,    5000,    10000,   25000,    50000,    100000,
     250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000,
 };
 
@@ -34,8 +34,8 @@ void qw_histogram_read(const struct qw_histogram *h, struct qw_histogram_snapsho
     memset(out, 0, sizeof(*out));
     for (int i = 0; i < QW_HISTOGRAM_BUCKETS; i++) {
         /* C11 declares atomic_load without const; reading does not modify h. */
-        out->buckets[i] = atomic_load_explicit((atomic_llong *)&h->buckets[i],
-                                               memory_order_relaxed);
+        out->buckets[i] =
+            atomic_load_explicit((atomic_llong *)&h->buckets[i], memory_order_relaxed);
         out->count += out->buckets[i];
     }
     out->sum_us = atomic_load_explicit((atomic_llong *)&h->sum_us, memory_order_relaxed);

@@ -16,7 +16,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define QW_HISTOGRAM_BOUNDS 15                      /* finite upper bounds */
+#define QW_HISTOGRAM_BOUNDS 15                         /* finite upper bounds */
 #define QW_HISTOGRAM_BUCKETS (QW_HISTOGRAM_BOUNDS + 1) /* plus +Inf */
 
 /** Upper bounds (inclusive) of the finite buckets, microseconds, ascending. */

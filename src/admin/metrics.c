@@ -76,8 +76,7 @@ static void histogram(struct qw_strbuf *b, const char *name, const char *help,
             qw_metrics_format_seconds(qw_histogram_bounds_us[i], le, sizeof(le));
         else
             snprintf(le, sizeof(le), "+Inf");
-        qw_strbuf_printf(b, "queuer_%s_bucket{le=\"%s\"} %lld\n", name, le,
-                         (long long)cumulative);
+        qw_strbuf_printf(b, "queuer_%s_bucket{le=\"%s\"} %lld\n", name, le, (long long)cumulative);
     }
     char sum[32];
     qw_metrics_format_seconds(h->sum_us, sum, sizeof(sum));
@@ -138,10 +137,9 @@ char *qw_metrics_render(const struct qw_metrics_snapshot *s, size_t *len)
     scalar(&b, "claims_lost_total", "counter",
            "Fenced writes that matched nothing: the claim had moved to another worker.",
            s->claims_lost);
-    scalar(&b, "outcome_flushes_total", "counter",
-           "Grouped outcome statements committed.", s->flushes);
-    scalar(&b, "outcomes_written_total", "counter", "Batch outcomes written by them.",
-           s->outcomes);
+    scalar(&b, "outcome_flushes_total", "counter", "Grouped outcome statements committed.",
+           s->flushes);
+    scalar(&b, "outcomes_written_total", "counter", "Batch outcomes written by them.", s->outcomes);
 
     histogram(&b, "cycle_duration_seconds",
               "Duration of successful claims cycles (heartbeat, claims, fetch, queue).",

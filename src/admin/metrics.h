@@ -30,28 +30,28 @@
 #include <stdint.h>
 
 struct qw_metrics_snapshot {
-    const char *instance_id;     /* label value; borrowed, may be NULL */
-    const char *version;         /* label value; borrowed, may be NULL */
-    int64_t posts_accepted;      /* POST answered 202 */
-    int64_t posts_backpressure;  /* POST answered 429 */
-    int64_t posts_invalid;       /* POST answered 400 */
-    int64_t posts_auth;          /* POST answered 401/403 */
-    int64_t posts_failed;        /* POST failed otherwise (5xx, 404, network, timeout) */
-    int64_t final_committed;     /* batches this worker saw Committed */
-    int64_t final_valid;         /* ... Valid */
-    int64_t final_invalid;       /* ... Invalid (by status or by a 400) */
-    int64_t unknown_confirmed;   /* ... Unknown, confirmed (resubmission follows) */
-    int64_t in_flight;           /* gauge: batches with the submitter now */
-    int64_t delayed;             /* gauge: held services whose oldest batch is Delayed */
-    int64_t claims_held;         /* gauge: services claimed now */
-    int64_t cycles;              /* claims cycles run */
+    const char *instance_id;       /* label value; borrowed, may be NULL */
+    const char *version;           /* label value; borrowed, may be NULL */
+    int64_t posts_accepted;        /* POST answered 202 */
+    int64_t posts_backpressure;    /* POST answered 429 */
+    int64_t posts_invalid;         /* POST answered 400 */
+    int64_t posts_auth;            /* POST answered 401/403 */
+    int64_t posts_failed;          /* POST failed otherwise (5xx, 404, network, timeout) */
+    int64_t final_committed;       /* batches this worker saw Committed */
+    int64_t final_valid;           /* ... Valid */
+    int64_t final_invalid;         /* ... Invalid (by status or by a 400) */
+    int64_t unknown_confirmed;     /* ... Unknown, confirmed (resubmission follows) */
+    int64_t in_flight;             /* gauge: batches with the submitter now */
+    int64_t delayed;               /* gauge: held services whose oldest batch is Delayed */
+    int64_t claims_held;           /* gauge: services claimed now */
+    int64_t cycles;                /* claims cycles run */
     int64_t serialization_retries; /* 40001/40P01 re-runs */
-    int64_t claims_lost;         /* fenced writes that matched nothing */
-    int64_t flushes;             /* grouped outcome statements committed */
-    int64_t outcomes;            /* outcomes written by them */
-    int paused;                  /* 1 while submissions pause after a 429 */
-    int stopping;                /* 1 once a graceful stop was requested */
-    int64_t last_cycle_age_ms;   /* ms since the last successful cycle; -1 = none yet */
+    int64_t claims_lost;           /* fenced writes that matched nothing */
+    int64_t flushes;               /* grouped outcome statements committed */
+    int64_t outcomes;              /* outcomes written by them */
+    int paused;                    /* 1 while submissions pause after a 429 */
+    int stopping;                  /* 1 once a graceful stop was requested */
+    int64_t last_cycle_age_ms;     /* ms since the last successful cycle; -1 = none yet */
     struct qw_histogram_snapshot cycle_duration; /* claims cycle durations */
     struct qw_histogram_snapshot ledger_latency; /* ledger POST latencies */
 };

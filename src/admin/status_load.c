@@ -24,11 +24,25 @@ static int load_counts(struct qw_db *db, struct qw_status_report *r, struct qw_e
     struct qw_status_counts *c = &r->counts;
     copy(r->at, sizeof(r->at), qw_db_res_get(res, 0, 0));
     int64_t *cols[] = {
-        &c->waiting,        &c->submitting,         &c->pending,          &c->delayed,
-        &c->parked,         &c->unknown,            &c->oldest_age_s,     &c->services,
-        &c->services_with_work, &c->services_claimed, &c->services_unclaimed,
-        &c->services_blocked, &c->stuck,            &c->committed_1h,     &c->valid_1h,
-        &c->invalid_1h,     &c->cancelled_1h,       &c->submissions_1h,   &c->committed_5m,
+        &c->waiting,
+        &c->submitting,
+        &c->pending,
+        &c->delayed,
+        &c->parked,
+        &c->unknown,
+        &c->oldest_age_s,
+        &c->services,
+        &c->services_with_work,
+        &c->services_claimed,
+        &c->services_unclaimed,
+        &c->services_blocked,
+        &c->stuck,
+        &c->committed_1h,
+        &c->valid_1h,
+        &c->invalid_1h,
+        &c->cancelled_1h,
+        &c->submissions_1h,
+        &c->committed_5m,
         &c->submissions_5m,
     };
     for (int i = 0; i < (int)(sizeof(cols) / sizeof(cols[0])); i++)
@@ -71,8 +85,7 @@ static int load_instances(struct qw_db *db, int max, struct qw_status_report *r,
     return QW_OK;
 }
 
-static int load_stuck(struct qw_db *db, int max, struct qw_status_report *r,
-                      struct qw_error *err)
+static int load_stuck(struct qw_db *db, int max, struct qw_status_report *r, struct qw_error *err)
 {
     char limit[16];
     snprintf(limit, sizeof(limit), "%d", max);
@@ -104,8 +117,8 @@ static int load_stuck(struct qw_db *db, int max, struct qw_status_report *r,
     return QW_OK;
 }
 
-int qw_status_load(struct qw_db *db, int max_instances, int max_stuck,
-                   struct qw_status_report *r, struct qw_error *err)
+int qw_status_load(struct qw_db *db, int max_instances, int max_stuck, struct qw_status_report *r,
+                   struct qw_error *err)
 {
     memset(r, 0, sizeof(*r));
     int rc = load_counts(db, r, err);

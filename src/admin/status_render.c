@@ -25,8 +25,8 @@ static void render_instances(struct qw_strbuf *b, const struct qw_status_report 
         dead += strcmp(s, "dead") == 0;
         stopped += strcmp(s, "stopped") == 0;
     }
-    qw_strbuf_printf(b, "\ninstances: %zu alive, %zu dead, %zu stopped (last day)\n", alive,
-                     dead, stopped);
+    qw_strbuf_printf(b, "\ninstances: %zu alive, %zu dead, %zu stopped (last day)\n", alive, dead,
+                     stopped);
     if (r->n_instances == 0)
         return;
     struct qw_table t;
@@ -34,8 +34,8 @@ static void render_instances(struct qw_strbuf *b, const struct qw_status_report 
         b->failed = true;
         return;
     }
-    const char *head[] = {"INSTANCE", "STATE", "HEARTBEAT", "CLAIMS", "LAPSED",
-                          "HOST",     "PID",   "VERSION"};
+    const char *head[] = {"INSTANCE", "STATE", "HEARTBEAT", "CLAIMS",
+                          "LAPSED",   "HOST",  "PID",       "VERSION"};
     for (int c = 0; c < t.cols; c++)
         qw_table_set(&t, 0, c, head[c]);
     for (size_t i = 0; i < r->n_instances; i++) {
@@ -113,8 +113,8 @@ char *qw_status_render_text(const struct qw_status_report *r)
     count_line(&b, "submitting", c->submitting, NULL);
     count_line(&b, "Pending", c->pending, NULL);
     count_line(&b, "Delayed", c->delayed, NULL);
-    count_line(&b, "parked", c->parked, c->parked ? "needs an operator: queuer batch retry|cancel"
-                                                  : NULL);
+    count_line(&b, "parked", c->parked,
+               c->parked ? "needs an operator: queuer batch retry|cancel" : NULL);
     count_line(&b, "Unknown", c->unknown, NULL);
     count_line(&b, "in flight", c->submitting + c->pending, "(submitting + Pending)");
 
@@ -152,8 +152,8 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
     json_t *batches = json_object(), *hour = json_object(), *five = json_object();
     json_t *services = json_object(), *instances = json_array(), *claims = json_object();
     json_t *stuck = json_object(), *stuck_list = json_array();
-    int bad = !root || !batches || !hour || !five || !services || !instances || !claims ||
-              !stuck || !stuck_list;
+    int bad = !root || !batches || !hour || !five || !services || !instances || !claims || !stuck ||
+              !stuck_list;
     if (!bad) {
         bad |= put(batches, "waiting", json_integer(c->waiting));
         bad |= put(batches, "submitting", json_integer(c->submitting));
@@ -179,12 +179,11 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
     }
     for (size_t i = 0; !bad && i < r->n_instances; i++) {
         const struct qw_status_instance *in = &r->instances[i];
-        json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:I, s:s}", "instance_id",
-                              in->instance_id, "state", in->state, "heartbeat_age_ms",
-                              (json_int_t)in->heartbeat_age_ms, "claims_held",
-                              (json_int_t)in->claims_held, "claims_lapsed",
-                              (json_int_t)in->claims_lapsed, "host", in->host, "pid",
-                              (json_int_t)in->pid, "version", in->version);
+        json_t *o = json_pack(
+            "{s:s, s:s, s:I, s:I, s:I, s:s, s:I, s:s}", "instance_id", in->instance_id, "state",
+            in->state, "heartbeat_age_ms", (json_int_t)in->heartbeat_age_ms, "claims_held",
+            (json_int_t)in->claims_held, "claims_lapsed", (json_int_t)in->claims_lapsed, "host",
+            in->host, "pid", (json_int_t)in->pid, "version", in->version);
         bad |= o ? json_array_append_new(instances, o) : -1;
         bad |= put(claims, in->instance_id, json_integer(in->claims_held));
     }
@@ -197,15 +196,15 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
         for (char *tok = strtok_r(list, ",", &save); reasons && tok;
              tok = strtok_r(NULL, ",", &save))
             bad |= json_array_append_new(reasons, json_string(tok));
-        json_t *o = reasons ? json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:s?, s:s?}",
-                                        "batch_id", s->batch_id, "service_id", s->service_id,
-                                        "state", s->state, "reasons", reasons, "attempts",
-                                        (json_int_t)s->attempts, "stuck_for_s",
-                                        (json_int_t)s->stuck_for_s, "waiting_behind",
-                                        (json_int_t)s->waiting_behind, "claimant",
-                                        s->claimant[0] ? s->claimant : NULL, "last_error",
-                                        s->last_error[0] ? s->last_error : NULL)
-                            : NULL;
+        json_t *o = reasons
+                        ? json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:s?, s:s?}", "batch_id",
+                                    s->batch_id, "service_id", s->service_id, "state", s->state,
+                                    "reasons", reasons, "attempts", (json_int_t)s->attempts,
+                                    "stuck_for_s", (json_int_t)s->stuck_for_s, "waiting_behind",
+                                    (json_int_t)s->waiting_behind, "claimant",
+                                    s->claimant[0] ? s->claimant : NULL, "last_error",
+                                    s->last_error[0] ? s->last_error : NULL)
+                        : NULL;
         bad |= o ? json_array_append_new(stuck_list, o) : -1;
     }
     if (!bad) {

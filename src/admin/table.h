@@ -13,9 +13,9 @@
 #define QW_TABLE_CELL_MAX 160 /* bytes per cell; longer text ends in "..." */
 
 struct qw_table {
-    int cols;     /* columns per row */
-    size_t rows;  /* rows including the header */
-    char *cells;  /* rows * cols cells of QW_TABLE_CELL_MAX bytes */
+    int cols;    /* columns per row */
+    size_t rows; /* rows including the header */
+    char *cells; /* rows * cols cells of QW_TABLE_CELL_MAX bytes */
 };
 
 /** Allocates an empty table; returns QW_OK or QW_ERR_NOMEM. Free with qw_table_free(). */
@@ -27,7 +27,8 @@ void qw_table_set(struct qw_table *t, size_t row, int col, const char *text);
 /** Sets a cell to a decimal integer. */
 void qw_table_set_int(struct qw_table *t, size_t row, int col, int64_t v);
 
-/** Appends the table to `b`: two spaces before each column, the last one not padded, trailing blanks trimmed. */
+/** Appends the table to `b`: two spaces before each column, the last one not padded, trailing
+ * blanks trimmed. */
 void qw_table_render(const struct qw_table *t, struct qw_strbuf *b);
 
 /** Releases the cells. */

@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ID_PREFIX_MIN 16   /* shortest batch id prefix accepted */
-#define ID_LEN 128         /* a full batch id */
-#define REASON_MAX 1000    /* longest --reason accepted, bytes */
+#define ID_PREFIX_MIN 16 /* shortest batch id prefix accepted */
+#define ID_LEN 128       /* a full batch id */
+#define REASON_MAX 1000  /* longest --reason accepted, bytes */
 
 static void usage(FILE *out)
 {
@@ -51,7 +51,7 @@ static void usage(FILE *out)
 }
 
 struct args {
-    const char *action; /* "show", "retry" or "cancel" */
+    const char *action;  /* "show", "retry" or "cancel" */
     char id[ID_LEN + 1]; /* lower-cased id or prefix */
     const char *config;  /* -c FILE, or NULL */
     const char *reason;  /* --reason, or NULL */
@@ -101,8 +101,9 @@ static int parse_args(int argc, char **argv, struct args *a)
     }
     size_t n = strlen(id);
     if (n < ID_PREFIX_MIN || n > ID_LEN) {
-        fprintf(stderr, "queuer batch %s: a batch id has %d hex characters; give all of them "
-                        "or a prefix of at least %d\n",
+        fprintf(stderr,
+                "queuer batch %s: a batch id has %d hex characters; give all of them "
+                "or a prefix of at least %d\n",
                 a->action, ID_LEN, ID_PREFIX_MIN);
         return QW_EXIT_USAGE;
     }
@@ -158,8 +159,10 @@ static int resolve(struct qw_db *db, struct args *a)
         return QW_EXIT_DATAERR;
     }
     if (rows > 1) {
-        fprintf(stderr, "queuer batch %s: prefix %s matches more than one batch; give more "
-                        "characters\n", a->action, a->id);
+        fprintf(stderr,
+                "queuer batch %s: prefix %s matches more than one batch; give more "
+                "characters\n",
+                a->action, a->id);
         return QW_EXIT_DATAERR;
     }
     return -1;
@@ -180,15 +183,13 @@ static json_t *show_json(const struct qw_db_res *b, const struct qw_db_res *h)
 {
     json_t *hist = json_array();
     for (int i = 0; hist && i < qw_db_res_rows(h); i++) {
-        json_t *row = json_pack("{s:I, s:s, s:s?, s:s, s:s?, s:o, s:s?}", "id",
-                                (json_int_t)qw_db_res_int(h, i, 0), "at", qw_db_res_get(h, i, 1),
-                                "from", *qw_db_res_get(h, i, 2) ? qw_db_res_get(h, i, 2) : NULL,
-                                "to", qw_db_res_get(h, i, 3), "instance_id",
-                                *qw_db_res_get(h, i, 4) ? qw_db_res_get(h, i, 4) : NULL,
-                                "claim_epoch",
-                                qw_db_res_isnull(h, i, 5) ? json_null()
-                                                          : json_integer(qw_db_res_int(h, i, 5)),
-                                "detail", *qw_db_res_get(h, i, 6) ? qw_db_res_get(h, i, 6) : NULL);
+        json_t *row = json_pack(
+            "{s:I, s:s, s:s?, s:s, s:s?, s:o, s:s?}", "id", (json_int_t)qw_db_res_int(h, i, 0),
+            "at", qw_db_res_get(h, i, 1), "from",
+            *qw_db_res_get(h, i, 2) ? qw_db_res_get(h, i, 2) : NULL, "to", qw_db_res_get(h, i, 3),
+            "instance_id", *qw_db_res_get(h, i, 4) ? qw_db_res_get(h, i, 4) : NULL, "claim_epoch",
+            qw_db_res_isnull(h, i, 5) ? json_null() : json_integer(qw_db_res_int(h, i, 5)),
+            "detail", *qw_db_res_get(h, i, 6) ? qw_db_res_get(h, i, 6) : NULL);
         if (!row || json_array_append_new(hist, row) != 0) {
             json_decref(hist);
             return NULL;
@@ -200,10 +201,10 @@ static json_t *show_json(const struct qw_db_res *b, const struct qw_db_res *h)
         "{s:s, s:s, s:s, s:b, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:s, s:o, s:I, s:o}",
         "batch_id", qw_db_res_get(b, 0, 0), "service_id", qw_db_res_get(b, 0, 1), "state",
         qw_db_res_get(b, 0, 2), "submitted", qw_db_res_get(b, 0, 3)[0] == 't', "attempts",
-        (json_int_t)qw_db_res_int(b, 0, 4), "created_at", nullable(b, 0, 5),
-        "last_submitted_at", nullable(b, 0, 6), "retry_at", nullable(b, 0, 7), "status_at",
-        nullable(b, 0, 8), "last_error", nullable(b, 0, 9), "payload_bytes",
-        (json_int_t)qw_db_res_int(b, 0, 10), "claimant", nullable(b, 0, 11), "claim_epoch",
+        (json_int_t)qw_db_res_int(b, 0, 4), "created_at", nullable(b, 0, 5), "last_submitted_at",
+        nullable(b, 0, 6), "retry_at", nullable(b, 0, 7), "status_at", nullable(b, 0, 8),
+        "last_error", nullable(b, 0, 9), "payload_bytes", (json_int_t)qw_db_res_int(b, 0, 10),
+        "claimant", nullable(b, 0, 11), "claim_epoch",
         qw_db_res_isnull(b, 0, 12) ? json_null() : json_integer(qw_db_res_int(b, 0, 12)),
         "claim_state", qw_db_res_get(b, 0, 13), "ahead",
         qw_db_res_isnull(b, 0, 14) ? json_null() : json_integer(qw_db_res_int(b, 0, 14)),
@@ -238,8 +239,9 @@ static char *show_text(const struct qw_db_res *b, const struct qw_db_res *h)
         qw_strbuf_printf(&s, "queue       final; %s unfinished in the service\n",
                          qw_db_res_get(b, 0, 15));
     else
-        qw_strbuf_printf(&s, "queue       %s unfinished ahead of it, %s unfinished in the "
-                             "service\n",
+        qw_strbuf_printf(&s,
+                         "queue       %s unfinished ahead of it, %s unfinished in the "
+                         "service\n",
                          qw_db_res_get(b, 0, 14), qw_db_res_get(b, 0, 15));
 
     int n = qw_db_res_rows(h);
@@ -324,12 +326,14 @@ static int do_action(struct qw_db *db, const struct args *a)
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    int rc = qw_db_query(db, cancel ? "ops_batch_cancel" : "ops_batch_retry", 2, params, &res,
-                         &err);
+    int rc =
+        qw_db_query(db, cancel ? "ops_batch_cancel" : "ops_batch_retry", 2, params, &res, &err);
     if (rc == QW_ERR_SERIALIZATION) {
         /* 55P03 from the function's lock_timeout: a worker holds the rows. */
-        fprintf(stderr, "queuer batch %s: the batch or its service's claim stayed locked by a "
-                        "worker; nothing changed, try again\n", a->action);
+        fprintf(stderr,
+                "queuer batch %s: the batch or its service's claim stayed locked by a "
+                "worker; nothing changed, try again\n",
+                a->action);
         return QW_EXIT_TEMPFAIL;
     }
     if (rc != QW_OK) {

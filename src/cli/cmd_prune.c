@@ -17,32 +17,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_CHUNK 1000   /* batches per transaction */
-#define MAX_CHUNK 100000     /* largest --batch-size */
-#define MAX_PAUSE_MS 60000   /* largest --pause-ms */
+#define DEFAULT_CHUNK 1000 /* batches per transaction */
+#define MAX_CHUNK 100000   /* largest --batch-size */
+#define MAX_PAUSE_MS 60000 /* largest --pause-ms */
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: queuer prune --older-than DURATION [-c FILE] [--batch-size N]\n"
-            "                    [--pause-ms N] [--dry-run]\n"
-            "\n"
-            "Deletes final batches (Committed, Valid, Invalid) that reached their final\n"
-            "status more than DURATION ago, and their history rows. Unfinished batches and\n"
-            "their history are never touched, nor are service claims (their epochs must\n"
-            "keep counting up). A pruned batch id can be enqueued again as a new batch.\n"
-            "\n"
-            "  --older-than DURATION  e.g. 30d, 12h, 90m, 1d12h (units w d h m s)\n"
-            "  --batch-size N         batches per transaction (default 1000, 1..100000)\n"
-            "  --pause-ms N           pause between transactions (default 0, ..60000)\n"
-            "  --dry-run              only count what would be deleted\n"
-            "\n"
-            "Each transaction deletes at most N batches, skipping rows someone else has\n"
-            "locked, so it is safe while workers run. Needs DELETE on queuer.batches and\n"
-            "queuer.batch_history: run it as the schema owner (the role of queuer migrate).\n"
-            "\n"
-            "exit status: 0 done; 1 failed part-way (what was removed stays removed; run\n"
-            "it again); 64 usage; 69 database unreachable; 78 bad configuration.\n");
+    fprintf(out, "usage: queuer prune --older-than DURATION [-c FILE] [--batch-size N]\n"
+                 "                    [--pause-ms N] [--dry-run]\n"
+                 "\n"
+                 "Deletes final batches (Committed, Valid, Invalid) that reached their final\n"
+                 "status more than DURATION ago, and their history rows. Unfinished batches and\n"
+                 "their history are never touched, nor are service claims (their epochs must\n"
+                 "keep counting up). A pruned batch id can be enqueued again as a new batch.\n"
+                 "\n"
+                 "  --older-than DURATION  e.g. 30d, 12h, 90m, 1d12h (units w d h m s)\n"
+                 "  --batch-size N         batches per transaction (default 1000, 1..100000)\n"
+                 "  --pause-ms N           pause between transactions (default 0, ..60000)\n"
+                 "  --dry-run              only count what would be deleted\n"
+                 "\n"
+                 "Each transaction deletes at most N batches, skipping rows someone else has\n"
+                 "locked, so it is safe while workers run. Needs DELETE on queuer.batches and\n"
+                 "queuer.batch_history: run it as the schema owner (the role of queuer migrate).\n"
+                 "\n"
+                 "exit status: 0 done; 1 failed part-way (what was removed stays removed; run\n"
+                 "it again); 64 usage; 69 database unreachable; 78 bad configuration.\n");
 }
 
 struct args {
@@ -97,8 +96,7 @@ static int parse_args(int argc, char **argv, struct args *a)
             i++;
         } else if (strcmp(arg, "--pause-ms") == 0 && value) {
             if (parse_int(value, 0, MAX_PAUSE_MS, &a->pause_ms) != 0) {
-                fprintf(stderr, "queuer prune: --pause-ms needs a number 0..%d\n",
-                        MAX_PAUSE_MS);
+                fprintf(stderr, "queuer prune: --pause-ms needs a number 0..%d\n", MAX_PAUSE_MS);
                 return QW_EXIT_USAGE;
             }
             i++;
@@ -122,8 +120,8 @@ struct totals {
     int64_t chunks;                    /* transactions committed */
 };
 
-static int run_chunks(struct qw_db *db, const struct args *a, const char *cutoff,
-                      struct totals *t, struct qw_error *err)
+static int run_chunks(struct qw_db *db, const struct args *a, const char *cutoff, struct totals *t,
+                      struct qw_error *err)
 {
     char limit[16], from[64] = "";
     snprintf(limit, sizeof(limit), "%d", a->chunk);

@@ -9,25 +9,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_STUCK_SHOWN 20    /* stuck batches listed by default */
-#define DEFAULT_INSTANCES 200     /* instances listed at most */
+#define DEFAULT_STUCK_SHOWN 20 /* stuck batches listed by default */
+#define DEFAULT_INSTANCES 200  /* instances listed at most */
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: queuer status [-c FILE] [--json] [--stuck N]\n"
-            "\n"
-            "Shows unfinished batches by state (waiting, submitting, Pending, Delayed,\n"
-            "parked, Unknown) and how many are in flight, what reached a final status in\n"
-            "the last hour, services and their claims, worker instances (alive, dead or\n"
-            "stopped, claims held) and the batches stuck longest (queuer.stuck_batches).\n"
-            "Read-only; the queuer_operator role is enough.\n"
-            "\n"
-            "  --json      the same data as one JSON object on stdout\n"
-            "  --stuck N   list up to N stuck batches (default 20, 0..10000)\n"
-            "\n"
-            "exit status: 0 shown; 64 usage; 69 database unreachable; 78 bad\n"
-            "configuration; 1 other failure (e.g. schema not migrated).\n");
+    fprintf(out, "usage: queuer status [-c FILE] [--json] [--stuck N]\n"
+                 "\n"
+                 "Shows unfinished batches by state (waiting, submitting, Pending, Delayed,\n"
+                 "parked, Unknown) and how many are in flight, what reached a final status in\n"
+                 "the last hour, services and their claims, worker instances (alive, dead or\n"
+                 "stopped, claims held) and the batches stuck longest (queuer.stuck_batches).\n"
+                 "Read-only; the queuer_operator role is enough.\n"
+                 "\n"
+                 "  --json      the same data as one JSON object on stdout\n"
+                 "  --stuck N   list up to N stuck batches (default 20, 0..10000)\n"
+                 "\n"
+                 "exit status: 0 shown; 64 usage; 69 database unreachable; 78 bad\n"
+                 "configuration; 1 other failure (e.g. schema not migrated).\n");
 }
 
 static int parse_count(const char *text, int max, int *out)

@@ -140,10 +140,12 @@ static const struct key keys[] = {
     INT_KEY("dlt", "pause_max_ms", dlt_pause_max_ms, 10000, 1, 3600000,
             "cap of the growing 429 pause; must be >= dlt.pause_base_ms"),
 
-    INT_KEY("ingest", "high", ingest_high, 30, 0, 1000000,
-            "backlog of one service at which enqueue is refused; 0 = no back pressure"),
-    INT_KEY("ingest", "low", ingest_low, 15, 0, 1000000,
-            "enqueue is accepted again below this backlog; must be < ingest.high"),
+    INT_KEY("ingest", "high", ingest_high, -1, -1, 1000000,
+            "backlog of one service at which enqueue is refused; 0 = no back pressure; "
+            "-1 = the database's queuer.settings (30 unless changed)"),
+    INT_KEY("ingest", "low", ingest_low, -1, -1, 1000000,
+            "enqueue is accepted again below this backlog; must be < ingest.high; "
+            "-1 = the database's queuer.settings (15 unless changed)"),
     INT_KEY("ingest", "max_payload_bytes", ingest_max_payload_bytes, 1048576, 1, 67108864,
             "largest BatchList payload accepted by enqueue"),
 
@@ -843,6 +845,9 @@ static int check_rules(const struct qw_config *cfg, const struct origin *origins
         if (r->unless_zero != SIZE_MAX && int_at(cfg, r->unless_zero) == 0)
             continue;
         int va = int_value(cfg, a), vb = int_value(cfg, b);
+        /* -1 means "the database decides" (ingest marks): nothing to compare here. */
+        if (va < 0 || vb < 0)
+            continue;
         bool ok = r->rel == REL_LESS ? va < vb : va >= vb;
         if (!ok)
             return qw_error_set(err, QW_ERR_CONFIG, "%s: %s.%s = %d must be %s %s.%s = %d%s",

@@ -2,6 +2,7 @@
 #include "db/db.h"
 #include "common/clock.h"
 #include "common/embedded.h"
+#include "common/log.h"
 
 #include <libpq-fe.h>
 
@@ -215,6 +216,18 @@ static int exec_setup(struct qw_db *db, const char *sql, struct qw_error *err)
     return collect(db, NULL, err);
 }
 
+/* Server NOTICE/WARNING messages go to our log, not straight to stderr. */
+static void on_notice(void *arg, const PGresult *res)
+{
+    (void)arg;
+    char quoted[600];
+    const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    qw_log(severity && strcmp(severity, "WARNING") == 0 ? QW_LOG_WARN : QW_LOG_DEBUG,
+           "db.notice", "severity=%s message=%s", severity ? severity : "NOTICE",
+           qw_log_quote(quoted, sizeof(quoted), msg));
+}
+
 static int db_open(struct qw_db *db, struct qw_error *err)
 {
     char timeout[16];
@@ -244,6 +257,7 @@ static int db_open(struct qw_db *db, struct qw_error *err)
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory connecting to the database");
     if (PQstatus(db->conn) != CONNECTION_OK)
         return conn_error(db, err);
+    PQsetNoticeReceiver(db->conn, on_notice, NULL);
     db->nprepared = 0;
 
     /* The server gives up shortly after we would (client deadline first). */

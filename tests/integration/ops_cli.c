@@ -70,8 +70,8 @@ static void setup_env(struct env *e, const char *hint)
     char services[8], batches[8];
     snprintf(services, sizeof(services), "%d", SERVICES);
     snprintf(batches, sizeof(batches), "%d", BATCHES);
-    const char *gargv[] = {gen, "--services", services, "--batches", batches,
-                           "--circuit-prefix", "opscl", NULL};
+    const char *gargv[] = {gen,     "--services",       services, "--batches",
+                           batches, "--circuit-prefix", "opscl",  NULL};
     char *tsv = NULL;
     assert_int_equal(itest_run(gargv, NULL, NULL, &tsv, NULL), 0);
     char conn[1024];
@@ -168,27 +168,37 @@ static void test_batch_retry(void **state)
 
     /* Delayed, due in an hour: due now, audited with who and why */
     char *delayed = batch(&e, 0, 0);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Delayed', attempts = 2, "
-             "retry_at = now() + interval '1 hour', last_error = 'HTTP 503' "
-             "WHERE batch_id = '%s'", delayed);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', attempts = 2, "
+         "retry_at = now() + interval '1 hour', last_error = 'HTTP 503' "
+         "WHERE batch_id = '%s'",
+         delayed);
     snprintf(prefix, sizeof(prefix), "%.16s", delayed);
     int rc = run_queuer(&e, NULL, &out, &err, "batch", "retry", prefix, "--reason",
                         "ledger is back", NULL);
     if (rc != 0)
         fail_msg("retry: %d %s", rc, err);
     expect_contains(out, "due now");
-    assert_int_equal(scalarf(&e, "SELECT (retry_at <= now())::int FROM queuer.batches "
-                                 "WHERE batch_id = '%s'", delayed), 1);
-    char *row = stringf(&e, "SELECT concat_ws('|', from_status, to_status, instance_id, "
-                            "claim_epoch, detail) FROM queuer.batch_history "
-                            "WHERE batch_id = '%s' ORDER BY id DESC LIMIT 1", delayed);
-    char *epoch = stringf(&e, "SELECT claim_epoch::text FROM queuer.service_id_claims c "
-                              "JOIN queuer.batches b USING (service_id) "
-                              "WHERE b.batch_id = '%s'", delayed);
+    assert_int_equal(scalarf(&e,
+                             "SELECT (retry_at <= now())::int FROM queuer.batches "
+                             "WHERE batch_id = '%s'",
+                             delayed),
+                     1);
+    char *row = stringf(&e,
+                        "SELECT concat_ws('|', from_status, to_status, instance_id, "
+                        "claim_epoch, detail) FROM queuer.batch_history "
+                        "WHERE batch_id = '%s' ORDER BY id DESC LIMIT 1",
+                        delayed);
+    char *epoch = stringf(&e,
+                          "SELECT claim_epoch::text FROM queuer.service_id_claims c "
+                          "JOIN queuer.batches b USING (service_id) "
+                          "WHERE b.batch_id = '%s'",
+                          delayed);
     char want[512];
     snprintf(want, sizeof(want),
              "Delayed|Retrying|operator:postgres|%s|operator retry (was Delayed after 2 "
-             "attempts): ledger is back", epoch);
+             "attempts): ledger is back",
+             epoch);
     assert_string_equal(row, want);
     free(row);
     free(epoch);
@@ -196,22 +206,31 @@ static void test_batch_retry(void **state)
     free(err);
 
     /* parked (retry_at infinity): one more attempt */
-    sqlf(&e, "UPDATE queuer.batches SET retry_at = 'infinity', attempts = 5 "
-             "WHERE batch_id = '%s'", delayed);
+    sqlf(&e,
+         "UPDATE queuer.batches SET retry_at = 'infinity', attempts = 5 "
+         "WHERE batch_id = '%s'",
+         delayed);
     assert_int_equal(scalarf(&e, "SELECT count(*) FROM queuer.stuck_batches "
-                                 "WHERE 'parked' = ANY (reasons)"), 1);
+                                 "WHERE 'parked' = ANY (reasons)"),
+                     1);
     assert_int_equal(run_queuer(&e, NULL, &out, NULL, "batch", "retry", delayed, NULL), 0);
     expect_contains(out, "due now (parked)");
     free(out);
     assert_int_equal(scalarf(&e, "SELECT count(*) FROM queuer.stuck_batches "
-                                 "WHERE 'parked' = ANY (reasons)"), 0);
-    assert_int_equal(scalarf(&e, "SELECT (retry_at <= now())::int FROM queuer.batches "
-                                 "WHERE batch_id = '%s'", delayed), 1);
+                                 "WHERE 'parked' = ANY (reasons)"),
+                     0);
+    assert_int_equal(scalarf(&e,
+                             "SELECT (retry_at <= now())::int FROM queuer.batches "
+                             "WHERE batch_id = '%s'",
+                             delayed),
+                     1);
 
     /* Unknown */
     char *unknown = batch(&e, 1, 0);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Unknown', attempts = 1, retry_at = now() "
-             "+ interval '1 minute' WHERE batch_id = '%s'", unknown);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Unknown', attempts = 1, retry_at = now() "
+         "+ interval '1 minute' WHERE batch_id = '%s'",
+         unknown);
     assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "retry", unknown, NULL), 0);
 
     /* refused: never submitted, in flight (Pending, being submitted), final */
@@ -223,15 +242,20 @@ static void test_batch_retry(void **state)
     assert_int_equal(history_rows(&e, waiting), before);
 
     char *pending = batch(&e, 2, 0);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Pending', submitted = true, attempts = 1 "
-             "WHERE batch_id = '%s'", pending);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Pending', submitted = true, attempts = 1 "
+         "WHERE batch_id = '%s'",
+         pending);
     before = history_rows(&e, pending);
     assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "retry", pending, NULL), 75);
     expect_contains(err, "in flight: Pending at the ledger");
     free(err);
     assert_int_equal(history_rows(&e, pending), before);
-    assert_int_equal(scalarf(&e, "SELECT (retry_at IS NULL AND status = 'Pending')::int "
-                                 "FROM queuer.batches WHERE batch_id = '%s'", pending), 1);
+    assert_int_equal(scalarf(&e,
+                             "SELECT (retry_at IS NULL AND status = 'Pending')::int "
+                             "FROM queuer.batches WHERE batch_id = '%s'",
+                             pending),
+                     1);
 
     sqlf(&e, "UPDATE queuer.batches SET status = NULL, submitted = true WHERE batch_id = '%s'",
          pending);
@@ -239,8 +263,10 @@ static void test_batch_retry(void **state)
     expect_contains(err, "is submitting it");
     free(err);
 
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Committed', submitted = true, "
-             "status_at = now() WHERE batch_id = '%s'", pending);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Committed', submitted = true, "
+         "status_at = now() WHERE batch_id = '%s'",
+         pending);
     assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "retry", pending, NULL), 1);
     expect_contains(err, "already final (Committed)");
     free(err);
@@ -252,30 +278,32 @@ static void test_batch_retry(void **state)
     assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "retry", missing, NULL), 65);
     expect_contains(err, "no batch");
     free(err);
-    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "retry", "zzzzzzzzzzzzzzzzzz",
-                                NULL), 64);
-    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "retry", "abcdef", NULL), 64);
-    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "frobnicate", delayed, NULL),
+    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "retry", "zzzzzzzzzzzzzzzzzz", NULL),
                      64);
+    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "retry", "abcdef", NULL), 64);
+    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "frobnicate", delayed, NULL), 64);
     sqlf(&e, "SET session_replication_role = replica; "
              "INSERT INTO queuer.batches (batch_id, service_id, payload, created_at) VALUES "
              "(repeat('ab', 8) || repeat('0', 112), 'opscl-zzzzz::0001', '\\x00', now()), "
              "(repeat('ab', 8) || repeat('1', 112), 'opscl-zzzzz::0001', '\\x00', now()); "
              "RESET session_replication_role");
-    assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "show", "ABABABABABABABAB",
-                                NULL), 65);
+    assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "show", "ABABABABABABABAB", NULL),
+                     65);
     expect_contains(err, "matches more than one batch");
     free(err);
-    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "show", "abababababababab0",
-                                NULL), 0);
+    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "show", "abababababababab0", NULL),
+                     0);
 
     /* an operator role is enough */
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Delayed', retry_at = now() + interval '1 h' "
-             "WHERE batch_id = '%s'", unknown);
-    assert_int_equal(run_queuer(&e, "ops_cli_op", NULL, NULL, "batch", "retry", unknown, NULL),
-                     0);
-    char *who = stringf(&e, "SELECT instance_id FROM queuer.batch_history WHERE batch_id = '%s' "
-                            "ORDER BY id DESC LIMIT 1", unknown);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', retry_at = now() + interval '1 h' "
+         "WHERE batch_id = '%s'",
+         unknown);
+    assert_int_equal(run_queuer(&e, "ops_cli_op", NULL, NULL, "batch", "retry", unknown, NULL), 0);
+    char *who = stringf(&e,
+                        "SELECT instance_id FROM queuer.batch_history WHERE batch_id = '%s' "
+                        "ORDER BY id DESC LIMIT 1",
+                        unknown);
     assert_string_equal(who, "operator:ops_cli_op");
     free(who);
     free(delayed);
@@ -292,14 +320,16 @@ static void test_batch_cancel(void **state)
     setup_env(&e, "ops_cancel");
     char *out = NULL, *err = NULL;
     char *head = batch(&e, 0, 0), *next = batch(&e, 0, 1);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Delayed', attempts = 7, retry_at = "
-             "'infinity', last_error = 'HTTP 500' WHERE batch_id = '%s'", head);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', attempts = 7, retry_at = "
+         "'infinity', last_error = 'HTTP 500' WHERE batch_id = '%s'",
+         head);
 
     assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "cancel", head, NULL), 64);
     expect_contains(err, "--reason TEXT is required");
     free(err);
-    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "cancel", head, "--reason",
-                                "   ", NULL), 64);
+    assert_int_equal(
+        run_queuer(&e, NULL, NULL, NULL, "batch", "cancel", head, "--reason", "   ", NULL), 64);
 
     int rc = run_queuer(&e, NULL, &out, &err, "batch", "cancel", head, "--reason",
                         "payload rejected by the customer", NULL);
@@ -308,43 +338,55 @@ static void test_batch_cancel(void **state)
     expect_contains(out, "ends as Invalid");
     free(out);
     free(err);
-    char *row = stringf(&e, "SELECT concat_ws('|', status, submitted, retry_at IS NULL, "
-                            "last_error) FROM queuer.batches WHERE batch_id = '%s'", head);
+    char *row = stringf(&e,
+                        "SELECT concat_ws('|', status, submitted, retry_at IS NULL, "
+                        "last_error) FROM queuer.batches WHERE batch_id = '%s'",
+                        head);
     assert_string_equal(row, "Invalid|f|t|cancelled by operator: payload rejected by the "
                              "customer");
     free(row);
-    row = stringf(&e, "SELECT concat_ws('|', from_status, to_status, instance_id, detail) "
-                      "FROM queuer.batch_history WHERE batch_id = '%s' ORDER BY id DESC "
-                      "LIMIT 1", head);
+    row = stringf(&e,
+                  "SELECT concat_ws('|', from_status, to_status, instance_id, detail) "
+                  "FROM queuer.batch_history WHERE batch_id = '%s' ORDER BY id DESC "
+                  "LIMIT 1",
+                  head);
     assert_string_equal(row, "Delayed|Cancelled|operator:postgres|operator cancel (was parked "
                              "after 7 attempts): payload rejected by the customer");
     free(row);
     /* the service moves on: its head is now the next batch */
-    char *new_head = stringf(&e, "SELECT head_batch_id FROM queuer.service_overview o "
-                                 "JOIN queuer.batches b ON b.service_id = o.service_id "
-                                 "WHERE b.batch_id = '%s'", head);
+    char *new_head = stringf(&e,
+                             "SELECT head_batch_id FROM queuer.service_overview o "
+                             "JOIN queuer.batches b ON b.service_id = o.service_id "
+                             "WHERE b.batch_id = '%s'",
+                             head);
     assert_string_equal(new_head, next);
     free(new_head);
 
     /* refused: again (final), in flight */
-    assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "cancel", head, "--reason", "x",
-                                NULL), 1);
+    assert_int_equal(
+        run_queuer(&e, NULL, NULL, &err, "batch", "cancel", head, "--reason", "x", NULL), 1);
     expect_contains(err, "already final (Invalid)");
     free(err);
     sqlf(&e, "UPDATE queuer.batches SET submitted = true WHERE batch_id = '%s'", next);
-    assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "cancel", next, "--reason", "x",
-                                NULL), 75);
+    assert_int_equal(
+        run_queuer(&e, NULL, NULL, &err, "batch", "cancel", next, "--reason", "x", NULL), 75);
     expect_contains(err, "in flight");
     free(err);
-    assert_int_equal(scalarf(&e, "SELECT (status IS NULL)::int FROM queuer.batches "
-                                 "WHERE batch_id = '%s'", next), 1);
+    assert_int_equal(scalarf(&e,
+                             "SELECT (status IS NULL)::int FROM queuer.batches "
+                             "WHERE batch_id = '%s'",
+                             next),
+                     1);
 
     /* a waiting batch deeper in the queue may be cancelled too */
     char *later = batch(&e, 0, 3);
     assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "cancel", later, "--reason",
-                                "duplicate of an earlier batch", NULL), 0);
-    row = stringf(&e, "SELECT concat_ws('|', from_status, to_status) FROM queuer.batch_history "
-                      "WHERE batch_id = '%s' ORDER BY id DESC LIMIT 1", later);
+                                "duplicate of an earlier batch", NULL),
+                     0);
+    row = stringf(&e,
+                  "SELECT concat_ws('|', from_status, to_status) FROM queuer.batch_history "
+                  "WHERE batch_id = '%s' ORDER BY id DESC LIMIT 1",
+                  later);
     assert_string_equal(row, "Cancelled"); /* from none: it was never submitted */
     free(row);
     free(head);
@@ -359,13 +401,19 @@ static void test_batch_show(void **state)
     struct env e;
     setup_env(&e, "ops_show");
     char *id = batch(&e, 1, 2);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Delayed', attempts = 3, retry_at = "
-             "'infinity', last_error = 'POST failed (HTTP 502)' WHERE batch_id = '%s'", id);
-    sqlf(&e, "INSERT INTO queuer.batch_history (batch_id, service_id, from_status, to_status, "
-             "instance_id, claim_epoch, detail) SELECT batch_id, service_id, NULL, 'Submitting', "
-             "'w9', 4, 'first submission' FROM queuer.batches WHERE batch_id = '%s'", id);
-    char *payload_hex = stringf(&e, "SELECT encode(payload, 'hex') FROM queuer.batches "
-                                    "WHERE batch_id = '%s'", id);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', attempts = 3, retry_at = "
+         "'infinity', last_error = 'POST failed (HTTP 502)' WHERE batch_id = '%s'",
+         id);
+    sqlf(&e,
+         "INSERT INTO queuer.batch_history (batch_id, service_id, from_status, to_status, "
+         "instance_id, claim_epoch, detail) SELECT batch_id, service_id, NULL, 'Submitting', "
+         "'w9', 4, 'first submission' FROM queuer.batches WHERE batch_id = '%s'",
+         id);
+    char *payload_hex = stringf(&e,
+                                "SELECT encode(payload, 'hex') FROM queuer.batches "
+                                "WHERE batch_id = '%s'",
+                                id);
     char *out = NULL;
     assert_int_equal(run_queuer(&e, NULL, &out, NULL, "batch", "show", id, NULL), 0);
     expect_contains(out, id);
@@ -382,8 +430,8 @@ static void test_batch_show(void **state)
     assert_null(strstr(out, head));
     free(out);
 
-    assert_int_equal(run_queuer(&e, "ops_cli_op", &out, NULL, "batch", "show", id, "--json",
-                                NULL), 0);
+    assert_int_equal(run_queuer(&e, "ops_cli_op", &out, NULL, "batch", "show", id, "--json", NULL),
+                     0);
     json_error_t jerr;
     json_t *j = json_loads(out, 0, &jerr);
     if (!j)
@@ -419,8 +467,8 @@ struct bg {
 static void *bg_main(void *arg)
 {
     struct bg *b = arg;
-    b->rc = run_queuer(b->e, NULL, &b->out, &b->err, b->args[0], b->args[1], b->args[2],
-                       b->args[3], b->args[4], b->args[5], b->args[6], b->args[7]);
+    b->rc = run_queuer(b->e, NULL, &b->out, &b->err, b->args[0], b->args[1], b->args[2], b->args[3],
+                       b->args[4], b->args[5], b->args[6], b->args[7]);
     return NULL;
 }
 
@@ -428,8 +476,10 @@ static void *bg_main(void *arg)
 static void await_lock_wait(const struct env *e, const char *app)
 {
     char sql[256];
-    snprintf(sql, sizeof(sql), "SELECT count(*) FROM pg_stat_activity WHERE application_name "
-                               "= '%s' AND wait_event_type = 'Lock'", app);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+             "= '%s' AND wait_event_type = 'Lock'",
+             app);
     for (int i = 0; i < 6000; i++) {
         if (itest_scalar(e->db, sql) > 0)
             return;
@@ -442,11 +492,13 @@ static void await_lock_wait(const struct env *e, const char *app)
 static int64_t claim(const struct env *e, int s, const char *who)
 {
     char *id = batch(e, s, 0);
-    int64_t epoch = scalarf(e, "UPDATE queuer.service_id_claims c SET claimant = '%s', "
-                               "claim_epoch = claim_epoch + 1, expiry_1 = now() + interval "
-                               "'5 min', expiry_2 = now() + interval '10 min' FROM "
-                               "queuer.batches b WHERE b.batch_id = '%s' AND c.service_id = "
-                               "b.service_id RETURNING c.claim_epoch", who, id);
+    int64_t epoch = scalarf(e,
+                            "UPDATE queuer.service_id_claims c SET claimant = '%s', "
+                            "claim_epoch = claim_epoch + 1, expiry_1 = now() + interval "
+                            "'5 min', expiry_2 = now() + interval '10 min' FROM "
+                            "queuer.batches b WHERE b.batch_id = '%s' AND c.service_id = "
+                            "b.service_id RETURNING c.claim_epoch",
+                            who, id);
     free(id);
     return epoch;
 }
@@ -484,8 +536,10 @@ static void test_cancel_waits_for_worker_mark_then_refuses(void **state)
     char *id = batch(&e, 1, 0);
     char *svc = service_of(&e, id);
     int64_t epoch = claim(&e, 1, "w1");
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Delayed', attempts = 1, retry_at = now() "
-             "WHERE batch_id = '%s'", id);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', attempts = 1, retry_at = now() "
+         "WHERE batch_id = '%s'",
+         id);
 
     struct qw_db *w = itest_connect(e.conninfo);
     itest_exec(w, "BEGIN ISOLATION LEVEL SERIALIZABLE");
@@ -500,10 +554,16 @@ static void test_cancel_waits_for_worker_mark_then_refuses(void **state)
     if (b.rc != 75)
         fail_msg("cancel racing a mark: exit %d\n%s%s", b.rc, b.out, b.err);
     expect_contains(b.err, "in flight: worker w1");
-    assert_int_equal(scalarf(&e, "SELECT (submitted AND status IS NULL)::int FROM "
-                                 "queuer.batches WHERE batch_id = '%s'", id), 1);
-    assert_int_equal(scalarf(&e, "SELECT count(*) FROM queuer.batch_history WHERE batch_id = "
-                                 "'%s' AND to_status = 'Cancelled'", id), 0);
+    assert_int_equal(scalarf(&e,
+                             "SELECT (submitted AND status IS NULL)::int FROM "
+                             "queuer.batches WHERE batch_id = '%s'",
+                             id),
+                     1);
+    assert_int_equal(scalarf(&e,
+                             "SELECT count(*) FROM queuer.batch_history WHERE batch_id = "
+                             "'%s' AND to_status = 'Cancelled'",
+                             id),
+                     0);
     free(b.out);
     free(b.err);
     qw_db_close(w);
@@ -520,15 +580,19 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
     char *id = batch(&e, 2, 0);
     char *svc = service_of(&e, id);
     int64_t epoch = claim(&e, 2, "w1");
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Delayed', attempts = 1, retry_at = now() "
-             "WHERE batch_id = '%s'", id);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', attempts = 1, retry_at = now() "
+         "WHERE batch_id = '%s'",
+         id);
 
     /* a worker's outcome flush holds the claim row FOR SHARE: the cancel waits for it */
     struct qw_db *w = itest_connect(e.conninfo);
     itest_exec(w, "BEGIN");
     char sql[256];
-    snprintf(sql, sizeof(sql), "SELECT 1 FROM queuer.service_id_claims WHERE service_id = '%s' "
-                               "FOR SHARE", svc);
+    snprintf(sql, sizeof(sql),
+             "SELECT 1 FROM queuer.service_id_claims WHERE service_id = '%s' "
+             "FOR SHARE",
+             svc);
     itest_exec(w, sql);
     struct bg b = {.e = &e, .args = {"batch", "cancel", id, "--reason", "operator wins", NULL}};
     pthread_t t;
@@ -548,9 +612,8 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
     snprintf(ids, sizeof(ids), "{\"%s\"}", id);
     snprintf(svcs, sizeof(svcs), "{\"%s\"}", svc);
     snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch);
-    const char *params[] = {"w1",        ids,        svcs,        epochs,
-                            "{posting}", "{Pending}", "{t}",       "{1}",
-                            "{NULL}",    "{\"\"}",   "{accepted}", "{t}"};
+    const char *params[] = {"w1",  ids,   svcs,     epochs,   "{posting}",  "{Pending}",
+                            "{t}", "{1}", "{NULL}", "{\"\"}", "{accepted}", "{t}"};
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
@@ -558,8 +621,11 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
         fail_msg("outcomes_record: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 0);
     qw_db_res_free(res);
-    assert_int_equal(scalarf(&e, "SELECT (status = 'Invalid' AND NOT submitted)::int FROM "
-                                 "queuer.batches WHERE batch_id = '%s'", id), 1);
+    assert_int_equal(scalarf(&e,
+                             "SELECT (status = 'Invalid' AND NOT submitted)::int FROM "
+                             "queuer.batches WHERE batch_id = '%s'",
+                             id),
+                     1);
     qw_db_close(w);
     free(id);
     free(svc);
@@ -572,13 +638,14 @@ static void test_action_gives_up_on_a_long_lock(void **state)
     struct env e;
     setup_env(&e, "ops_race3");
     char *id = batch(&e, 0, 0);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Delayed', attempts = 1, retry_at = now() + "
-             "interval '1 h' WHERE batch_id = '%s'", id);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', attempts = 1, retry_at = now() + "
+         "interval '1 h' WHERE batch_id = '%s'",
+         id);
     struct qw_db *w = itest_connect(e.conninfo);
     itest_exec(w, "BEGIN");
     char sql[256];
-    snprintf(sql, sizeof(sql), "SELECT 1 FROM queuer.batches WHERE batch_id = '%s' FOR UPDATE",
-             id);
+    snprintf(sql, sizeof(sql), "SELECT 1 FROM queuer.batches WHERE batch_id = '%s' FOR UPDATE", id);
     itest_exec(w, sql);
     char *err = NULL;
     /* queuer.operator_batch_action sets lock_timeout = 5s */
@@ -586,8 +653,11 @@ static void test_action_gives_up_on_a_long_lock(void **state)
     expect_contains(err, "stayed locked by a worker; nothing changed");
     free(err);
     itest_exec(w, "ROLLBACK");
-    assert_int_equal(scalarf(&e, "SELECT (retry_at > now())::int FROM queuer.batches "
-                                 "WHERE batch_id = '%s'", id), 1);
+    assert_int_equal(scalarf(&e,
+                             "SELECT (retry_at > now())::int FROM queuer.batches "
+                             "WHERE batch_id = '%s'",
+                             id),
+                     1);
     qw_db_close(w);
     free(id);
     teardown_env(&e);
@@ -604,14 +674,22 @@ static void test_status(void **state)
     claim(&e, 0, "w1");
     sqlf(&e, "INSERT INTO queuer.instances (instance_id, host, pid, version) "
              "VALUES ('w1', 'h1', 1, '0.1.0')");
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Pending', submitted = true, attempts = 1, "
-             "status_at = now() WHERE batch_id = '%s'", a);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Delayed', attempts = 11, retry_at = "
-             "'infinity' WHERE batch_id = '%s'", b);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Committed', submitted = true, attempts = 1, "
-             "status_at = now() WHERE batch_id = '%s'", c);
-    sqlf(&e, "INSERT INTO queuer.batch_history (batch_id, service_id, to_status) SELECT "
-             "batch_id, service_id, 'Committed' FROM queuer.batches WHERE batch_id = '%s'", c);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Pending', submitted = true, attempts = 1, "
+         "status_at = now() WHERE batch_id = '%s'",
+         a);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', attempts = 11, retry_at = "
+         "'infinity' WHERE batch_id = '%s'",
+         b);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Committed', submitted = true, attempts = 1, "
+         "status_at = now() WHERE batch_id = '%s'",
+         c);
+    sqlf(&e,
+         "INSERT INTO queuer.batch_history (batch_id, service_id, to_status) SELECT "
+         "batch_id, service_id, 'Committed' FROM queuer.batches WHERE batch_id = '%s'",
+         c);
 
     char *out = NULL, *err = NULL;
     int rc = run_queuer(&e, "ops_cli_op", &out, &err, "status", NULL);
@@ -644,9 +722,8 @@ static void test_status(void **state)
     assert_int_equal(json_integer_value(json_object_get(batches, "pending")), 1);
     assert_int_equal(json_integer_value(json_object_get(batches, "parked")), 1);
     assert_int_equal(json_integer_value(json_object_get(batches, "in_flight")), 1);
-    assert_int_equal(json_integer_value(
-                         json_object_get(json_object_get(j, "claims_per_instance"), "w1")),
-                     1);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(j, "claims_per_instance"), "w1")), 1);
     json_t *stuck = json_object_get(j, "stuck");
     assert_int_equal(json_integer_value(json_object_get(stuck, "total")), 1);
     assert_string_equal(json_string_value(json_object_get(
@@ -686,15 +763,20 @@ static void test_prune(void **state)
     for (int k = 0; k < BATCHES; k++)
         ids[k] = batch(&e, 0, k);
     for (int k = 0; k < 4; k++)
-        sqlf(&e, "UPDATE queuer.batches SET status = '%s', submitted = true, attempts = 1, "
-                 "status_at = now() - interval '%s' WHERE batch_id = '%s'",
+        sqlf(&e,
+             "UPDATE queuer.batches SET status = '%s', submitted = true, attempts = 1, "
+             "status_at = now() - interval '%s' WHERE batch_id = '%s'",
              fates[k], k < 3 ? "10 days" : "1 hour", ids[k]);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Delayed', attempts = 4, retry_at = now(), "
-             "created_at = created_at - interval '30 days' WHERE batch_id = '%s'", ids[4]);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', attempts = 4, retry_at = now(), "
+         "created_at = created_at - interval '30 days' WHERE batch_id = '%s'",
+         ids[4]);
     /* service 1: its first batch final long ago */
     char *other = batch(&e, 1, 0);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Committed', submitted = true, attempts = 1, "
-             "status_at = now() - interval '9 days' WHERE batch_id = '%s'", other);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Committed', submitted = true, attempts = 1, "
+         "status_at = now() - interval '9 days' WHERE batch_id = '%s'",
+         other);
     /* two more history rows for each old final batch */
     sqlf(&e, "INSERT INTO queuer.batch_history (batch_id, service_id, to_status) SELECT "
              "batch_id, service_id, t FROM queuer.batches, (VALUES ('Submitting'), ('Pending')) "
@@ -707,12 +789,11 @@ static void test_prune(void **state)
                                               "OR b.status_at > now() - interval '7 days'");
 
     char *out = NULL, *err = NULL;
-    assert_int_equal(run_queuer(&e, NULL, &out, NULL, "prune", "--older-than", "7d",
-                                "--dry-run", NULL), 0);
+    assert_int_equal(
+        run_queuer(&e, NULL, &out, NULL, "prune", "--older-than", "7d", "--dry-run", NULL), 0);
     expect_contains(out, "would remove 4 batches (Committed 2, Valid 1, Invalid 1)");
     free(out);
-    assert_int_equal(itest_scalar(e.db, "SELECT count(*) FROM queuer.batches"),
-                     SERVICES * BATCHES);
+    assert_int_equal(itest_scalar(e.db, "SELECT count(*) FROM queuer.batches"), SERVICES * BATCHES);
 
     /* someone holds one old final batch: prune skips it and does not wait */
     struct qw_db *w = itest_connect(e.conninfo);
@@ -721,8 +802,8 @@ static void test_prune(void **state)
     snprintf(sql, sizeof(sql), "SELECT 1 FROM queuer.batches WHERE batch_id = '%s' FOR UPDATE",
              other);
     itest_exec(w, sql);
-    int rc = run_queuer(&e, NULL, &out, &err, "prune", "--older-than", "1w", "--batch-size",
-                        "2", NULL);
+    int rc =
+        run_queuer(&e, NULL, &out, &err, "prune", "--older-than", "1w", "--batch-size", "2", NULL);
     if (rc != 0)
         fail_msg("prune: %d %s", rc, err);
     expect_contains(out, "removed 3 batches (Committed 1, Valid 1, Invalid 1) and 9 history "
@@ -741,36 +822,41 @@ static void test_prune(void **state)
     assert_int_equal(itest_scalar(e.db, "SELECT count(*) FROM queuer.batches"),
                      SERVICES * BATCHES - 4);
     for (int k = 3; k < BATCHES; k++)
-        assert_int_equal(scalarf(&e, "SELECT count(*) FROM queuer.batches WHERE batch_id = "
-                                     "'%s'", ids[k]), 1);
+        assert_int_equal(scalarf(&e,
+                                 "SELECT count(*) FROM queuer.batches WHERE batch_id = "
+                                 "'%s'",
+                                 ids[k]),
+                         1);
     assert_int_equal(itest_scalar(e.db, "SELECT count(*) FROM queuer.batch_history h "
                                         "WHERE NOT EXISTS (SELECT 1 FROM queuer.batches b "
                                         "WHERE b.batch_id = h.batch_id)"),
                      0);
-    assert_int_equal(itest_scalar(e.db, "SELECT count(*) FROM queuer.batch_history"),
-                     kept_history);
+    assert_int_equal(itest_scalar(e.db, "SELECT count(*) FROM queuer.batch_history"), kept_history);
     assert_int_equal(itest_scalar(e.db, "SELECT count(*) FROM queuer.service_id_claims"), claims);
     assert_int_equal(itest_scalar(e.db, "SELECT count(*) FROM queuer.service_ingest"), ingest);
 
     /* bad arguments, and a role that may not delete */
     const char *bad[] = {"0d", "7", "7x", "-1d", "", "1h1d"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        assert_int_equal(run_queuer(&e, NULL, NULL, &err, "prune", "--older-than", bad[i],
-                                    NULL), 64);
+        assert_int_equal(run_queuer(&e, NULL, NULL, &err, "prune", "--older-than", bad[i], NULL),
+                         64);
         expect_contains(err, "bad duration");
         free(err);
     }
     assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "prune", NULL), 64);
-    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "prune", "--older-than", "1d",
-                                "--batch-size", "0", NULL), 64);
-    sqlf(&e, "UPDATE queuer.batches SET status = 'Committed', status_at = now() - interval "
-             "'30 days' WHERE batch_id = '%s'", ids[3]);
-    assert_int_equal(run_queuer(&e, "ops_cli_op", NULL, &err, "prune", "--older-than", "1d",
-                                NULL), 1);
+    assert_int_equal(
+        run_queuer(&e, NULL, NULL, NULL, "prune", "--older-than", "1d", "--batch-size", "0", NULL),
+        64);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Committed', status_at = now() - interval "
+         "'30 days' WHERE batch_id = '%s'",
+         ids[3]);
+    assert_int_equal(run_queuer(&e, "ops_cli_op", NULL, &err, "prune", "--older-than", "1d", NULL),
+                     1);
     expect_contains(err, "run it as the schema owner");
     free(err);
-    assert_int_equal(scalarf(&e, "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s'",
-                             ids[3]), 1);
+    assert_int_equal(
+        scalarf(&e, "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s'", ids[3]), 1);
     for (int k = 0; k < BATCHES; k++)
         free(ids[k]);
     free(other);

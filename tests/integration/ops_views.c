@@ -121,7 +121,8 @@ static const char FIXTURE[] =
     "                                  instance_id, claim_epoch, at) "
     "SELECT pg_temp.id(n), 'views-aaaaa::000' || s, NULL, t, 'w1', 1, now() - age "
     "  FROM (VALUES (5, 2, 'Submitting', interval '90 min'), (7, 3, 'Submitting', interval '5 h'),"
-    "               (12, 4, 'Submitting', interval '3 min'), (17, 7, 'Submitting', interval '20 min'),"
+    "               (12, 4, 'Submitting', interval '3 min'), (17, 7, 'Submitting', interval '20 "
+    "min'),"
     "               (1, 1, 'Committed', interval '2 min'), (14, 5, 'Committed', interval '30 min'),"
     "               (15, 5, 'Valid', interval '3 h'), (1, 1, 'Enqueued', interval '2 days'),"
     "               (2, 1, 'Pending', interval '1 min')) AS h(n, s, t, age);\n"
@@ -208,15 +209,18 @@ static void test_instances_and_counts(void **state)
     expect_rows(db, q, "w1|alive|5|0\nw2|alive|0|1\nw3|stopped|0|1\nw4|alive|0|0\n");
     itest_exec(db, "RESET queuer.instance_dead_after");
 
-    expect_rows(db, "SELECT state, batches, oldest_age > interval '0' "
-                    "FROM queuer.batch_counts ORDER BY state",
+    expect_rows(db,
+                "SELECT state, batches, oldest_age > interval '0' "
+                "FROM queuer.batch_counts ORDER BY state",
                 "Delayed|1|t\nPending|2|t\nUnknown|1|t\nparked|1|t\nsubmitting|1|t\nwaiting|9|t\n");
-    expect_rows(db, "SELECT status, last_5m, last_1h, last_24h "
-                    "FROM queuer.status_counts ORDER BY status",
+    expect_rows(db,
+                "SELECT status, last_5m, last_1h, last_24h "
+                "FROM queuer.status_counts ORDER BY status",
                 "Committed|1|2|2\nPending|1|1|1\nSubmitting|1|2|4\nValid|0|0|1\n");
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.throughput"), 60);
-    expect_rows(db, "SELECT sum(enqueued), sum(submissions), sum(accepted), sum(committed), "
-                    "sum(valid), sum(invalid), sum(operator_actions) FROM queuer.throughput",
+    expect_rows(db,
+                "SELECT sum(enqueued), sum(submissions), sum(accepted), sum(committed), "
+                "sum(valid), sum(invalid), sum(operator_actions) FROM queuer.throughput",
                 "0|2|1|2|0|0|0\n");
     /* one row per minute, the newest being the current minute */
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.throughput "
@@ -227,7 +231,7 @@ static void test_instances_and_counts(void **state)
 }
 
 static const char *const VIEWS[] = {
-    "service_overview", "stuck_batches", "instance_overview", "batch_counts",
+    "service_overview", "stuck_batches", "instance_overview",   "batch_counts",
     "status_counts",    "throughput",    "operator_thresholds",
 };
 #define N_VIEWS (sizeof(VIEWS) / sizeof(VIEWS[0]))
@@ -245,11 +249,10 @@ static void test_documented_no_payload_and_operator_access(void **state)
                                       "WHERE c.table_schema = 'queuer' AND c.data_type = 'bytea'"),
                      0);
     /* every view carries a COMMENT */
-    char *undocumented = itest_string(
-        db, "SELECT string_agg(c.relname, ', ') FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = 'queuer' AND c.relkind = 'v' "
-            "AND obj_description(c.oid, 'pg_class') IS NULL");
+    char *undocumented = itest_string(db, "SELECT string_agg(c.relname, ', ') FROM pg_class c "
+                                          "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                          "WHERE n.nspname = 'queuer' AND c.relkind = 'v' "
+                                          "AND obj_description(c.oid, 'pg_class') IS NULL");
     if (undocumented)
         fail_msg("views without COMMENT: %s", undocumented);
 
@@ -276,23 +279,24 @@ static void test_documented_no_payload_and_operator_access(void **state)
     qw_error_clear(&err);
     assert_int_not_equal(qw_db_exec(op, "SELECT payload FROM queuer.batches", &err), QW_OK);
     assert_string_equal(err.sqlstate, "42501");
-    assert_int_not_equal(qw_db_exec(op, "UPDATE queuer.batches SET retry_at = now()", &err),
-                         QW_OK);
+    assert_int_not_equal(qw_db_exec(op, "UPDATE queuer.batches SET retry_at = now()", &err), QW_OK);
     assert_string_equal(err.sqlstate, "42501");
     /* the operator may act through the audited functions, and nobody else */
     char *outcome = itest_string(op, "SELECT outcome FROM queuer.batch_retry("
                                      "repeat('05', 64), 'from the role test')");
     assert_string_equal(outcome, "done");
     free(outcome);
-    assert_string_equal(itest_string(db, "SELECT instance_id FROM queuer.batch_history "
-                                         "WHERE to_status = 'Retrying'"),
-                        "operator:ops_reader");
+    char *who = itest_string(db, "SELECT instance_id FROM queuer.batch_history "
+                                 "WHERE to_status = 'Retrying'");
+    assert_string_equal(who, "operator:ops_reader");
+    free(who);
     qw_error_clear(&err);
     assert_int_not_equal(
         qw_db_exec(nobody, "SELECT queuer.batch_cancel(repeat('05', 64), 'x')", &err), QW_OK);
     assert_string_equal(err.sqlstate, "42501");
-    assert_int_not_equal(qw_db_exec(op, "SELECT queuer.operator_batch_action('cancel', "
-                                        "repeat('05', 64), 'x')",
+    assert_int_not_equal(qw_db_exec(op,
+                                    "SELECT queuer.operator_batch_action('cancel', "
+                                    "repeat('05', 64), 'x')",
                                     &err),
                          QW_OK);
     assert_string_equal(err.sqlstate, "42501");
@@ -378,8 +382,8 @@ static const char BIG_LOAD[] =
 
 /* Collects every node of a JSON plan: scans of big tables, and index names used. */
 struct plan_facts {
-    char seq_scans[512];  /* "relation " for each Seq Scan of batches/batch_history */
-    char indexes[1024];   /* " index " for each index used */
+    char seq_scans[512]; /* "relation " for each Seq Scan of batches/batch_history */
+    char indexes[1024];  /* " index " for each index used */
 };
 
 static void walk_plan(json_t *node, struct plan_facts *f)
@@ -416,31 +420,37 @@ static void plan_of(struct qw_db *db, const char *explain, struct plan_facts *f,
 }
 
 struct plan_case {
-    const char *what;       /* view or statement */
-    const char *explain;    /* EXPLAIN (FORMAT JSON) ... */
+    const char *what;        /* view or statement */
+    const char *explain;     /* EXPLAIN (FORMAT JSON) ... */
     const char *must_use[3]; /* index names that must appear, NULL-terminated */
 };
 
 static const struct plan_case plan_cases[] = {
-    {"service_overview", "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.service_overview",
+    {"service_overview",
+     "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.service_overview",
      {"batches_open", NULL}},
     {"service_overview, one service",
      "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.service_overview "
      "WHERE service_id = 'perf1-00001::svc0'",
      {"batches_open", "service_id_claims_pkey", NULL}},
-    {"stuck_batches", "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.stuck_batches",
+    {"stuck_batches",
+     "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.stuck_batches",
      {"batches_started", "batch_history_batch", NULL}},
-    {"instance_overview", "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.instance_overview",
-     {NULL}},
-    {"batch_counts", "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.batch_counts",
+    {"instance_overview", "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.instance_overview", {NULL}},
+    {"batch_counts",
+     "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.batch_counts",
      {"batches_open", NULL}},
-    {"status_counts", "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.status_counts",
+    {"status_counts",
+     "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.status_counts",
      {"batch_history_at", NULL}},
-    {"throughput", "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.throughput",
+    {"throughput",
+     "EXPLAIN (FORMAT JSON) SELECT * FROM queuer.throughput",
      {"batch_history_at", NULL}},
-    {"ops_status_counts", "EXPLAIN (FORMAT JSON) EXECUTE ops_status_counts",
+    {"ops_status_counts",
+     "EXPLAIN (FORMAT JSON) EXECUTE ops_status_counts",
      {"batches_open", "batches_started", "batch_history_at"}},
-    {"ops_status_stuck", "EXPLAIN (FORMAT JSON) EXECUTE ops_status_stuck(20)",
+    {"ops_status_stuck",
+     "EXPLAIN (FORMAT JSON) EXECUTE ops_status_stuck(20)",
      {"batches_started", NULL}},
     {"ops_status_instances", "EXPLAIN (FORMAT JSON) EXECUTE ops_status_instances(200)", {NULL}},
     {"ops_batch_resolve",

@@ -206,3 +206,36 @@ qw_wait_sql() {
 qw_sql() {
     psql -X -q -t -A -v ON_ERROR_STOP=1 "${QW_DB_CONNINFO:-$QW_PG_CONNINFO}" -c "$1"
 }
+
+# ---- additions for the fault-injection suite (tests/nemesis) ----
+#
+#   qw_pg_server_start          start the cluster of QW_PG_DIR again after a stop
+#   qw_pg_hba_prepend LINE...   put pg_hba.conf lines first (first match wins), reload
+#   qw_pg_backend_pids APPNAME  pids of the server processes serving that application_name
+
+qw_pg_server_start() {
+    local bindir
+    bindir=$(qw_pg_bindir) || return 1
+    qw_as_pg_user "$bindir/pg_ctl" -D "$QW_PG_DIR/data" -l "$QW_PG_DIR/postgres.log" -w -t 60 \
+        start >/dev/null
+}
+
+qw_pg_hba_prepend() {
+    local hba="$QW_PG_DIR/data/pg_hba.conf" tmp
+    tmp=$(mktemp "$QW_PG_DIR/hba.XXXXXX") || return 1
+    { printf '%s\n' "$@"; cat "$hba"; } >"$tmp" || return 1
+    if [ "$(id -u)" = 0 ]; then
+        chown postgres: "$tmp"
+    fi
+    chmod 600 "$tmp"
+    mv "$tmp" "$hba" || return 1
+    # the file must parse (a bad line would lock everyone out at the next reload)
+    [ "$(qw_sql "SELECT count(*) FROM pg_hba_file_rules WHERE error IS NOT NULL")" = 0 ] || return 1
+    # asynchronous: new rules apply once the postmaster has read the file
+    [ "$(qw_sql "SELECT pg_reload_conf()")" = t ]
+}
+
+qw_pg_backend_pids() {
+    qw_sql "SELECT pid FROM pg_stat_activity WHERE application_name = '$1' AND pid <> pg_backend_pid()
+             ORDER BY pid"
+}

@@ -16,15 +16,17 @@
 #   sc_load_tsv FILE              enqueue a TSV workload (psql, or the CLI)
 #   sc_check WHAT EXPECTED ACTUAL, sc_check_sql WHAT EXPECTED SQL [EVIDENCE-SQL],
 #   sc_check_num WHAT A OP B, sc_wait WHAT SECS SQL [EVIDENCE-SQL], sc_fail MSG
-#   sc_watch_claims TAG WHERE     remember the claims matching WHERE (scenario.watch)
+#   sc_watch_claims TAG WHERE     remember the claims matching WHERE (scenario.watch);
+#                                 sc_watch_refresh TAG re-reads their expiries
 #   sc_takeover_poll_start SECS / sc_takeover_poll_wait   poll (in the background)
 #                                 until every watched claim has a new holder
 #
 # Every wait is bounded; nothing here sleeps as a substitute for a condition.
 
-set -u -o pipefail
 # Variables set here are read by the sourcing scripts.
 # shellcheck disable=SC2034
+
+set -u -o pipefail
 
 SC_SOURCE_ROOT=${QW_SOURCE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 SC_BUILD_ROOT=${QW_BUILD_ROOT:-$SC_SOURCE_ROOT/build}
@@ -451,6 +453,16 @@ sc_watch_claims() {
                 FROM queuer.service_id_claims c WHERE c.claimant IS NOT NULL AND ($2)
               RETURNING 1)
             SELECT count(*) FROM ins"
+}
+
+# sc_watch_refresh TAG: re-reads the epoch and expiries of TAG's claims that
+# still have their old holder (after a wait, just before the event).
+sc_watch_refresh() {
+    qw_sql "UPDATE scenario.watch w
+               SET old_epoch = c.claim_epoch, old_expiry_1 = c.expiry_1, old_expiry_2 = c.expiry_2
+              FROM queuer.service_id_claims c
+             WHERE w.tag = '$1' AND w.seen_at IS NULL AND c.service_id = w.service_id
+               AND c.claimant = w.old_claimant" >/dev/null
 }
 
 # sc_takeover_poll_start SECS: starts the takeover poller in the background

@@ -54,7 +54,7 @@ n=$(sc_watch_claims frozen "c.claimant = 'w1'")
 sc_check_num "the frozen worker holds services" "$n" ">=" 1
 qw_sql "CREATE TABLE scenario.w2_before AS
         SELECT service_id, claim_epoch FROM queuer.service_id_claims WHERE claimant = 'w2'" >/dev/null
-sc_takeover_poll_start $((SC_HARD_MS / 1000 + 10))
+sc_takeover_poll_start $((SC_HARD_MS / 1000 + 6))
 sc_takeover_poll_wait "SELECT application_name AS worker, state, wait_event_type, wait_event,
                               now() - xact_start AS in_transaction_for, left(query, 40) AS query
                          FROM pg_stat_activity WHERE application_name IN ('w1', 'w2') ORDER BY 1"

@@ -36,6 +36,7 @@ WITH_WORK="EXISTS (SELECT 1 FROM queuer.batches b WHERE b.service_id = c.service
 
 n=$(sc_watch_claims graceful "c.claimant = 'w1' AND $WITH_WORK")
 sc_takeover_poll_start 10
+sc_watch_refresh graceful # w1 renewed meanwhile: its expiries as of the signal
 sig_at=$(sc_db_now)
 t0=$EPOCHREALTIME
 sc_worker_signal w1 TERM

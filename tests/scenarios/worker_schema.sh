@@ -33,7 +33,9 @@ run_queuer() {
 # expect_refusal NAME PATTERN: non-zero exit (not the timeout's 124), and
 # the output matches PATTERN (extended regex).
 expect_refusal() {
-    [ "$RUN_RC" != 124 ] && [ "$RUN_RC" != 137 ] || sc_fail "$1: queuer run did not exit within 30 s"
+    if [ "$RUN_RC" = 124 ] || [ "$RUN_RC" = 137 ]; then
+        sc_fail "$1: queuer run did not exit within 30 s"
+    fi
     sc_check_num "$1: queuer run exits non-zero" "$RUN_RC" "!=" 0
     grep -Eq -- "$2" "$RUN_OUT" || sc_fail "$1: the message does not match /$2/"
     echo "ok: $1: the message says /$2/"

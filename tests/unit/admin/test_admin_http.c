@@ -67,18 +67,17 @@ static void test_listen_parse_table(void **state)
     }
     char tiny[4], why[100];
     int port;
-    assert_int_equal(qw_admin_listen_parse("localhost:1", tiny, sizeof(tiny), &port, why,
-                                           sizeof(why)),
-                     -1);
+    assert_int_equal(
+        qw_admin_listen_parse("localhost:1", tiny, sizeof(tiny), &port, why, sizeof(why)), -1);
 }
 
 struct ready_case {
-    int stopping;        /* snapshot.stopping */
-    int64_t age_ms;      /* snapshot.last_cycle_age_ms */
-    int db_rc;           /* ping result */
-    int64_t max_age_ms;  /* limit */
-    int ready;           /* expected */
-    const char *why;     /* expected reason substring */
+    int stopping;       /* snapshot.stopping */
+    int64_t age_ms;     /* snapshot.last_cycle_age_ms */
+    int db_rc;          /* ping result */
+    int64_t max_age_ms; /* limit */
+    int ready;          /* expected */
+    const char *why;    /* expected reason substring */
 };
 
 static const struct ready_case ready_cases[] = {
@@ -103,8 +102,8 @@ static void test_readiness_table(void **state)
         s.stopping = c->stopping;
         s.last_cycle_age_ms = c->age_ms;
         char why[200];
-        int r = qw_admin_readiness(&s, c->db_rc, "connection refused", c->max_age_ms, why,
-                                   sizeof(why));
+        int r =
+            qw_admin_readiness(&s, c->db_rc, "connection refused", c->max_age_ms, why, sizeof(why));
         if (r != c->ready || !strstr(why, c->why))
             fail_msg("case %zu: ready=%d why='%s', want %d '%s'", i, r, why, c->ready, c->why);
     }
@@ -113,11 +112,11 @@ static void test_readiness_table(void **state)
 /* ---- the server against fake hooks ---- */
 
 struct fake {
-    atomic_int stopping;    /* copied into snapshots */
-    atomic_int ping_rc;     /* what the ping returns */
-    atomic_int pings;       /* ping calls */
-    atomic_int snapshots;   /* snapshot calls */
-    int64_t cycle_age_ms;   /* copied into snapshots */
+    atomic_int stopping;  /* copied into snapshots */
+    atomic_int ping_rc;   /* what the ping returns */
+    atomic_int pings;     /* ping calls */
+    atomic_int snapshots; /* snapshot calls */
+    int64_t cycle_age_ms; /* copied into snapshots */
 };
 
 static void fake_snapshot(void *ctx, struct qw_metrics_snapshot *out)
@@ -165,8 +164,7 @@ static void request(int port, const char *method, const char *path, struct reply
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
         fail_msg("connect to port %d: %s", port, strerror(errno));
     char req[256];
-    int n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: localhost\r\n\r\n", method,
-                     path);
+    int n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: localhost\r\n\r\n", method, path);
     assert_int_equal(write(fd, req, (size_t)n), n);
     static char buf[sizeof(r->head) + sizeof(r->body)];
     size_t len = 0;
@@ -223,7 +221,8 @@ static void test_server_endpoints(void **state)
     assert_non_null(strstr(r.body, "queuer_claims_held 40\n"));
     assert_non_null(strstr(r.body, "queuer_submissions_total{outcome=\"backpressure\"} 3\n"));
     assert_non_null(strstr(r.body, "queuer_ledger_paused 1\n"));
-    assert_non_null(strstr(r.body, "queuer_build_info{version=\"9.9.9\",instance_id=\"fake-1\"} 1\n"));
+    assert_non_null(
+        strstr(r.body, "queuer_build_info{version=\"9.9.9\",instance_id=\"fake-1\"} 1\n"));
     assert_non_null(strstr(r.body, "queuer_cycle_duration_seconds_bucket{le=\"0.0025\"} 4\n"));
     assert_non_null(strstr(r.body, "queuer_cycle_duration_seconds_sum 0.008\n"));
 

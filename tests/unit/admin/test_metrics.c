@@ -18,9 +18,9 @@ struct bucket_case {
 };
 
 static const struct bucket_case bucket_cases[] = {
-    {-5, 0},        {0, 0},          {500, 0},         {501, 1},       {1000, 1},
-    {1001, 2},      {2500, 2},       {99999, 7},       {100000, 7},    {100001, 8},
-    {1000000, 10},  {29999999, 14},  {30000000, 14},   {30000001, 15}, {INT64_MAX, 15},
+    {-5, 0},       {0, 0},         {500, 0},       {501, 1},       {1000, 1},
+    {1001, 2},     {2500, 2},      {99999, 7},     {100000, 7},    {100001, 8},
+    {1000000, 10}, {29999999, 14}, {30000000, 14}, {30000001, 15}, {INT64_MAX, 15},
 };
 
 static void test_bucket_table(void **state)
@@ -61,9 +61,8 @@ struct seconds_case {
 };
 
 static const struct seconds_case seconds_cases[] = {
-    {0, "0"},          {1, "0.000001"},  {500, "0.0005"},   {2500, "0.0025"},
-    {1000000, "1"},    {2500000, "2.5"}, {30000000, "30"},  {1234567, "1.234567"},
-    {-1500000, "-1.5"}, {100000, "0.1"},
+    {0, "0"},         {1, "0.000001"},  {500, "0.0005"},       {2500, "0.0025"},   {1000000, "1"},
+    {2500000, "2.5"}, {30000000, "30"}, {1234567, "1.234567"}, {-1500000, "-1.5"}, {100000, "0.1"},
 };
 
 static void test_format_seconds(void **state)
@@ -104,8 +103,8 @@ static struct qw_metrics_snapshot sample_snapshot(void)
     s.paused = 1;
     s.stopping = 0;
     s.last_cycle_age_ms = 1500;
-    s.cycle_duration.buckets[1] = 3;  /* <= 1 ms */
-    s.cycle_duration.buckets[4] = 2;  /* <= 10 ms */
+    s.cycle_duration.buckets[1] = 3; /* <= 1 ms */
+    s.cycle_duration.buckets[4] = 2; /* <= 10 ms */
     s.cycle_duration.count = 5;
     s.cycle_duration.sum_us = 21500;
     s.ledger_latency.buckets[QW_HISTOGRAM_BOUNDS] = 1; /* > 30 s */
@@ -263,7 +262,8 @@ static void test_render_escapes_labels_and_omits_unknown_age(void **state)
     s.last_cycle_age_ms = -1;
     char *text = qw_metrics_render(&s, NULL);
     assert_non_null(text);
-    assert_true(has_line(text, "queuer_build_info{version=\"\",instance_id=\"a\\\"b\\\\c\\nd\"} 1"));
+    assert_true(
+        has_line(text, "queuer_build_info{version=\"\",instance_id=\"a\\\"b\\\\c\\nd\"} 1"));
     assert_null(strstr(text, "last_cycle_age"));
     /* an empty histogram still has all buckets, zero sum and count */
     assert_true(has_line(text, "queuer_cycle_duration_seconds_bucket{le=\"+Inf\"} 0"));

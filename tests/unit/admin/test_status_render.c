@@ -154,18 +154,16 @@ static void test_json(void **state)
     json_t *h = json_object_get(j, "last_hour");
     assert_int_equal(json_integer_value(json_object_get(h, "committed")), 11990);
     assert_int_equal(json_integer_value(json_object_get(h, "cancelled")), 1);
-    assert_int_equal(json_integer_value(
-                         json_object_get(json_object_get(j, "last_5m"), "submissions")),
-                     1001);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(j, "last_5m"), "submissions")), 1001);
     json_t *s = json_object_get(j, "services");
     assert_int_equal(json_integer_value(json_object_get(s, "unclaimed_with_work")), 2);
     assert_int_equal(json_integer_value(json_object_get(s, "ingest_blocked")), 1);
     json_t *in = json_object_get(j, "instances");
     assert_int_equal(json_array_size(in), 3);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(in, 1), "state")),
-                        "dead");
-    assert_int_equal(
-        json_integer_value(json_object_get(json_array_get(in, 1), "heartbeat_age_ms")), 95000);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(in, 1), "state")), "dead");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(in, 1), "heartbeat_age_ms")),
+                     95000);
     json_t *claims = json_object_get(j, "claims_per_instance");
     assert_int_equal(json_integer_value(json_object_get(claims, "worker-a")), 12);
     assert_int_equal(json_integer_value(json_object_get(claims, "worker-c")), 0);
@@ -195,8 +193,7 @@ static void test_json_empty_system(void **state)
     assert_non_null(j);
     assert_true(json_is_null(json_object_get(json_object_get(j, "batches"), "oldest_age_s")));
     assert_int_equal(json_array_size(json_object_get(j, "instances")), 0);
-    assert_int_equal(json_array_size(json_object_get(json_object_get(j, "stuck"), "longest")),
-                     0);
+    assert_int_equal(json_array_size(json_object_get(json_object_get(j, "stuck"), "longest")), 0);
     json_decref(j);
 }
 

@@ -134,8 +134,9 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.dlt_retry_max_ms, 30000);
     assert_int_equal(cfg.dlt_pause_base_ms, 100);
     assert_int_equal(cfg.dlt_pause_max_ms, 10000);
-    assert_int_equal(cfg.ingest_high, 30);
-    assert_int_equal(cfg.ingest_low, 15);
+    /* -1: the marks come from the database's queuer.settings row */
+    assert_int_equal(cfg.ingest_high, -1);
+    assert_int_equal(cfg.ingest_low, -1);
     assert_int_equal(cfg.ingest_max_payload_bytes, 1048576);
     assert_string_equal(cfg.admin_listen, "127.0.0.1:9187");
     assert_string_equal(cfg.log_level, "info");
@@ -289,8 +290,9 @@ static const struct file_error_case file_errors[] = {
     /* cross-key rules name the line of the key that breaks them */
     {"ingest = {\n  high = 10;\n  low = 10;\n};\n",
      ":3: ingest.low = 10 must be < ingest.high = 10 (or set it to 0)", NULL},
-    {"ingest = {\n  high = 10;\n};\n",
-     ":2: ingest.low = 15 must be < ingest.high = 10 (or set it to 0)", NULL},
+    {"ingest = {\n  low = 20;\n  high = 10;\n};\n",
+     ":2: ingest.low = 20 must be < ingest.high = 10 (or set it to 0)", NULL},
+    {"ingest = {\n  low = -2;\n};\n", ":2: ingest.low = -2 is out of range -1..1000000", NULL},
     {"worker = {\n  hard_expiry_ms = 1000;\n};\n",
      ":2: worker.hard_expiry_ms = 1000 must be >= worker.lease_ms = 30000", NULL},
     {"worker = {\n  cycle_ms = 30000;\n};\n",

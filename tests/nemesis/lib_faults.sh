@@ -1,0 +1,303 @@
+# The nemesis's faults (sourced by tests/nemesis/run.sh). Each fault kind
+# is one function nm_fault_<kind> that injects the fault, holds it for the
+# scheduled duration, ends it, and sets:
+#   F_EFFECTIVE  1 when the fault demonstrably happened (a process died or
+#                stopped, the server went down, the ledger's counters moved)
+#   F_AFFECTED   comma-separated services whose progress I6 measures: the
+#                services the victim held when the fault began, or every
+#                service for faults of the database or the ledger
+#   F_END_US     when the fault ended (wall clock, microseconds): I6
+#                measures from here
+#   F_NOTE       one line for the record
+# nm_run_fault runs one line of the schedule: it restarts any worker that
+# died on its own (counted as a crash), runs the fault, waits for recovery
+# (bounded by NM_BOUND_MS) and appends a row to faults.tsv.
+
+NM_CRASHES=0          # workers that exited without being told to
+NM_RECOVERY_TIMEOUTS=0
+
+# Services a worker holds now, comma-separated (empty when none or unknown).
+nm_held() {
+    qw_sql "SELECT coalesce(string_agg(service_id, ',' ORDER BY service_id), '')
+              FROM queuer.service_id_claims WHERE claimant = '$1'" 2>/dev/null || true
+}
+
+nm_sleep_ms() {
+    sleep "$(awk -v ms="$1" 'BEGIN { printf "%.3f", ms / 1000 }')"
+}
+
+# nm_stop_pid PID: SIGSTOP and wait until the kernel shows it stopped.
+nm_stop_pid() {
+    local pid=$1 i
+    kill -STOP "$pid" 2>/dev/null || return 1
+    NM_STOPPED_PIDS+=("$pid")
+    for i in $(seq 1 100); do
+        [ "$(nm_proc_state "$pid")" = T ] && return 0
+        sleep 0.01
+    done
+    return 1
+}
+
+nm_cont_pid() {
+    local pid=$1 keep=() p
+    kill -CONT "$pid" 2>/dev/null
+    for p in "${NM_STOPPED_PIDS[@]}"; do
+        [ "$p" = "$pid" ] || keep+=("$p")
+    done
+    NM_STOPPED_PIDS=("${keep[@]}")
+}
+
+# Restarts every worker whose process ended although nobody stopped it.
+nm_check_crashes() {
+    local name
+    for name in "${NM_WORKERS[@]}"; do
+        nm_alive "${NM_PID[$name]}" && continue
+        wait "${NM_PID[$name]}" 2>/dev/null
+        local rc=$?
+        NM_CRASHES=$((NM_CRASHES + 1))
+        nm_log "VIOLATION: worker $name (pid ${NM_PID[$name]}) exited by itself with status $rc; restarting it"
+        tail -n 5 "$NM_DIR/logs/$name.log" | sed 's/^/    /' | tee -a "$NM_DIR/logs/nemesis.log"
+        nm_worker_start "$name"
+    done
+}
+
+# ---- worker faults -------------------------------------------------------------
+
+nm_fault_worker_kill9() {
+    local victim=$1 dur=$2
+    F_AFFECTED=$(nm_held "$victim")
+    kill -KILL "${NM_PID[$victim]}"
+    nm_worker_wait_exit "$victim" 10
+    [ "$NM_RC" = 137 ] && F_EFFECTIVE=1
+    F_NOTE="exit=$NM_RC down_ms=$dur"
+    nm_sleep_ms "$dur"
+    F_END_US=$(nm_now_us)
+    nm_worker_start "$victim"
+}
+
+nm_fault_worker_stop() {
+    local victim=$1 dur=$2 pid=${NM_PID[$1]}
+    F_AFFECTED=$(nm_held "$victim")
+    nm_stop_pid "$pid" && F_EFFECTIVE=1
+    nm_sleep_ms "$dur"
+    nm_cont_pid "$pid"
+    F_END_US=$(nm_now_us)
+    F_NOTE="stopped_ms=$dur"
+}
+
+# ---- database faults -------------------------------------------------------------
+
+nm_pg_running() {
+    qw_as_pg_user "$(qw_pg_bindir)/pg_ctl" -D "$QW_PG_DIR/data" status >/dev/null 2>&1
+}
+
+nm_fault_pg_stop() {
+    local mode=$1 dur=$2 t0
+    F_AFFECTED=$NM_ALL_SERVICES
+    t0=$(nm_now_us)
+    qw_pg_stop "$mode"
+    nm_pg_running || F_EFFECTIVE=1
+    F_NOTE="mode=$mode stop_ms=$((($(nm_now_us) - t0) / 1000)) down_ms=$dur"
+    nm_sleep_ms "$dur"
+    qw_pg_server_start || nm_die "PostgreSQL did not start again after -m $mode"
+    F_END_US=$(nm_now_us)
+}
+
+nm_fault_pg_terminate() {
+    local count=$1 pick=$2 rows=() i n idx chosen=() killed=0 names=() row
+    mapfile -t rows < <(qw_sql "SELECT pid || ' ' || application_name FROM pg_stat_activity
+                                 WHERE usename = 'qw_nemesis' ORDER BY pid")
+    n=${#rows[@]}
+    for ((i = 0; i < count && i < n; i++)); do
+        idx=$(((pick + i * 7919) % n))
+        while [[ " ${chosen[*]} " == *" $idx "* ]]; do
+            idx=$(((idx + 1) % n))
+        done
+        chosen+=("$idx")
+    done
+    for idx in "${chosen[@]}"; do
+        row=${rows[$idx]}
+        if [ "$(qw_sql "SELECT pg_terminate_backend(${row%% *})")" = t ]; then
+            killed=$((killed + 1))
+            names+=("${row#* }")
+        fi
+    done
+    F_END_US=$(nm_now_us)
+    [ "$killed" -gt 0 ] && F_EFFECTIVE=1
+    local affected="" name
+    for name in $(printf '%s\n' "${names[@]}" | sort -u); do
+        affected="$affected${affected:+,}$(nm_held "$name")"
+    done
+    F_AFFECTED=$(echo "$affected" | tr ',' '\n' | grep -v '^$' | sort -u | paste -sd, -)
+    F_NOTE="sessions=$n terminated=$killed of=${names[*]}"
+}
+
+nm_fault_pg_backend_stop() {
+    local victim=$1 dur=$2 pick=$3 pids=() bpid
+    F_AFFECTED=$(nm_held "$victim")
+    mapfile -t pids < <(qw_pg_backend_pids "$victim")
+    if [ "${#pids[@]}" = 0 ]; then
+        F_NOTE="no backend of $victim to stop"
+        F_END_US=$(nm_now_us)
+        return 0
+    fi
+    bpid=${pids[$((pick % ${#pids[@]}))]}
+    local what
+    what=$(qw_sql "SELECT coalesce(state, '?') || ':' || left(regexp_replace(query, '\s+', ' ', 'g'), 40)
+                     FROM pg_stat_activity WHERE pid = $bpid")
+    nm_stop_pid "$bpid" && F_EFFECTIVE=1
+    nm_sleep_ms "$dur"
+    nm_cont_pid "$bpid"
+    F_END_US=$(nm_now_us)
+    F_NOTE="backend=$bpid of=${#pids[@]} stopped_ms=$dur was=\"$what\""
+}
+
+# ---- ledger faults -------------------------------------------------------------
+
+# nm_fault_ledger JSON DUR FIELD: sets the fault, holds it, restores the
+# baseline; effective when the counter FIELD (1 = 429s, 2 = 5xx, 3 = hangs)
+# of /_sim/stats moved meanwhile.
+nm_fault_ledger() {
+    local json=$1 dur=$2 field=$3 before after
+    F_AFFECTED=$NM_ALL_SERVICES
+    before=$(nm_sim_counters | cut -d' ' -f"$field")
+    nm_sim_faults "$json" >/dev/null || nm_die "the simulator refused $json"
+    nm_sleep_ms "$dur"
+    nm_sim_baseline
+    F_END_US=$(nm_now_us)
+    after=$(nm_sim_counters | cut -d' ' -f"$field")
+    [ "$after" -gt "$before" ] && F_EFFECTIVE=1
+    F_NOTE="$json for ${dur} ms: +$((after - before))"
+}
+
+nm_fault_ledger_restart() {
+    local before after
+    F_AFFECTED=$NM_ALL_SERVICES
+    before=$(nm_sim_counters | cut -d' ' -f4)
+    nm_sim_ctl POST /_sim/restart >/dev/null || nm_die "the simulator refused a restart"
+    F_END_US=$(nm_now_us)
+    after=$(nm_sim_counters | cut -d' ' -f4)
+    [ "$after" -gt "$before" ] && F_EFFECTIVE=1
+    F_NOTE="restarts=$after"
+}
+
+# ---- network and clock -----------------------------------------------------------
+
+nm_fault_net_partition() {
+    local dur=$1 victim=wnet
+    F_AFFECTED=$(nm_held "$victim")
+    nm_net_cut
+    ip link show "$NM_DB_LINK" | grep -q 'state DOWN' && F_EFFECTIVE=1
+    nm_sleep_ms "$dur"
+    nm_net_heal
+    F_END_US=$(nm_now_us)
+    F_NOTE="cut_ms=$dur"
+}
+
+# The victim is restarted (gracefully) under libfaketime: its wall clock is
+# off by hours and all its clocks run at a rate within 5% of real time.
+# Effective when its log's timestamps show the offset.
+nm_fault_clock_skew() {
+    local victim=$1 dur=$2 off=$3 rate=$4 spec real_s logged logged_s held
+    spec=$(awk -v o="$off" -v r="$rate" 'BEGIN { printf "%+d x%.3f", o, r / 1000 }')
+    nm_worker_stop "$victim"
+    [ "$NM_RC" = 0 ] || nm_log "VIOLATION: $victim exited with $NM_RC on SIGTERM before the skew"
+    [ "$NM_RC" = 0 ] || NM_CRASHES=$((NM_CRASHES + 1))
+    local lines
+    lines=$(wc -l <"$NM_DIR/logs/$victim.log")
+    real_s=$(date +%s)
+    nm_worker_start "$victim" "$spec"
+    nm_sleep_ms "$dur"
+    logged=$(tail -n +$((lines + 2)) "$NM_DIR/logs/$victim.log" | grep -m1 -o '^ts=[^ ]*' | cut -c4-)
+    logged_s=$(date -d "$logged" +%s 2>/dev/null || echo 0)
+    if [ $((logged_s - real_s - off)) -lt 120 ] && [ $((logged_s - real_s - off)) -gt -120 ]; then
+        F_EFFECTIVE=1
+    fi
+    held=$(nm_held "$victim")
+    F_AFFECTED=$held
+    nm_worker_stop "$victim"
+    [ "$NM_RC" = 0 ] || nm_log "VIOLATION: skewed $victim exited with $NM_RC on SIGTERM"
+    [ "$NM_RC" = 0 ] || NM_CRASHES=$((NM_CRASHES + 1))
+    F_END_US=$(nm_now_us)
+    nm_worker_start "$victim"
+    F_NOTE="faketime=\"$spec\" logged_ts=$logged held=$(echo "$held" | tr ',' '\n' | grep -c .)"
+}
+
+# ---- recovery ---------------------------------------------------------------------
+
+# nm_await_recovery OFFSET: waits until every service in F_AFFECTED has a
+# ledger commit (a final status in the event log) at or after F_END_US;
+# sets F_RECOVERY_MS to the latest of those first commits minus F_END_US,
+# "-" when nothing was affected, or "timeout" after NM_BOUND_MS.
+nm_await_recovery() {
+    local offset=$1 deadline res
+    F_RECOVERY_MS=-
+    [ -n "$F_AFFECTED" ] || return 0
+    deadline=$(($(nm_now_us) + NM_BOUND_MS * 1000))
+    while :; do
+        res=$(tail -c +$((offset + 1)) "$QW_SIM_LOG" | awk -v e="$F_END_US" -v want="$F_AFFECTED" '
+            BEGIN { left = split(want, w, ","); for (i = 1; i <= left; i++) need[w[i]] = 1 }
+            /"ev":"status"/ && /"to":"(Committed|Valid|Invalid)"/ {
+                if (!match($0, /"t":[0-9]+/)) next
+                t = substr($0, RSTART + 4, RLENGTH - 4) + 0
+                if (t < e) next
+                if (!match($0, /"service":"[^"]*"/)) next
+                s = substr($0, RSTART + 11, RLENGTH - 12)
+                if (!(s in need)) next
+                delete need[s]
+                if (t > last) last = t
+                if (--left == 0) { printf "%d\n", (last - e) / 1000; exit }
+            }')
+        if [ -n "$res" ]; then
+            F_RECOVERY_MS=$res
+            return 0
+        fi
+        if [ "$(nm_now_us)" -gt "$deadline" ]; then
+            F_RECOVERY_MS=timeout
+            return 0
+        fi
+        sleep 0.2
+    done
+}
+
+# nm_run_fault SEQ KIND TARGET DURATION_MS GAP_MS PICK COUNT RATE SKEW_S SKEW_RATE
+nm_run_fault() {
+    local seq=$1 kind=$2 target=$3 dur=$4 gap=$5 pick=$6 count=$7 rate=$8 skew_s=$9 skew_rate=${10}
+    local victim=- offset start_us
+    [ "$target" != - ] && victim=${NM_HOST_WORKERS[$target]}
+    [ "$kind" = net-partition ] && victim=wnet
+    nm_check_crashes
+    F_EFFECTIVE=0 F_AFFECTED="" F_END_US=0 F_NOTE=""
+    offset=$(stat -c %s "$QW_SIM_LOG")
+    start_us=$(nm_now_us)
+    case "$kind" in
+    worker-kill9) nm_fault_worker_kill9 "$victim" "$dur" ;;
+    worker-stop-*) nm_fault_worker_stop "$victim" "$dur" ;;
+    pg-immediate) nm_fault_pg_stop immediate "$dur" ;;
+    pg-fast) nm_fault_pg_stop fast "$dur" ;;
+    pg-terminate) nm_fault_pg_terminate "$count" "$pick" ;;
+    pg-backend-stop) nm_fault_pg_backend_stop "$victim" "$dur" "$pick" ;;
+    ledger-429) nm_fault_ledger '{"fault-429-burst": "1000:1000"}' "$dur" 1 ;;
+    ledger-5xx)
+        nm_fault_ledger "{\"fault-5xx\": $(awk -v r="$rate" 'BEGIN { printf "%.3f", r / 1000 }')}" "$dur" 2
+        ;;
+    ledger-hang)
+        nm_fault_ledger "{\"fault-hang\": $(awk -v r="$rate" 'BEGIN { printf "%.3f", r / 1000 }')}" "$dur" 3
+        ;;
+    ledger-restart) nm_fault_ledger_restart ;;
+    net-partition) nm_fault_net_partition "$dur" ;;
+    clock-skew) nm_fault_clock_skew "$victim" "$dur" "$skew_s" "$skew_rate" ;;
+    *) nm_die "unknown fault kind $kind in the schedule" ;;
+    esac
+    nm_await_recovery "$offset"
+    local n_aff=0
+    [ -n "$F_AFFECTED" ] && n_aff=$(echo "$F_AFFECTED" | tr ',' '\n' | grep -c .)
+    if [ "$F_RECOVERY_MS" = timeout ]; then
+        NM_RECOVERY_TIMEOUTS=$((NM_RECOVERY_TIMEOUTS + 1))
+        nm_log "VIOLATION (I6): no progress on the affected services within ${NM_BOUND_MS} ms after #$seq $kind"
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$seq" "$kind" "$victim" "$start_us" "$F_END_US" \
+        "$F_EFFECTIVE" "$F_RECOVERY_MS" "$n_aff" "$F_NOTE" >>"$NM_DIR/faults.tsv"
+    nm_log "#$seq $kind target=$victim effective=$F_EFFECTIVE recovery_ms=$F_RECOVERY_MS affected=$n_aff $F_NOTE"
+    nm_sleep_ms "$gap"
+}
