@@ -709,8 +709,15 @@ BEGIN
                       DETAIL = 'batch_id ' || coalesce(bad.batch_id, '(none)');
         END IF;
     END IF;
+    -- Wake idle workers. A small load names its services, so a worker that
+    -- already holds one fetches it at once; a big one sends one empty
+    -- notification (workers then run a whole cycle).
     IF cardinality(p_rows) > coalesce(cardinality(outcomes), 0) THEN
-        PERFORM pg_notify('queuer_work', '');
+        IF cardinality(services) BETWEEN 1 AND 8 THEN
+            PERFORM pg_notify('queuer_work', s) FROM unnest(services) s;
+        ELSE
+            PERFORM pg_notify('queuer_work', '');
+        END IF;
     END IF;
     RETURN QUERY SELECT o.* FROM unnest(outcomes) o ORDER BY o.line_no NULLS LAST;
 END

@@ -31,7 +31,7 @@ NM_FLUSH_BACKOFF_MS=2000  # the submitter's cap on retrying a failed outcome wri
 NM_WORKERS=()        # every worker name, host workers first
 NM_HOST_WORKERS=()   # the plan's targets 0..n-1
 declare -A NM_PID=() # worker name -> pid of the running process
-declare -A NM_MODE=() # worker name -> plain | netns | skew
+declare -A NM_WMODE=() # worker name -> plain | netns | skew
 NM_NET=0             # 1 when the namespaced worker and its links exist
 NM_NET_REASON=""     # why not, when NM_NET=0
 NM_FAKETIME_LIB=""   # libfaketime (multithreaded variant), when found
@@ -213,7 +213,7 @@ listen_addresses = '$NM_DB_ADDR'"
 # The workers' conninfo (no password in it: that comes from the environment).
 nm_worker_conninfo() {
     local name=$1
-    if [ "${NM_MODE[$name]}" = netns ]; then
+    if [ "${NM_WMODE[$name]}" = netns ]; then
         echo "host=$NM_DB_ADDR port=5432 user=qw_nemesis dbname=postgres application_name=$name"
     else
         echo "host=$QW_PG_DIR/sock port=5432 user=qw_nemesis dbname=postgres application_name=$name"
@@ -316,7 +316,7 @@ ENV
 nm_worker_start() {
     local name=$1 skew=${2:-} prefix=() envs=()
     mapfile -t envs < <(nm_worker_env "$name")
-    if [ "${NM_MODE[$name]}" = netns ]; then
+    if [ "${NM_WMODE[$name]}" = netns ]; then
         prefix=(ip netns exec "$NM_NS")
     fi
     if [ -n "$skew" ]; then
