@@ -6,7 +6,7 @@
 # bench/PERFORMANCE.md explains every figure.
 #
 #   bench/run.sh [--quick] [--workload W1,W2,...] [--workers 1,2,4]
-#                [--out DIR] [--keep]
+#                [--out DIR] [--keep] [--pg-statements]
 #
 #   --quick        reduced sizes for a CI smoke run (about two minutes)
 #   --workload     any of W1 W2 W3 W4 W1F G1 (default: all of them; --quick
@@ -20,6 +20,9 @@
 #   --workers      worker counts for every queuer workload (overrides the K above)
 #   --out DIR      where results go (default bench/out/<date>-<time>)
 #   --keep         keep the PostgreSQL data, simulator event logs and databases
+#   --pg-statements  load pg_stat_statements and write each run's costliest
+#                  statements to <out>/work/<run>/pg_statements.txt (where the
+#                  database time goes; adds a little overhead to every figure)
 #
 # Environment: BENCH_WORKER_ENV="VAR=VALUE ..." extra settings for every
 # worker (e.g. QUEUER_WORKER_CYCLE_MS=200); BENCH_GW_PROCS (1),
@@ -37,6 +40,7 @@ WORKLOADS=""
 WORKERS=""
 OUT=""
 KEEP=0
+PG_STATEMENTS=0
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) QUICK=1 ;;
@@ -53,6 +57,7 @@ while [ $# -gt 0 ]; do
         shift
         ;;
     --keep) KEEP=1 ;;
+    --pg-statements) PG_STATEMENTS=1 ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
         exit 0
@@ -170,11 +175,38 @@ use_cluster() {
     if [ "$1" = on ]; then dir=$PG_ON_DIR; else dir=$PG_OFF_DIR; fi
     if [ ! -f "$dir/data/postmaster.pid" ]; then
         say "starting PostgreSQL in $dir (fsync, synchronous_commit, full_page_writes = $1)"
-        QW_PG_FSYNC=$1 qw_pg_start "$dir" || die "PostgreSQL did not start"
+        local extra=""
+        [ "$PG_STATEMENTS" = 0 ] || extra="shared_preload_libraries = 'pg_stat_statements'"
+        QW_PG_FSYNC=$1 QW_PG_CONF_EXTRA=$extra qw_pg_start "$dir" || die "PostgreSQL did not start"
         STARTED_PG+=("$dir")
     fi
     PG_DIR=$dir
     PG_ADMIN="host=$dir/sock port=5432 user=postgres dbname=postgres"
+    if [ "$PG_STATEMENTS" = 1 ]; then
+        psql -X -q "$PG_ADMIN" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >>"$LOG" 2>&1 ||
+            die "pg_stat_statements is not available"
+    fi
+}
+
+# With --pg-statements: forget what earlier runs did.
+statements_reset() {
+    [ "$PG_STATEMENTS" = 1 ] || return 0
+    psql -X -q "$PG_ADMIN" -c "SELECT pg_stat_statements_reset()" >/dev/null
+}
+
+# With --pg-statements: the run's statements by total execution time into $1.
+statements_dump() {
+    [ "$PG_STATEMENTS" = 1 ] || return 0
+    psql -X -q "$PG_ADMIN" -P pager=off >"$1" 2>&1 <<SQL
+SELECT round(total_exec_time::numeric, 1) AS total_ms, calls, rows,
+       round((total_exec_time / calls)::numeric, 3) AS mean_ms,
+       shared_blks_hit + shared_blks_read AS blocks,
+       regexp_replace(left(query, 160), '\s+', ' ', 'g') AS query
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$DB')
+ORDER BY total_exec_time DESC
+LIMIT 25;
+SQL
 }
 
 # ---- workloads ----------------------------------------------------------------
@@ -369,6 +401,7 @@ run_queuer() {
     enq=$(elapsed_since "$t0")
     psql -X -q "$DB_CONNINFO" -c "VACUUM ANALYZE" -c "CHECKPOINT" >>"$LOG" 2>&1
     db_settle
+    statements_reset
     start_sim "$dir" "$@"
     snap_before
     for i in $(seq 1 "$k"); do
@@ -397,6 +430,7 @@ run_queuer() {
     done
     qw_sim_stop
     record "$name" "$wl" "$k" "$fsync" "$s" "$b" "$enq" "$sums"
+    statements_dump "$dir/pg_statements.txt"
     drop_db
 }
 
@@ -432,6 +466,7 @@ SQL
     enq=$(elapsed_since "$t0")
     psql -X -q "$DB_CONNINFO" -c "VACUUM ANALYZE" -c "CHECKPOINT" >>"$LOG" 2>&1
     db_settle
+    statements_reset
     start_sim "$dir"
     snap_before
     for i in $(seq 1 "$GW_PROCS"); do
@@ -451,6 +486,7 @@ SQL
     db_settle
     qw_sim_stop
     record "$name" G1 "${GW_PROCS}x$GW_CONCURRENCY" on "$s" "$b" "$enq" ""
+    statements_dump "$dir/pg_statements.txt"
     drop_db
 }
 

@@ -6,6 +6,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,15 +175,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                        TEXT_PLAIN);
     if (strcmp(url, "/healthz") == 0)
         return respond(conn, MHD_HTTP_OK, text_dup("ok"), TEXT_PLAIN);
-    if (strcmp(url, "/metrics") == 0 || strcmp(url, "/readyz") == 0) {
+    bool metrics = strcmp(url, "/metrics") == 0;
+    if (metrics || strcmp(url, "/readyz") == 0) {
         struct qw_metrics_snapshot snap;
         memset(&snap, 0, sizeof(snap));
         snap.last_cycle_age_ms = -1;
         h->hooks.snapshot(h->hooks.ctx, &snap);
-        if (url[1] == 'm')
+        if (metrics)
             return respond(conn, MHD_HTTP_OK, qw_metrics_render(&snap, NULL),
                            "text/plain; version=0.0.4; charset=utf-8");
-        char msg[200], why[300];
+        char msg[200] = "", why[300];
         int rc = snap.stopping ? QW_OK : cached_ping(h, msg, sizeof(msg));
         int ready = qw_admin_readiness(&snap, rc, msg, h->hooks.max_cycle_age_ms, why, sizeof(why));
         return respond(conn, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,

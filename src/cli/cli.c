@@ -61,7 +61,7 @@ int qw_cli_connect(const struct qw_config *cfg, const char *app, struct qw_db **
     qw_error_clear(&err);
     int rc = qw_db_connect(db, &opts, &err);
     if (rc != QW_OK)
-        fprintf(stderr, "queuer: cannot connect to the database: %s\n", err.msg);
+        fprintf(stderr, "queuer: %s\n", err.msg);
     return rc;
 }
 

@@ -21,6 +21,8 @@ struct qw_db {
     char *app_name;                           /* application_name */
     int connect_timeout_s;                    /* seconds */
     int query_timeout_ms;                     /* deadline per call */
+    int idle_in_txn_timeout_ms;               /* server setting, 0 = leave default */
+    int lock_timeout_ms;                      /* server setting, 0 = leave default */
     char listen[QW_DB_MAX_LISTEN][64];        /* channels to re-LISTEN */
     int nlisten;                              /* used entries of listen */
     const char *prepared[QW_DB_MAX_PREPARED]; /* statement names prepared on conn */
@@ -223,8 +225,8 @@ static void on_notice(void *arg, const PGresult *res)
     char quoted[600];
     const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
     const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-    qw_log(severity && strcmp(severity, "WARNING") == 0 ? QW_LOG_WARN : QW_LOG_DEBUG,
-           "db.notice", "severity=%s message=%s", severity ? severity : "NOTICE",
+    qw_log(severity && strcmp(severity, "WARNING") == 0 ? QW_LOG_WARN : QW_LOG_DEBUG, "db.notice",
+           "severity=%s message=%s", severity ? severity : "NOTICE",
            qw_log_quote(quoted, sizeof(quoted), msg));
 }
 
@@ -255,8 +257,15 @@ static int db_open(struct qw_db *db, struct qw_error *err)
     db->conn = PQconnectdbParams(keys, vals, 1);
     if (!db->conn)
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory connecting to the database");
-    if (PQstatus(db->conn) != CONNECTION_OK)
-        return conn_error(db, err);
+    if (PQstatus(db->conn) != CONNECTION_OK) {
+        if (err) {
+            err->rc = QW_ERR_DB_CONN;
+            err->sqlstate[0] = '\0';
+            set_msg_line(err, "cannot connect to the database: ", PQerrorMessage(db->conn));
+        }
+        db_drop(db);
+        return QW_ERR_DB_CONN;
+    }
     PQsetNoticeReceiver(db->conn, on_notice, NULL);
     db->nprepared = 0;
 
@@ -268,6 +277,15 @@ static int db_open(struct qw_db *db, struct qw_error *err)
      * values: plan them once per connection instead of at every call. */
     if (rc == QW_OK)
         rc = exec_setup(db, "SET plan_cache_mode = force_generic_plan", err);
+    if (rc == QW_OK && db->idle_in_txn_timeout_ms > 0) {
+        snprintf(sql, sizeof(sql), "SET idle_in_transaction_session_timeout = %d",
+                 db->idle_in_txn_timeout_ms);
+        rc = exec_setup(db, sql, err);
+    }
+    if (rc == QW_OK && db->lock_timeout_ms > 0) {
+        snprintf(sql, sizeof(sql), "SET lock_timeout = %d", db->lock_timeout_ms);
+        rc = exec_setup(db, sql, err);
+    }
     for (int i = 0; rc == QW_OK && i < db->nlisten; i++) {
         snprintf(sql, sizeof(sql), "LISTEN %s", db->listen[i]);
         rc = exec_setup(db, sql, err);
@@ -286,6 +304,8 @@ int qw_db_connect(struct qw_db **out, const struct qw_db_opts *opts, struct qw_e
     db->app_name = dup_or_null(opts->app_name ? opts->app_name : "queuer");
     db->connect_timeout_s = opts->connect_timeout_s > 0 ? opts->connect_timeout_s : 5;
     db->query_timeout_ms = opts->query_timeout_ms > 0 ? opts->query_timeout_ms : 10000;
+    db->idle_in_txn_timeout_ms = opts->idle_in_txn_timeout_ms;
+    db->lock_timeout_ms = opts->lock_timeout_ms;
     if (!db->conninfo || !db->app_name || (opts->password && !db->password)) {
         qw_db_close(db);
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");

@@ -30,11 +30,15 @@ struct qw_db_res;
 
 /** Connection options; zero values take the documented defaults. */
 struct qw_db_opts {
-    const char *conninfo;  /* libpq connection string, without password */
-    const char *password;  /* from env or a private file; NULL = none */
-    const char *app_name;  /* application_name, default "queuer" */
-    int connect_timeout_s; /* default 5 */
-    int query_timeout_ms;  /* client-side deadline per call, default 10000 */
+    const char *conninfo;       /* libpq connection string, without password */
+    const char *password;       /* from env or a private file; NULL = none */
+    const char *app_name;       /* application_name, default "queuer" */
+    int connect_timeout_s;      /* default 5 */
+    int query_timeout_ms;       /* client-side deadline per call, default 10000 */
+    int idle_in_txn_timeout_ms; /* server ends a session idle in a transaction this
+                                   long (a frozen client cannot hold locks), 0 = off */
+    int lock_timeout_ms;        /* a statement waiting this long for a lock fails with
+                                   55P03 (retried as a serialization failure), 0 = off */
 };
 
 /**

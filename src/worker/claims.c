@@ -141,15 +141,29 @@ void qw_claims_result_free(struct qw_claims_result *r)
 int qw_claims_release_all(struct qw_db *db, const char *instance_id, int *released,
                           struct qw_error *err)
 {
+    /* One transaction: others see the instance stopped (so it no longer
+     * counts in their fair share) at the moment its claims become free. */
     struct qw_db_res *res = NULL;
     const char *params[] = {instance_id};
-    int rc = qw_db_query(db, "claims_release_all", 1, params, &res, err);
-    if (rc == QW_OK && released)
-        *released = qw_db_res_rows(res);
-    int any = rc == QW_OK && qw_db_res_rows(res) > 0;
+    int rc = qw_db_exec(db, "BEGIN", err);
+    if (rc == QW_OK)
+        rc = qw_db_query(db, "instance_stop", 1, params, NULL, err);
+    if (rc == QW_OK)
+        rc = qw_db_query(db, "claims_release_all", 1, params, &res, err);
+    int n = rc == QW_OK ? qw_db_res_rows(res) : 0;
     qw_db_res_free(res);
-    /* Wake the other workers so they take the services over at once. */
-    if (any)
+    /* Wake the other workers (delivered at COMMIT) so they take over at once. */
+    if (rc == QW_OK && n > 0)
         rc = qw_db_exec(db, "NOTIFY queuer_work", err);
-    return rc;
+    if (rc == QW_OK)
+        rc = qw_db_exec(db, "COMMIT", err);
+    if (rc != QW_OK) {
+        struct qw_error ignored;
+        if (qw_db_ok(db))
+            qw_db_exec(db, "ROLLBACK", &ignored);
+        return rc;
+    }
+    if (released)
+        *released = n;
+    return QW_OK;
 }

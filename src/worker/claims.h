@@ -65,8 +65,10 @@ int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
 void qw_claims_result_free(struct qw_claims_result *r);
 
 /**
- * Gives back every claim of `instance_id` (graceful shutdown), so another
- * worker can take over at once. Returns the number released in *released.
+ * Graceful shutdown: in one transaction marks the instance stopped and
+ * gives back every claim of `instance_id`, then NOTIFYs, so other workers
+ * take over at once with a fair share that no longer counts this one.
+ * Returns the number released in *released.
  */
 int qw_claims_release_all(struct qw_db *db, const char *instance_id, int *released,
                           struct qw_error *err);

@@ -86,7 +86,7 @@ static struct qw_job *new_job(enum qw_job_kind kind, const char *service_id, con
 static struct qw_svc *usable(struct queuer *q, const char *service_id, int64_t epoch)
 {
     struct qw_svc *s = qw_svcmap_get(&q->svcs, service_id);
-    if (!s || !s->held || s->busy || s->epoch != epoch)
+    if (!s || !s->held || s->busy || s->draining || s->epoch != epoch)
         return NULL;
     return s;
 }
@@ -274,6 +274,41 @@ static int heartbeat(struct queuer *q, struct qw_error *err)
     return qw_db_query(q->db, "instance_heartbeat", 1, params, NULL, err);
 }
 
+static int by_service_id_desc(const void *a, const void *b)
+{
+    const struct qw_svc *const *x = a, *const *y = b;
+    return strcmp((*y)->service_id, (*x)->service_id);
+}
+
+/*
+ * Rebalancing. The claims transaction gives back idle claims above our
+ * fair share, but a service with a steady stream of work always has a
+ * batch in flight and would never be given back (after an outage the
+ * first worker back could keep everything). So the surplus, the services
+ * ranked last as sql/claims_release_idle.sql ranks them, is drained: no
+ * new batch is queued, its batch in flight finishes, and the next cycle
+ * releases it for a less loaded worker.
+ */
+static void mark_draining(struct queuer *q)
+{
+    size_t n = q->svcs.used, k = 0, pos = 0;
+    struct qw_svc *s;
+    struct qw_svc **held = n ? malloc(n * sizeof(*held)) : NULL;
+    while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
+        s->draining = false;
+        if (s->held && held)
+            held[k++] = s;
+    }
+    size_t share = q->claims.share > 0 ? (size_t)q->claims.share : 0;
+    if (held && k > share) {
+        qsort(held, k, sizeof(*held), by_service_id_desc);
+        for (size_t i = 0; i < k - share; i++)
+            held[i]->draining = true;
+        qw_log_debug("claims.draining", "n=%zu share=%zu", k - share, share);
+    }
+    free(held);
+}
+
 /* Steps 1-3, then reconcile the local map with what the database says we hold. */
 static int claims_step(struct queuer *q, bool acquire, struct qw_error *err)
 {
@@ -282,7 +317,9 @@ static int claims_step(struct queuer *q, bool acquire, struct qw_error *err)
         .instance_id = q->w->instance_id,
         .lease_ms = cfg->worker_lease_ms,
         .hard_expiry_ms = cfg->worker_hard_expiry_ms,
-        .liveness_ms = cfg->worker_lease_ms,
+        /* Two leases: a worker that misses a heartbeat or two (a database
+         * restart) still counts, so the first one back does not take all. */
+        .liveness_ms = 2 * cfg->worker_lease_ms,
         .slack = cfg->worker_claim_slack,
         .max_claims = cfg->worker_max_claims,
         .acquire = acquire,
@@ -325,6 +362,7 @@ static int claims_step(struct queuer *q, bool acquire, struct qw_error *err)
             s->epoch = -1; /* lost; forgotten when its job comes back */
         }
     }
+    mark_draining(q);
     atomic_store_explicit(&q->w->stats.claims_held, (long long)q->claims.n_held,
                           memory_order_relaxed);
     if (q->claims.acquired || q->claims.released || q->claims.freed)
@@ -513,9 +551,6 @@ static void queuer_shutdown(struct queuer *q, pthread_t submitter)
         qw_db_reconnect(q->db, &err);
     if (qw_claims_release_all(q->db, q->w->instance_id, &released, &err) != QW_OK)
         log_failure("claims.release_failed", &err);
-    const char *params[] = {q->w->instance_id};
-    if (qw_db_query(q->db, "instance_stop", 1, params, NULL, &err) != QW_OK)
-        log_failure("instance.stop_failed", &err);
     qw_log_info("worker.stopped", "released=%d", released);
 }
 

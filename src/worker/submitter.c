@@ -628,13 +628,8 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     for (int i = 0; i < 11; i++)
         qw_pgarray_init(&s->arr[i]);
     qw_rng_seed(&s->rng, (uint64_t)qw_clock_mono_us() ^ 0x5bd1e995u);
-    struct qw_db_opts dbo = {
-        .conninfo = cfg->db_conninfo,
-        .password = cfg->db_password,
-        .app_name = "queuer-submitter",
-        .connect_timeout_s = cfg->db_connect_timeout_s,
-        .query_timeout_ms = cfg->db_query_timeout_ms,
-    };
+    struct qw_db_opts dbo;
+    qw_worker_db_opts(cfg, "queuer-submitter", &dbo);
     int rc = s->out ? qw_db_connect(&s->db, &dbo, err) : QW_ERR_NOMEM;
     if (rc == QW_OK) {
         struct qw_dlt_opts o = {

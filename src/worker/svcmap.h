@@ -17,6 +17,8 @@ struct qw_svc {
     int64_t epoch;                      /* claim epoch we hold */
     bool busy;                          /* a job of this service is with the submitter */
     bool held;                          /* seen in the latest renewal (mark-and-sweep) */
+    bool draining;                      /* above our fair share: queue nothing more, so it
+                                           goes idle and the next cycle releases it */
     bool tombstone;                     /* deleted slot */
 };
 

@@ -67,21 +67,29 @@ static void make_instance_id(const struct qw_config *cfg, char *out, size_t len)
     snprintf(out, len, "%.40s-%d-%04x", host, (int)getpid(), (unsigned)(r & 0xffff));
 }
 
-static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_error *err)
+void qw_worker_db_opts(const struct qw_config *cfg, const char *app_name, struct qw_db_opts *opts)
 {
-    const struct qw_config *cfg = w->cfg;
-    struct qw_db_opts opts = {
+    int half_lease = cfg->worker_lease_ms / 2;
+    *opts = (struct qw_db_opts){
         .conninfo = cfg->db_conninfo,
         .password = cfg->db_password,
-        .app_name = "queuer-worker",
+        .app_name = app_name,
         .connect_timeout_s = cfg->db_connect_timeout_s,
         .query_timeout_ms = cfg->db_query_timeout_ms,
+        .idle_in_txn_timeout_ms = half_lease > 500 ? half_lease : 500,
+        .lock_timeout_ms = half_lease / 2 > 250 ? half_lease / 2 : 250,
     };
+}
+
+static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_error *err)
+{
+    struct qw_db_opts opts;
+    qw_worker_db_opts(w->cfg, "queuer-worker", &opts);
     int rc = qw_db_connect(db, &opts, err);
     if (rc != QW_OK)
         return rc;
     rc = qw_migrate_check(*db, NULL, err);
-    if (rc == QW_OK && cfg->worker_listen)
+    if (rc == QW_OK && w->cfg->worker_listen)
         rc = qw_db_listen(*db, "queuer_work", err);
     if (rc == QW_OK) {
         char pid[16];

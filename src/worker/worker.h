@@ -57,6 +57,16 @@ struct qw_worker {
     struct qw_worker_stats stats; /* shared counters */
 };
 
+/**
+ * Database options for one of the worker's connections: the configured
+ * conninfo and timeouts, plus server-side limits derived from the lease so
+ * a frozen worker cannot hold locks other workers wait for (idle in a
+ * transaction longer than half a lease ends its session) and a waiting
+ * statement gives up instead of stalling a cycle (lock_timeout).
+ */
+struct qw_db_opts;
+void qw_worker_db_opts(const struct qw_config *cfg, const char *app_name, struct qw_db_opts *opts);
+
 /** Wakes the queuer thread (async-signal-safe: a write(2) on wake_fd). */
 void qw_worker_wake(struct qw_worker *w);
 

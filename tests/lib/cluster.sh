@@ -105,7 +105,8 @@ qw_psql() {
 #   qw_worker_start DIR NAME [VAR=VALUE...]  start `queuer run` as instance NAME
 #                                   (env overrides after NAME); log DIR/NAME.log
 #   qw_worker_signal DIR NAME SIG   kill -SIG the worker
-#   qw_worker_wait DIR NAME [SECS]  wait for it to exit; prints its exit code
+#   qw_worker_wait DIR NAME [SECS]  wait for it to exit; prints its exit code (call it
+#                                   directly, not in $(...): a subshell cannot wait for it)
 #   qw_workers_stop DIR             SIGTERM every worker started in DIR, wait
 #   qw_wait_sql SECS SQL            poll until SQL returns 't' (fails after SECS)
 

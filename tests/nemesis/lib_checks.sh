@@ -95,34 +95,43 @@ nm_check_i7() {
     fi
 }
 
-# Per kind from faults.tsv: injected, effective, max recovery, timeouts.
+# Per kind from faults.tsv: injected, effective, max recovery, timeouts,
+# faults with progress during the fault and the slowest of those, and the
+# longest standstill of the whole cluster during one.
 nm_kind_rows() {
     awk -F'\t' '
+        function upd(arr, k, v) { if (!(k in arr) || v + 0 > arr[k]) arr[k] = v + 0 }
         { n[$2]++; if ($6 == 1) eff[$2]++
           if ($7 == "timeout") to[$2]++
-          else if ($7 != "-") { if (!($2 in mx) || $7 + 0 > mx[$2]) mx[$2] = $7 + 0; meas[$2]++ } }
-        END { for (k in n) printf "%s %d %d %s %d %d\n", k, n[k], eff[k] + 0,
-                                   (k in mx) ? mx[k] : "-", to[k] + 0, meas[k] + 0 }' \
+          else if ($7 != "-") upd(mx, $2, $7)
+          if ($9 != "-") { tk[$2]++; upd(mt, $2, $9) }
+          if ($10 != "-") upd(ms, $2, $10) }
+        END { for (k in n) printf "%s %d %d %s %d %d %s %s\n", k, n[k], eff[k] + 0,
+                                   (k in mx) ? mx[k] : "-", to[k] + 0, tk[k] + 0,
+                                   (k in mt) ? mt[k] : "-", (k in ms) ? ms[k] : "-" }' \
         "$NM_DIR/faults.tsv" | sort
 }
 
 # Prints the figures table; returns the number of violations found.
 nm_report() {
-    local kind inj eff mx to meas total_inj=0 max_rec=0 ineffective=0
+    local kind inj eff mx to tk mt st total_inj=0 max_rec=0 ineffective=0
     echo
     echo "nemesis figures: seed $NM_SEED, $NM_MODE_TEXT, $(( (SECONDS - NM_T0) / 60 ))m$(( (SECONDS - NM_T0) % 60 ))s"
-    printf '  %-20s %9s %10s %17s %9s\n' "fault kind" injected effective "max recovery ms" timeouts
-    while read -r kind inj eff mx to meas; do
-        printf '  %-20s %9d %10d %17s %9d\n' "$kind" "$inj" "$eff" "$mx" "$to"
+    printf '  %-18s %8s %9s %13s %8s %13s %14s\n' "fault kind" injected effective "max recov ms" \
+        timeouts "during fault" "max stall ms"
+    while read -r kind inj eff mx to tk mt st; do
+        printf '  %-18s %8d %9d %13s %8d %13s %14s\n' "$kind" "$inj" "$eff" "$mx" "$to" \
+            "$([ "$tk" = 0 ] && echo - || echo "$tk in ${mt}ms")" "$st"
         total_inj=$((total_inj + inj))
         [ "$mx" != - ] && [ "$mx" -gt "$max_rec" ] && max_rec=$mx
         [ "$eff" = 0 ] && ineffective=$((ineffective + 1))
     done < <(nm_kind_rows)
     local skipped
     for skipped in "${NM_SKIPPED[@]}"; do
-        printf '  %-20s %9s %10s %17s %9s   skipped: %s\n' "${skipped%%:*}" - - - - "${skipped#*:}"
+        printf '  %-18s %8s %9s %13s %8s %13s %14s  skipped: %s\n' "${skipped%%:*}" - - - - - - \
+            "${skipped#*:}"
     done
-    printf '  %-20s %9d\n' "all faults" "$total_inj"
+    printf '  %-18s %8d\n' "all faults" "$total_inj"
     local batches=${NM_RES[check_batches]:-?} final=${NM_RES[check_final]:-?}
     echo "  batches processed (final / enqueued)         $final / $batches"
     echo "  POSTs: total ${NM_RES[check_posts]:-?}, 202 ${NM_RES[check_posts_202]:-?}, 429 ${NM_RES[check_posts_429]:-?}," \
@@ -131,7 +140,11 @@ nm_report() {
         "(extra acceptances ${NM_RES[check_duplicate_posts]:-?}; resubmission reasons recorded ${NM_RES[check_resubmit_reasons]:-?})"
     echo "  claim holder/epoch changes                    ${NM_RES[claim_changes]:-?}" \
         "(worker history rows checked ${NM_RES[worker_writes]:-?})"
-    echo "  max recovery after a fault                    ${max_rec} ms (bound ${NM_BOUND_MS} ms)"
+    echo "  max recovery after a fault                    ${max_rec} ms (bound ${NM_BOUND_MS} ms; progress ="
+    echo "    the ledger takes a new batch of every affected service; 'during fault': faults in"
+    echo "    which every affected service progressed before the fault ended, and the slowest in ms:"
+    echo "    for a stopped, killed or cut-off worker, the takeover by the others; 'max stall': the"
+    echo "    longest time during a fault in which the ledger took no new batch of any service)"
     local v1=${NM_RES[check_violations_i1]:-?} v2=${NM_RES[check_violations_i2]:-?}
     local v3=${NM_RES[check_violations_i3]:-?} v4=${NM_RES[check_violations_i4]:-?}
     echo "  violations"

@@ -26,6 +26,7 @@ NM_PAUSE_MAX_MS=500       # dlt.pause_max_ms
 NM_GRACE_MS=2000          # worker.shutdown_grace_ms
 NM_FEED_MS=250            # the feeder enqueues one batch per service this often
 NM_SERVICES=16            # services in the workload
+NM_COMMIT_DELAY_MS=50     # the ledger's commit step: batches stay Pending this long
 NM_FLUSH_BACKOFF_MS=2000  # the submitter's cap on retrying a failed outcome write (submitter.c)
 
 NM_WORKERS=()        # every worker name, host workers first
@@ -229,7 +230,7 @@ nm_sim_setup() {
     rm -f "$NM_DIR/sim/sim.port"
     "$SCABBARD_SIM_BIN" --listen "$listen:0" --port-file "$NM_DIR/sim/sim.port" \
         --event-log "$NM_DIR/sim/sim.ndjson" --token-file "$NM_DIR/secrets/token" \
-        --seed "$NM_SEED" --commit-delay-ms 20 --hang-max-ms $((NM_HTTP_TIMEOUT_MS * 3)) \
+        --seed "$NM_SEED" --commit-delay-ms "$NM_COMMIT_DELAY_MS" --hang-max-ms $((NM_HTTP_TIMEOUT_MS * 3)) \
         --threads 4 >"$NM_DIR/logs/sim.out" 2>&1 &
     QW_SIM_PID=$!
     local i

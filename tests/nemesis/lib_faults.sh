@@ -6,9 +6,11 @@
 #   F_AFFECTED   comma-separated services whose progress I6 measures: the
 #                services the victim held when the fault began, or every
 #                service for faults of the database or the ledger
+#   F_START_US   when the fault was injected (wall clock, microseconds)
 #   F_END_US     when the fault ended (wall clock, microseconds): I6
 #                measures from here
 #   F_NOTE       one line for the record
+#   (and nm_await_recovery sets F_RECOVERY_MS and F_TAKEOVER_MS)
 # nm_run_fault runs one line of the schedule: it restarts any worker that
 # died on its own (counted as a crash), runs the fault, waits for recovery
 # (bounded by NM_BOUND_MS) and appends a row to faults.tsv.
@@ -20,6 +22,12 @@ NM_RECOVERY_TIMEOUTS=0
 nm_held() {
     qw_sql "SELECT coalesce(string_agg(service_id, ',' ORDER BY service_id), '')
               FROM queuer.service_id_claims WHERE claimant = '$1'" 2>/dev/null || true
+}
+
+# nm_aim VICTIM: waits (at most 5 s) until the victim holds a service with a
+# batch in flight, so the fault lands mid-submission; prints what it holds.
+nm_aim() {
+    qw_sql "SELECT nemesis.await_in_flight('$1', 5000)" 2>/dev/null || true
 }
 
 nm_sleep_ms() {
@@ -65,9 +73,12 @@ nm_check_crashes() {
 
 nm_fault_worker_kill9() {
     local victim=$1 dur=$2
-    F_AFFECTED=$(nm_held "$victim")
-    kill -KILL "${NM_PID[$victim]}"
-    nm_worker_wait_exit "$victim" 10
+    F_AFFECTED=$(nm_aim "$victim")
+    F_START_US=$(nm_now_us)
+    {
+        kill -KILL "${NM_PID[$victim]}"
+        nm_worker_wait_exit "$victim" 10
+    } 2>/dev/null # no "Killed" notice from bash
     [ "$NM_RC" = 137 ] && F_EFFECTIVE=1
     F_NOTE="exit=$NM_RC down_ms=$dur"
     nm_sleep_ms "$dur"
@@ -77,7 +88,8 @@ nm_fault_worker_kill9() {
 
 nm_fault_worker_stop() {
     local victim=$1 dur=$2 pid=${NM_PID[$1]}
-    F_AFFECTED=$(nm_held "$victim")
+    F_AFFECTED=$(nm_aim "$victim")
+    F_START_US=$(nm_now_us)
     nm_stop_pid "$pid" && F_EFFECTIVE=1
     nm_sleep_ms "$dur"
     nm_cont_pid "$pid"
@@ -95,6 +107,7 @@ nm_fault_pg_stop() {
     local mode=$1 dur=$2 t0
     F_AFFECTED=$NM_ALL_SERVICES
     t0=$(nm_now_us)
+    F_START_US=$t0
     qw_pg_stop "$mode"
     nm_pg_running || F_EFFECTIVE=1
     F_NOTE="mode=$mode stop_ms=$((($(nm_now_us) - t0) / 1000)) down_ms=$dur"
@@ -117,6 +130,7 @@ nm_fault_pg_terminate() {
     done
     for idx in "${chosen[@]}"; do
         row=${rows[$idx]}
+        [ "$F_START_US" = 0 ] && F_START_US=$(nm_now_us)
         if [ "$(qw_sql "SELECT pg_terminate_backend(${row%% *})")" = t ]; then
             killed=$((killed + 1))
             names+=("${row#* }")
@@ -133,23 +147,22 @@ nm_fault_pg_terminate() {
 }
 
 nm_fault_pg_backend_stop() {
-    local victim=$1 dur=$2 pick=$3 pids=() bpid
-    F_AFFECTED=$(nm_held "$victim")
-    mapfile -t pids < <(qw_pg_backend_pids "$victim")
-    if [ "${#pids[@]}" = 0 ]; then
+    local victim=$1 dur=$2 pick=$3 bpid what
+    F_AFFECTED=$(nm_aim "$victim")
+    bpid=$(qw_sql "SELECT nemesis.await_busy_backend('$victim', $pick, 2000)")
+    if [ -z "$bpid" ]; then
         F_NOTE="no backend of $victim to stop"
         F_END_US=$(nm_now_us)
         return 0
     fi
-    bpid=${pids[$((pick % ${#pids[@]}))]}
-    local what
+    F_START_US=$(nm_now_us)
+    nm_stop_pid "$bpid" && F_EFFECTIVE=1
     what=$(qw_sql "SELECT coalesce(state, '?') || ':' || left(regexp_replace(query, '\s+', ' ', 'g'), 40)
                      FROM pg_stat_activity WHERE pid = $bpid")
-    nm_stop_pid "$bpid" && F_EFFECTIVE=1
     nm_sleep_ms "$dur"
     nm_cont_pid "$bpid"
     F_END_US=$(nm_now_us)
-    F_NOTE="backend=$bpid of=${#pids[@]} stopped_ms=$dur was=\"$what\""
+    F_NOTE="backend=$bpid stopped_ms=$dur was=\"$what\""
 }
 
 # ---- ledger faults -------------------------------------------------------------
@@ -161,6 +174,7 @@ nm_fault_ledger() {
     local json=$1 dur=$2 field=$3 before after
     F_AFFECTED=$NM_ALL_SERVICES
     before=$(nm_sim_counters | cut -d' ' -f"$field")
+    F_START_US=$(nm_now_us)
     nm_sim_faults "$json" >/dev/null || nm_die "the simulator refused $json"
     nm_sleep_ms "$dur"
     nm_sim_baseline
@@ -174,6 +188,7 @@ nm_fault_ledger_restart() {
     local before after
     F_AFFECTED=$NM_ALL_SERVICES
     before=$(nm_sim_counters | cut -d' ' -f4)
+    F_START_US=$(nm_now_us)
     nm_sim_ctl POST /_sim/restart >/dev/null || nm_die "the simulator refused a restart"
     F_END_US=$(nm_now_us)
     after=$(nm_sim_counters | cut -d' ' -f4)
@@ -185,7 +200,8 @@ nm_fault_ledger_restart() {
 
 nm_fault_net_partition() {
     local dur=$1 victim=wnet
-    F_AFFECTED=$(nm_held "$victim")
+    F_AFFECTED=$(nm_aim "$victim")
+    F_START_US=$(nm_now_us)
     nm_net_cut
     ip link show "$NM_DB_LINK" | grep -q 'state DOWN' && F_EFFECTIVE=1
     nm_sleep_ms "$dur"
@@ -206,50 +222,87 @@ nm_fault_clock_skew() {
     local lines
     lines=$(wc -l <"$NM_DIR/logs/$victim.log")
     real_s=$(date +%s)
+    local since
+    since=$(qw_sql "SELECT clock_timestamp()")
     nm_worker_start "$victim" "$spec"
     nm_sleep_ms "$dur"
+    local wrote
+    wrote=$(qw_sql "SELECT count(*) FROM queuer.batch_history WHERE instance_id = '$victim'
+                     AND at >= '$since'")
     logged=$(tail -n +$((lines + 2)) "$NM_DIR/logs/$victim.log" | grep -m1 -o '^ts=[^ ]*' | cut -c4-)
     logged_s=$(date -d "$logged" +%s 2>/dev/null || echo 0)
-    if [ $((logged_s - real_s - off)) -lt 120 ] && [ $((logged_s - real_s - off)) -gt -120 ]; then
+    # effective: its log shows the shifted clock, and it worked meanwhile
+    if [ $((logged_s - real_s - off)) -lt 120 ] && [ $((logged_s - real_s - off)) -gt -120 ] &&
+        [ "$wrote" -gt 0 ]; then
         F_EFFECTIVE=1
     fi
-    held=$(nm_held "$victim")
+    held=$(nm_aim "$victim")
     F_AFFECTED=$held
+    F_START_US=$(nm_now_us)
     nm_worker_stop "$victim"
     [ "$NM_RC" = 0 ] || nm_log "VIOLATION: skewed $victim exited with $NM_RC on SIGTERM"
     [ "$NM_RC" = 0 ] || NM_CRASHES=$((NM_CRASHES + 1))
     F_END_US=$(nm_now_us)
     nm_worker_start "$victim"
-    F_NOTE="faketime=\"$spec\" logged_ts=$logged held=$(echo "$held" | tr ',' '\n' | grep -c .)"
+    F_NOTE="faketime=\"$spec\" logged_ts=$logged history_rows=$wrote held=$(echo "$held" | tr ',' '\n' | grep -c .)"
 }
 
 # ---- recovery ---------------------------------------------------------------------
 
-# nm_await_recovery OFFSET: waits until every service in F_AFFECTED has a
-# ledger commit (a final status in the event log) at or after F_END_US;
-# sets F_RECOVERY_MS to the latest of those first commits minus F_END_US,
-# "-" when nothing was affected, or "timeout" after NM_BOUND_MS.
+# Progress of a service means the ledger took a new batch of it (a POST
+# answered 202 that was not a duplicate): only a worker holding a valid
+# claim can make that happen. (Commits are no such sign: the ledger commits
+# what it already holds whether any worker is alive or not.)
+#
+# nm_await_recovery OFFSET START_US: waits until every service in F_AFFECTED
+# has progressed at or after F_END_US, reading the event log from byte
+# OFFSET; sets
+#   F_RECOVERY_MS  the latest of those first progress events minus F_END_US
+#                  (I6), "-" when nothing was affected, "timeout" after
+#                  NM_BOUND_MS
+#   F_TAKEOVER_MS  when every affected service progressed during the fault
+#                  (from 50 ms after START_US, so a request already on its
+#                  way does not count, until F_END_US), the latest of those
+#                  minus START_US; "-" otherwise. For a stopped, killed or
+#                  cut-off worker this is the takeover of its services by
+#                  the others.
+#   F_STALL_MS     the longest time during the fault in which the ledger took
+#                  no new batch of any service (the whole cluster stood still)
 nm_await_recovery() {
-    local offset=$1 deadline res
+    local offset=$1 start=$2 deadline res
     F_RECOVERY_MS=-
+    F_TAKEOVER_MS=-
+    F_STALL_MS=-
     [ -n "$F_AFFECTED" ] || return 0
     deadline=$(($(nm_now_us) + NM_BOUND_MS * 1000))
     while :; do
-        res=$(tail -c +$((offset + 1)) "$QW_SIM_LOG" | awk -v e="$F_END_US" -v want="$F_AFFECTED" '
-            BEGIN { left = split(want, w, ","); for (i = 1; i <= left; i++) need[w[i]] = 1 }
-            /"ev":"status"/ && /"to":"(Committed|Valid|Invalid)"/ {
+        res=$(tail -c +$((offset + 1)) "$QW_SIM_LOG" | awk -v s0="$start" -v e="$F_END_US" \
+            -v want="$F_AFFECTED" '
+            BEGIN { n = split(want, w, ","); for (i = 1; i <= n; i++) { a[w[i]] = 1; b[w[i]] = 1 }
+                    la = n; lb = n; prev = s0 }
+            /"ev":"post"/ && /"code":202,"dup":false/ {
                 if (!match($0, /"t":[0-9]+/)) next
                 t = substr($0, RSTART + 4, RLENGTH - 4) + 0
-                if (t < e) next
+                if (t >= s0 && t < e) {
+                    if (t - prev > stall) stall = t - prev
+                    prev = t
+                }
                 if (!match($0, /"service":"[^"]*"/)) next
                 s = substr($0, RSTART + 11, RLENGTH - 12)
-                if (!(s in need)) next
-                delete need[s]
-                if (t > last) last = t
-                if (--left == 0) { printf "%d\n", (last - e) / 1000; exit }
+                if (t >= s0 + 50000 && t < e && (s in a)) { delete a[s]; la--; if (t > ta) ta = t }
+                if (t >= e && (s in b)) {
+                    delete b[s]
+                    if (t > tb) tb = t
+                    if (--lb == 0) {
+                        if (e - prev > stall) stall = e - prev
+                        printf "%d %s %d\n", (tb - e) / 1000,
+                               la == 0 ? sprintf("%d", (ta - s0) / 1000) : "-", stall / 1000
+                        exit
+                    }
+                }
             }')
         if [ -n "$res" ]; then
-            F_RECOVERY_MS=$res
+            read -r F_RECOVERY_MS F_TAKEOVER_MS F_STALL_MS <<<"$res"
             return 0
         fi
         if [ "$(nm_now_us)" -gt "$deadline" ]; then
@@ -263,13 +316,12 @@ nm_await_recovery() {
 # nm_run_fault SEQ KIND TARGET DURATION_MS GAP_MS PICK COUNT RATE SKEW_S SKEW_RATE
 nm_run_fault() {
     local seq=$1 kind=$2 target=$3 dur=$4 gap=$5 pick=$6 count=$7 rate=$8 skew_s=$9 skew_rate=${10}
-    local victim=- offset start_us
+    local victim=- offset
     [ "$target" != - ] && victim=${NM_HOST_WORKERS[$target]}
     [ "$kind" = net-partition ] && victim=wnet
     nm_check_crashes
-    F_EFFECTIVE=0 F_AFFECTED="" F_END_US=0 F_NOTE=""
+    F_EFFECTIVE=0 F_AFFECTED="" F_START_US=0 F_END_US=0 F_NOTE=""
     offset=$(stat -c %s "$QW_SIM_LOG")
-    start_us=$(nm_now_us)
     case "$kind" in
     worker-kill9) nm_fault_worker_kill9 "$victim" "$dur" ;;
     worker-stop-*) nm_fault_worker_stop "$victim" "$dur" ;;
@@ -289,15 +341,18 @@ nm_run_fault() {
     clock-skew) nm_fault_clock_skew "$victim" "$dur" "$skew_s" "$skew_rate" ;;
     *) nm_die "unknown fault kind $kind in the schedule" ;;
     esac
-    nm_await_recovery "$offset"
+    [ "$F_START_US" = 0 ] && F_START_US=$F_END_US
+    nm_await_recovery "$offset" "$F_START_US"
     local n_aff=0
     [ -n "$F_AFFECTED" ] && n_aff=$(echo "$F_AFFECTED" | tr ',' '\n' | grep -c .)
     if [ "$F_RECOVERY_MS" = timeout ]; then
         NM_RECOVERY_TIMEOUTS=$((NM_RECOVERY_TIMEOUTS + 1))
         nm_log "VIOLATION (I6): no progress on the affected services within ${NM_BOUND_MS} ms after #$seq $kind"
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$seq" "$kind" "$victim" "$start_us" "$F_END_US" \
-        "$F_EFFECTIVE" "$F_RECOVERY_MS" "$n_aff" "$F_NOTE" >>"$NM_DIR/faults.tsv"
-    nm_log "#$seq $kind target=$victim effective=$F_EFFECTIVE recovery_ms=$F_RECOVERY_MS affected=$n_aff $F_NOTE"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$seq" "$kind" "$victim" "$F_START_US" \
+        "$F_END_US" "$F_EFFECTIVE" "$F_RECOVERY_MS" "$n_aff" "$F_TAKEOVER_MS" "$F_STALL_MS" \
+        "$F_NOTE" >>"$NM_DIR/faults.tsv"
+    nm_log "#$seq $kind target=$victim effective=$F_EFFECTIVE affected=$n_aff" \
+        "recovery_ms=$F_RECOVERY_MS takeover_ms=$F_TAKEOVER_MS stall_ms=$F_STALL_MS $F_NOTE"
     nm_sleep_ms "$gap"
 }

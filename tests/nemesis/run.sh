@@ -217,7 +217,9 @@ qw_sim_stop
 nm_check_ledger
 nm_check_i5
 nm_check_i7
-nm_report | tee -a "$NM_DIR/logs/nemesis.log"
+nm_report >"$NM_DIR/report.txt"
+cat "$NM_DIR/report.txt" >>"$NM_DIR/logs/nemesis.log"
+cat "$NM_DIR/report.txt"
 if [ "$NM_VIOLATIONS" != 0 ]; then
     NM_KEEP=1
     echo "nemesis: 0 passed, 1 failed (seed $NM_SEED; replay: $replay --seed $NM_SEED)"

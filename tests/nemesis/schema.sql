@@ -93,3 +93,57 @@ CREATE OR REPLACE VIEW nemesis.stale_writes AS
       FROM nemesis.worker_writes w
       JOIN nemesis.epoch_start e ON e.service_id = w.service_id AND e.epoch = w.claim_epoch + 1
      WHERE w.committed_at > e.committed_at + interval '1 millisecond';
+
+-- Waits (up to p_timeout_ms) until worker p_worker holds a service with a
+-- batch in flight, so a fault aimed at it lands mid-submission; returns the
+-- services it holds then (comma-separated, '' when none).
+CREATE OR REPLACE FUNCTION nemesis.await_in_flight(p_worker text, p_timeout_ms integer)
+RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    deadline timestamptz := clock_timestamp() + p_timeout_ms * interval '1 millisecond';
+BEGIN
+    LOOP
+        EXIT WHEN clock_timestamp() > deadline OR EXISTS (
+            SELECT 1 FROM queuer.service_id_claims c
+             WHERE c.claimant = p_worker
+               AND EXISTS (SELECT 1 FROM queuer.batches b
+                            WHERE b.service_id = c.service_id
+                              AND ((b.submitted AND b.status IS NULL) OR b.status = 'Pending')));
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+    RETURN (SELECT coalesce(string_agg(service_id, ',' ORDER BY service_id), '')
+              FROM queuer.service_id_claims WHERE claimant = p_worker);
+END
+$fn$;
+
+-- Waits (up to p_timeout_ms) until a session with application_name p_app
+-- is busy (running a statement or inside a transaction) and returns its
+-- backend pid; after the timeout, the p_pick-th of its sessions; NULL when
+-- it has none.
+CREATE OR REPLACE FUNCTION nemesis.await_busy_backend(p_app text, p_pick bigint, p_timeout_ms integer)
+RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+    deadline timestamptz := clock_timestamp() + p_timeout_ms * interval '1 millisecond';
+    found    integer;
+BEGIN
+    LOOP
+        PERFORM pg_stat_clear_snapshot();
+        SELECT pid INTO found FROM pg_stat_activity
+         WHERE application_name = p_app AND pid <> pg_backend_pid()
+           AND state IN ('active', 'idle in transaction')
+         ORDER BY pid OFFSET 0 LIMIT 1;
+        IF found IS NOT NULL THEN
+            RETURN found;
+        END IF;
+        EXIT WHEN clock_timestamp() > deadline;
+        PERFORM pg_sleep(0.005);
+    END LOOP;
+    PERFORM pg_stat_clear_snapshot();
+    SELECT pid INTO found FROM pg_stat_activity
+     WHERE application_name = p_app AND pid <> pg_backend_pid()
+     ORDER BY pid OFFSET p_pick % greatest(1, (SELECT count(*) FROM pg_stat_activity
+                                                WHERE application_name = p_app
+                                                  AND pid <> pg_backend_pid())) LIMIT 1;
+    RETURN found;
+END
+$fn$;

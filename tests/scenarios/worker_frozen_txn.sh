@@ -30,24 +30,42 @@ sc_wait "both workers hold services, each with a batch Pending" 15 \
     "SELECT count(*) = 12 AND count(DISTINCT claimant) = 2 FROM queuer.service_id_claims c
       WHERE c.claimant IN ('w1', 'w2')
         AND EXISTS (SELECT 1 FROM queuer.batches b WHERE b.service_id = c.service_id AND b.status = 'Pending')"
-victim=$(qw_sql "SELECT min(service_id) FROM queuer.service_id_claims WHERE claimant = 'w1'")
+# freeze_inside_txn: one attempt; sets STATE to w1's session state after it
+# ("idle in transaction" on success; the renewal may instead fail with a
+# serialization error once the lock is released, and then holds nothing).
+freeze_inside_txn() {
+    local victim helper
+    victim=$(qw_sql "SELECT min(service_id) FROM queuer.service_id_claims WHERE claimant = 'w1'")
+    rm -f "$SC_DIR/helper.fifo"
+    mkfifo "$SC_DIR/helper.fifo"
+    psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" <"$SC_DIR/helper.fifo" >"$SC_DIR/helper.out" 2>&1 &
+    helper=$!
+    exec 3>"$SC_DIR/helper.fifo"
+    echo "BEGIN; SELECT service_id FROM queuer.service_id_claims WHERE service_id = '$victim' FOR SHARE;" >&3
+    sc_wait "w1's renewal waits on the helper's lock" 15 \
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
+                          AND wait_event_type = 'Lock' AND query LIKE '%Renews%')"
+    sc_worker_signal w1 STOP
+    echo "COMMIT;" >&3
+    exec 3>&-
+    wait "$helper" || { cat "$SC_DIR/helper.out" >&2; sc_fail "the helper session failed"; }
+    sc_wait "w1's renewal went on once the lock was released" 10 \
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
+                          AND state LIKE 'idle in transaction%')"
+    STATE=$(qw_sql "SELECT state FROM pg_stat_activity
+                     WHERE application_name = 'w1' AND state LIKE 'idle in transaction%' LIMIT 1")
+}
 
-# The helper session, fed through a FIFO so the script decides when it commits.
-mkfifo "$SC_DIR/helper.fifo"
-psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" <"$SC_DIR/helper.fifo" >"$SC_DIR/helper.out" 2>&1 &
-HELPER_PID=$!
-exec 3>"$SC_DIR/helper.fifo"
-echo "BEGIN; SELECT service_id FROM queuer.service_id_claims WHERE service_id = '$victim' FOR SHARE;" >&3
-sc_wait "w1's renewal waits on the helper's lock" 15 \
-    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
-                      AND wait_event_type = 'Lock' AND query LIKE '%Renews%')"
-sc_worker_signal w1 STOP
-echo "COMMIT;" >&3
-exec 3>&-
-wait "$HELPER_PID" || { cat "$SC_DIR/helper.out" >&2; sc_fail "the helper session failed"; }
-sc_wait "w1 is frozen inside its transaction" 10 \
-    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
-                      AND state = 'idle in transaction')"
+for try in 1 2 3 4 5; do
+    freeze_inside_txn
+    [ "$STATE" = "idle in transaction" ] && break
+    sc_log "try $try: w1's transaction ended as '$STATE'; resuming it and trying again"
+    sc_worker_signal w1 CONT
+    sc_wait "w1 left its failed transaction" 10 \
+        "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
+                              AND state LIKE 'idle in transaction%')"
+done
+[ "$STATE" = "idle in transaction" ] || sc_fail "could not freeze w1 inside a live transaction in 5 tries"
 sc_log "w1 frozen inside its claims transaction"
 
 n=$(sc_watch_claims frozen "c.claimant = 'w1'")
