@@ -32,8 +32,8 @@ enum { EXIT_USAGE = 2, EXIT_TIMEOUT = 3 };
 
 static bool is_final_status(const char *s)
 {
-    return s && (strcmp(s, "Committed") == 0 || strcmp(s, "Valid") == 0 ||
-                 strcmp(s, "Invalid") == 0);
+    return s &&
+           (strcmp(s, "Committed") == 0 || strcmp(s, "Valid") == 0 || strcmp(s, "Invalid") == 0);
 }
 
 static enum qw_simlog_kind kind_of(const char *ev)
@@ -145,8 +145,8 @@ static int wait_final(struct reader *r, struct qw_simlog *log, uint64_t want, do
             return 0;
         if (mono_s() >= deadline) {
             fprintf(stderr, "bench-analyze: %llu of %llu batches final after %.1f s\n",
-                    (unsigned long long)qw_simlog_batches_final(log),
-                    (unsigned long long)want, timeout_s);
+                    (unsigned long long)qw_simlog_batches_final(log), (unsigned long long)want,
+                    timeout_s);
             return EXIT_TIMEOUT;
         }
         struct timespec nap = {0, FOLLOW_PERIOD_NS};
@@ -165,8 +165,8 @@ static void print_figures(const struct qw_simlog_figures *f, unsigned long skipp
            (unsigned long long)f->batches_final, (unsigned long long)f->posts,
            (unsigned long long)f->posts_202, (unsigned long long)f->posts_429,
            (unsigned long long)f->posts_other, (unsigned long long)f->gets,
-           (long long)f->first_post_us, (long long)f->last_final_us, f->span_s,
-           f->batches_per_s, f->requests_per_batch, (unsigned long long)f->turnarounds,
+           (long long)f->first_post_us, (long long)f->last_final_us, f->span_s, f->batches_per_s,
+           f->requests_per_batch, (unsigned long long)f->turnarounds,
            (double)f->turnaround_p50_us / 1000.0, (double)f->turnaround_p99_us / 1000.0,
            (double)f->turnaround_max_us / 1000.0, f->turnaround_mean_us / 1000.0, skipped);
 }

@@ -27,8 +27,9 @@ bench_kv() {
     echo ""
 }
 
-# Fields of /proc/PID/stat after "(comm) ", which may itself hold spaces:
-# [0]=state ... [11]=utime [12]=stime [13]=cutime [14]=cstime.
+# Fields of /proc/PID/stat after "(comm) ", which may itself hold spaces;
+# split into $1.. they are: $1 state ... $12 utime, $13 stime, $14 cutime,
+# $15 cstime (clock ticks).
 bench__stat_fields() {
     local s
     s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1

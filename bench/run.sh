@@ -21,7 +21,8 @@
 #   --out DIR      where results go (default bench/out/<date>-<time>)
 #   --keep         keep the PostgreSQL data, simulator event logs and databases
 #   --pg-statements  load pg_stat_statements and write each run's costliest
-#                  statements to <out>/work/<run>/pg_statements.txt (where the
+#                  statements to <out>/work/<run>/pg_statements.txt, and its
+#                  statements slower than 1 s to .../pg_slow.log (where the
 #                  database time goes; adds a little overhead to every figure)
 #
 # Environment: BENCH_WORKER_ENV="VAR=VALUE ..." extra settings for every
@@ -176,7 +177,8 @@ use_cluster() {
     if [ ! -f "$dir/data/postmaster.pid" ]; then
         say "starting PostgreSQL in $dir (fsync, synchronous_commit, full_page_writes = $1)"
         local extra=""
-        [ "$PG_STATEMENTS" = 0 ] || extra="shared_preload_libraries = 'pg_stat_statements'"
+        [ "$PG_STATEMENTS" = 0 ] || extra="shared_preload_libraries = 'pg_stat_statements'
+log_min_duration_statement = 1000"
         QW_PG_FSYNC=$1 QW_PG_CONF_EXTRA=$extra qw_pg_start "$dir" || die "PostgreSQL did not start"
         STARTED_PG+=("$dir")
     fi
@@ -192,11 +194,14 @@ use_cluster() {
 statements_reset() {
     [ "$PG_STATEMENTS" = 1 ] || return 0
     psql -X -q "$PG_ADMIN" -c "SELECT pg_stat_statements_reset()" >/dev/null
+    PG_LOG_OFFSET=$(stat -c %s "$PG_DIR/postgres.log")
 }
 
 # With --pg-statements: the run's statements by total execution time into $1.
 statements_dump() {
     [ "$PG_STATEMENTS" = 1 ] || return 0
+    tail -c +$((PG_LOG_OFFSET + 1)) "$PG_DIR/postgres.log" | grep -A3 'duration:' \
+        >"$(dirname "$1")/pg_slow.log" || true
     psql -X -q "$PG_ADMIN" -P pager=off >"$1" 2>&1 <<SQL
 SELECT round(total_exec_time::numeric, 1) AS total_ms, calls, rows,
        round((total_exec_time / calls)::numeric, 3) AS mean_ms,
@@ -343,12 +348,13 @@ drop_db() {
     psql -X -q "$PG_ADMIN" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >>"$LOG" 2>&1 || true
 }
 
-printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\n' >"$RESULTS"
+printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\twarnings\n' >"$RESULTS"
 
 # Appends one result row. $1 name, $2 workload, $3 K, $4 fsync, $5 services,
-# $6 batches/service, $7 enqueue seconds, $8 worker summary sums ("" for G1).
+# $6 batches/service, $7 enqueue seconds, $8 worker summary sums ("" for G1),
+# $9 warning and error lines in the workers' logs.
 record() {
-    local name=$1 wl=$2 k=$3 fsync=$4 s=$5 b=$6 enq=$7 sums=$8 fig
+    local name=$1 wl=$2 k=$3 fsync=$4 s=$5 b=$6 enq=$7 sums=$8 warnings=$9 fig
     fig=$("$ANALYZE" "$QW_SIM_LOG" 2>>"$LOG") || true
     local batches xc xr
     batches=$(bench_kv batches "$fig")
@@ -363,7 +369,7 @@ record() {
         -v p429="$(bench_kv posts_429 "$fig")" -v gets="$(bench_kv gets "$fig")" \
         -v rss="$RSS_MAX" -v rsslist="$RSS_LIST" -v wt="$PROC_TICKS" \
         -v pgt="$((PG_T1 - PG_T0))" -v simt="$((SIM_T1 - SIM_T0))" -v hz="$BENCH_CLK_TCK" \
-        -v span="$(bench_kv span_s "$fig")" -v enq="$enq" -v sums="$sums" 'BEGIN {
+        -v span="$(bench_kv span_s "$fig")" -v enq="$enq" -v sums="$sums" -v warn="$warnings" 'BEGIN {
             split(sums, a, " ")
             per = n > 0 ? 1000 / n : 0
             print name, wl, k, fs, s, b, st, n, bps, p50, p99, pmax,
@@ -372,7 +378,7 @@ record() {
                 sprintf("%.3f", wt / hz * per), sprintf("%.3f", pgt / hz * per),
                 sprintf("%.3f", simt / hz * per), span, enq,
                 (sums == "" ? "-" : a[1]), (sums == "" ? "-" : a[2]),
-                (sums == "" ? "-" : a[3]), (sums == "" ? "-" : a[4])
+                (sums == "" ? "-" : a[3]), (sums == "" ? "-" : a[4]), warn
         }' >>"$RESULTS"
     say "$name: $(tail -1 "$RESULTS" | cut -f7-13 | tr '\t' ' ')"
 }
@@ -429,7 +435,8 @@ run_queuer() {
             'BEGIN { split(s, a, " "); print a[1] + r, a[2] + fl, a[3] + o, a[4] + c }')
     done
     qw_sim_stop
-    record "$name" "$wl" "$k" "$fsync" "$s" "$b" "$enq" "$sums"
+    record "$name" "$wl" "$k" "$fsync" "$s" "$b" "$enq" "$sums" \
+        "$(cat "$dir"/w*.log | grep -c 'level=warn\|level=error' || true)"
     statements_dump "$dir/pg_statements.txt"
     drop_db
 }
@@ -485,7 +492,8 @@ SQL
     RUN_PIDS=()
     db_settle
     qw_sim_stop
-    record "$name" G1 "${GW_PROCS}x$GW_CONCURRENCY" on "$s" "$b" "$enq" ""
+    record "$name" G1 "${GW_PROCS}x$GW_CONCURRENCY" on "$s" "$b" "$enq" "" \
+        "$(cat "$dir"/gw*.log | grep -c 'level=warning\|level=error' || true)"
     statements_dump "$dir/pg_statements.txt"
     drop_db
 }
@@ -528,11 +536,11 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             $1, st, $5, $6, $3, $9, $10, $11, $13, $15, $19, $21, $22, $23
     }' "$RESULTS"
     echo
-    echo "| run | batches | span s | POSTs (429) | GETs | turnaround max ms | rollbacks/batch | worker RSS MB each | serialization retries | outcome flushes | outcomes | cycles | enqueue s |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| run | batches | span s | POSTs (429) | GETs | turnaround max ms | rollbacks/batch | worker RSS MB each | serialization retries | outcome flushes | outcomes | cycles | worker warnings | enqueue s |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     awk -F'\t' 'NR > 1 {
-        printf "| %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-            $1, $8, $24, $16, $17, $18, $12, $14, $20, $26, $27, $28, $29, $25
+        printf "| %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+            $1, $8, $24, $16, $17, $18, $12, $14, $20, $26, $27, $28, $29, $30, $25
     }' "$RESULTS"
     awk -F'\t' -v procs="$GW_PROCS" -v conc="$GW_CONCURRENCY" -v lq="$GW_LOCAL_QUEUE" \
         -v cb="$GW_COMPLETE_BATCH_MS" 'NR > 1 {
@@ -543,6 +551,28 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             if (q != "" && g != "" && g > 0)
                 printf "\nW1, side by side: queuer (4 workers) %s batches/s, graphile-worker 0.18 (%s process x %s concurrent jobs, localQueue %s, completeJobBatchDelay %s) %s batches/s: ratio %.1fx\n",
                     q, procs, conc, lq, cb, g, q / g
+        }' "$RESULTS"
+    # The issue's targets, checked on the rows they are about.
+    awk -F'\t' -v quick="$QUICK" 'function verdict(ok) { return ok ? "met" : "MISSED" }
+        NR > 1 {
+            if ($1 == "W1-k4") { w1 = $9; p50 = $10; p99 = $11 }
+            if ($1 == "G1") g = $9
+            if ($1 == "W2-k1") rss10k = $19
+            if ($2 != "G1") {
+                if ($13 != "-" && ($13 + 0 > cmax || cmax == "")) cmax = $13 + 0
+                if ($19 + 0 > rssmax) rssmax = $19 + 0
+                if ($2 != "W4") { nreq++; if ($15 + 0 != 2) badreq = badreq " " $1 "=" $15 }
+            }
+        }
+        END {
+            print "\nTargets (issue #6)" (quick ? ", indicative only: --quick sizes are not the workloads the targets name" : "") ":"
+            if (w1 != "") printf "- W1 with 4 workers >= 5,000 batches/s: %s (%s)\n", w1, verdict(w1 >= 5000)
+            if (w1 != "" && g > 0) printf "- >= 50x graphile-worker: %.1fx (%s)\n", w1 / g, verdict(w1 / g >= 50)
+            if (w1 != "") printf "- turnaround overhead p50 <= 5 ms, p99 <= 50 ms (W1, 4 workers): %s / %s ms (%s)\n", p50, p99, verdict(p50 <= 5 && p99 <= 50)
+            if (cmax != "") printf "- <= 1 database commit per batch: worst run %.2f (%s)\n", cmax, verdict(cmax <= 1)
+            if (nreq > 0) printf "- exactly 2 ledger requests per batch without faults: %s (%s)\n", badreq == "" ? "all runs 2.000" : "off in" badreq, verdict(badreq == "")
+            if (rss10k != "") printf "- RSS <= 50 MB per worker with 10,000 claimed services (W2, 1 worker): %s MB (%s)\n", rss10k, verdict(rss10k <= 50)
+            else if (rssmax > 0) printf "- RSS <= 50 MB per worker: largest %.1f MB (W2 with 1 worker, the 10,000-claim case, did not run)\n", rssmax
         }' "$RESULTS"
 } >"$OUT/table.md"
 cat "$OUT/table.md"

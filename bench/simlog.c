@@ -8,10 +8,10 @@
 
 /* What we remember about one service between its events. */
 struct service_slot {
-    char *key;           /* "circuit::service", owned; NULL = empty slot */
-    char *final_batch;   /* id of the batch that became final last, owned */
-    int64_t final_us;    /* when it became final */
-    bool awaiting_next;  /* a final batch whose successor has not been posted yet */
+    char *key;          /* "circuit::service", owned; NULL = empty slot */
+    char *final_batch;  /* id of the batch that became final last, owned */
+    int64_t final_us;   /* when it became final */
+    bool awaiting_next; /* a final batch whose successor has not been posted yet */
 };
 
 struct qw_simlog {
@@ -206,8 +206,7 @@ void qw_simlog_figures(struct qw_simlog *log, struct qw_simlog_figures *out)
     if (out->span_s > 0)
         out->batches_per_s = (double)out->batches_final / out->span_s;
     if (out->batches_final > 0)
-        out->requests_per_batch =
-            (double)(out->posts + out->gets) / (double)out->batches_final;
+        out->requests_per_batch = (double)(out->posts + out->gets) / (double)out->batches_final;
     qsort(log->samples, log->n_samples, sizeof(*log->samples), cmp_i64);
     out->turnarounds = log->n_samples;
     out->turnaround_p50_us = qw_simlog_percentile(log->samples, log->n_samples, 50);

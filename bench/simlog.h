@@ -39,18 +39,18 @@ struct qw_simlog_event {
 
 /** Figures over a whole log. Times in microseconds, rates per second. */
 struct qw_simlog_figures {
-    uint64_t batches_final;   /* batches that became final (first final status each) */
-    uint64_t posts;           /* POST lines: batch submissions, any answer */
-    uint64_t posts_202;       /* ... answered 202 Accepted */
-    uint64_t posts_429;       /* ... answered 429 (fault or queue full) */
-    uint64_t posts_other;     /* ... any other answer, drops and hangs */
-    uint64_t gets;            /* batch_statuses requests */
-    int64_t first_post_us;    /* "t" of the first POST; 0 if none */
-    int64_t last_final_us;    /* "t" of the last status event that made a batch final */
-    double span_s;            /* last_final_us - first_post_us, seconds */
-    double batches_per_s;     /* batches_final / span_s; 0 when span_s <= 0 */
+    uint64_t batches_final;    /* batches that became final (first final status each) */
+    uint64_t posts;            /* POST lines: batch submissions, any answer */
+    uint64_t posts_202;        /* ... answered 202 Accepted */
+    uint64_t posts_429;        /* ... answered 429 (fault or queue full) */
+    uint64_t posts_other;      /* ... any other answer, drops and hangs */
+    uint64_t gets;             /* batch_statuses requests */
+    int64_t first_post_us;     /* "t" of the first POST; 0 if none */
+    int64_t last_final_us;     /* "t" of the last status event that made a batch final */
+    double span_s;             /* last_final_us - first_post_us, seconds */
+    double batches_per_s;      /* batches_final / span_s; 0 when span_s <= 0 */
     double requests_per_batch; /* (posts + gets) / batches_final; 0 when none */
-    uint64_t turnarounds;     /* samples of turnaround overhead */
+    uint64_t turnarounds;      /* samples of turnaround overhead */
     int64_t turnaround_p50_us; /* median, nearest rank */
     int64_t turnaround_p99_us; /* 99th percentile, nearest rank */
     int64_t turnaround_max_us; /* largest sample */

@@ -26,9 +26,9 @@ static void test_percentile_table(void **state)
         int64_t expected; /* nearest-rank value */
     } rows[] = {
         {one, 0, 50, 0}, /* empty */
-        {one, 1, 50, 7},           {one, 1, 99, 7},        {one, 1, 0, 7},
-        {four, 4, 50, 2},          {four, 4, 25, 1},       {four, 4, 26, 2},
-        {four, 4, 100, 4},         {four, 4, 150, 4},      {hundred, 100, 50, 50},
+        {one, 1, 50, 7},           {one, 1, 99, 7},           {one, 1, 0, 7},
+        {four, 4, 50, 2},          {four, 4, 25, 1},          {four, 4, 26, 2},
+        {four, 4, 100, 4},         {four, 4, 150, 4},         {hundred, 100, 50, 50},
         {hundred, 100, 99, 99},    {hundred, 100, 99.5, 100}, {hundred, 100, 1, 1},
         {thousand, 1000, 99, 990}, {thousand, 1000, 50, 500}, {ten, 10, 99, 1000},
         {ten, 10, 90, 90},         {ten, 10, 50, 50},
@@ -41,10 +41,22 @@ static void test_percentile_table(void **state)
     }
 }
 
-#define POST(t, s, b, c) {QW_SIMLOG_POST, (t), (s), (b), (c), false, false}
-#define GET(t, s) {QW_SIMLOG_GET, (t), (s), NULL, 200, false, false}
-#define FINAL(t, s, b) {QW_SIMLOG_STATUS, (t), (s), (b), 0, false, true}
-#define STEP(t, s, b, from_final) {QW_SIMLOG_STATUS, (t), (s), (b), 0, (from_final), true}
+#define POST(t, s, b, c)                                                                           \
+    {                                                                                              \
+        QW_SIMLOG_POST, (t), (s), (b), (c), false, false                                           \
+    }
+#define GET(t, s)                                                                                  \
+    {                                                                                              \
+        QW_SIMLOG_GET, (t), (s), NULL, 200, false, false                                           \
+    }
+#define FINAL(t, s, b)                                                                             \
+    {                                                                                              \
+        QW_SIMLOG_STATUS, (t), (s), (b), 0, false, true                                            \
+    }
+#define STEP(t, s, b, from_final)                                                                  \
+    {                                                                                              \
+        QW_SIMLOG_STATUS, (t), (s), (b), 0, (from_final), true                                     \
+    }
 
 static void feed_all(struct qw_simlog *log, const struct qw_simlog_event *evs, size_t n)
 {
@@ -85,7 +97,7 @@ static void test_turnaround_and_counts(void **state)
     assert_int_equal(f.first_post_us, 1000);
     assert_int_equal(f.last_final_us, 50000);
     assert_true(f.span_s > 0.04899 && f.span_s < 0.04901);
-    assert_true(f.batches_per_s > 81.6 && f.batches_per_s < 81.7); /* 4 / 0.049 s */
+    assert_true(f.batches_per_s > 81.6 && f.batches_per_s < 81.7);           /* 4 / 0.049 s */
     assert_true(f.requests_per_batch > 2.49 && f.requests_per_batch < 2.51); /* 10 / 4 */
     assert_int_equal(f.turnarounds, 2);
     assert_int_equal(f.turnaround_p50_us, 3000);

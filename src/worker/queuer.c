@@ -5,6 +5,7 @@
  * with the submitter (then the service is skipped until the job returns).
  */
 #include "worker/queuer.h"
+#include "admin/histogram.h"
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/hex.h"
@@ -57,6 +58,7 @@ struct queue_txn {
     size_t n_jobs;         /* entries in jobs */
     int64_t next_retry_us; /* from the serial choice, database clock */
     int64_t db_now_us;     /* database clock at fetch */
+    long long n_delayed;   /* fetched oldest batches that are Delayed */
 };
 
 static void free_job_list(struct qw_job *list)
@@ -100,6 +102,7 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
     t->jobs = NULL;
     t->n_jobs = 0;
     t->next_retry_us = 0;
+    t->n_delayed = 0;
 
     const char *params[] = {q->w->instance_id, t->filter};
     struct qw_db_res *res = NULL;
@@ -124,6 +127,8 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         enum qw_batch_status status;
         if (qw_batch_status_parse(qw_db_res_get(res, i, 5), &status) != 0)
             status = (enum qw_batch_status)99; /* blocks the service */
+        if (status == QW_STATUS_DELAYED)
+            t->n_delayed++;
         in[m] = (struct qw_serial_batch){
             .service_id = svc,
             .batch_id = qw_db_res_get(res, i, 2),
@@ -259,6 +264,8 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         job = next;
     }
     atomic_store_explicit(&q->w->stats.jobs_busy, (long long)q->svcs.busy, memory_order_relaxed);
+    if (!filter)
+        atomic_store_explicit(&q->w->stats.ops.delayed, t.n_delayed, memory_order_relaxed);
     if (t.next_retry_us > 0) {
         int64_t in_ms = (t.next_retry_us - t.db_now_us) / 1000 + 1;
         q->next_retry_ms = qw_clock_mono_ms() + (in_ms > 0 ? in_ms : 0);
@@ -498,6 +505,7 @@ static void queuer_loop(struct queuer *q)
         int rc = QW_OK;
         if (t >= next_cycle || notified) {
             notified = false;
+            int64_t cycle_began_us = qw_clock_mono_us();
             rc = heartbeat(q, &err);
             if (rc == QW_OK)
                 rc = claims_step(q, true, &err);
@@ -508,6 +516,10 @@ static void queuer_loop(struct queuer *q)
             if (rc == QW_OK) {
                 failures = 0;
                 next_cycle = t + cfg->worker_cycle_ms;
+                qw_histogram_observe_us(&q->w->stats.ops.cycle_duration,
+                                        qw_clock_mono_us() - cycle_began_us);
+                atomic_store_explicit(&q->w->stats.ops.last_cycle_ok_ms,
+                                      (long long)qw_clock_mono_ms(), memory_order_relaxed);
             } else {
                 log_failure("cycle.failed", &err);
                 next_cycle =

@@ -16,6 +16,7 @@
  * dropped, never retried.
  */
 #include "worker/submitter.h"
+#include "admin/histogram.h"
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -191,6 +192,8 @@ static void on_post_done(struct submitter *s, struct qw_job *job, const struct q
     const struct qw_config *cfg = s->cfg;
     struct qw_worker_stats *st = &s->w->stats;
     s->posting--;
+    if (r->outcome != QW_DLT_ABANDONED)
+        qw_histogram_observe_us(&s->w->stats.ops.ledger_latency, r->latency_us);
     char quoted[300];
     switch (r->outcome) {
     case QW_DLT_ACCEPTED: {

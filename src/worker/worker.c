@@ -1,5 +1,6 @@
 /* `queuer run` process setup: instance, signals, threads; see worker.h. */
 #include "worker/worker.h"
+#include "admin/admin.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "db/db.h"
@@ -143,6 +144,9 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
         if (install_signals() != 0)
             rc = qw_error_set(err, QW_ERR_IO, "cannot install signal handlers");
     }
+    struct qw_admin *admin = NULL;
+    if (rc == QW_OK)
+        rc = qw_admin_start(cfg, w, &w->stats.ops, &admin, err);
     pthread_t submitter;
     if (rc == QW_OK)
         rc = qw_submitter_start(w, &submitter, err);
@@ -170,6 +174,7 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
                     (long)(ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000),
                     (long)(ru.ru_stime.tv_sec * 1000 + ru.ru_stime.tv_usec / 1000), ru.ru_maxrss);
     }
+    qw_admin_stop(admin);
     qw_db_close(db);
     if (w->jobs)
         qw_handoff_destroy(w->jobs, (void (*)(void *))qw_job_free);

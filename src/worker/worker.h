@@ -21,6 +21,7 @@
 #ifndef QW_WORKER_WORKER_H
 #define QW_WORKER_WORKER_H
 
+#include "admin/ops_stats.h"
 #include "config/config.h"
 #include "worker/handoff.h"
 
@@ -45,6 +46,7 @@ struct qw_worker_stats {
     atomic_llong flushes;               /* grouped outcome statements committed */
     atomic_llong outcomes;              /* outcomes written by them */
     atomic_int paused;                  /* 1 while submissions pause after a 429 */
+    struct qw_ops_stats ops;            /* histograms and gauges for /metrics (admin/ops_stats.h) */
 };
 
 struct qw_worker {
