@@ -22,8 +22,10 @@
 #   --keep         keep the PostgreSQL data, simulator event logs and databases
 #   --pg-statements  load pg_stat_statements and write each run's costliest
 #                  statements to <out>/work/<run>/pg_statements.txt, and its
-#                  statements slower than 1 s to .../pg_slow.log (where the
-#                  database time goes; adds a little overhead to every figure)
+#                  statements slower than 1 s and lock waits longer than 1 s
+#                  to .../pg_slow.log, and samples pg_stat_activity once a
+#                  second into .../pg_activity.log (where the database time
+#                  goes; adds a little overhead to every figure)
 #
 # Environment: BENCH_WORKER_ENV="VAR=VALUE ..." extra settings for every
 # worker (e.g. QUEUER_WORKER_CYCLE_MS=200); BENCH_GW_PROCS (1),
@@ -151,10 +153,11 @@ PG_ON_DIR=$WORK/pg-fsync-on
 PG_OFF_DIR=$WORK/pg-fsync-off
 STARTED_PG=()
 RUN_PIDS=()
+ACTIVITY_PID=""
 
 cleanup() {
     local pid d
-    for pid in "${RUN_PIDS[@]}"; do
+    for pid in "${RUN_PIDS[@]}" $ACTIVITY_PID; do
         kill -TERM "$pid" 2>/dev/null || true
     done
     qw_sim_stop
@@ -178,7 +181,8 @@ use_cluster() {
         say "starting PostgreSQL in $dir (fsync, synchronous_commit, full_page_writes = $1)"
         local extra=""
         [ "$PG_STATEMENTS" = 0 ] || extra="shared_preload_libraries = 'pg_stat_statements'
-log_min_duration_statement = 1000"
+log_min_duration_statement = 1000
+log_lock_waits = on"
         QW_PG_FSYNC=$1 QW_PG_CONF_EXTRA=$extra qw_pg_start "$dir" || die "PostgreSQL did not start"
         STARTED_PG+=("$dir")
     fi
@@ -197,10 +201,28 @@ statements_reset() {
     PG_LOG_OFFSET=$(stat -c %s "$PG_DIR/postgres.log")
 }
 
+# With --pg-statements: samples what the run's backends are doing, once a
+# second, into $1 until statements_dump stops it.
+activity_start() {
+    [ "$PG_STATEMENTS" = 1 ] || return 0
+    local out=$1
+    while :; do
+        psql -X -q -t -A -F ' | ' "$PG_ADMIN" -c "SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'),
+            pid, application_name, state, coalesce(wait_event_type || ':' || wait_event, '-'),
+            round(extract(epoch FROM clock_timestamp() - query_start)::numeric * 1000), left(regexp_replace(query, '\s+', ' ', 'g'), 120)
+            FROM pg_stat_activity WHERE datname = '$DB' AND state <> 'idle' AND pid <> pg_backend_pid()" \
+            >>"$out" 2>/dev/null || true
+        sleep 1
+    done &
+    ACTIVITY_PID=$!
+}
+
 # With --pg-statements: the run's statements by total execution time into $1.
 statements_dump() {
     [ "$PG_STATEMENTS" = 1 ] || return 0
-    tail -c +$((PG_LOG_OFFSET + 1)) "$PG_DIR/postgres.log" | grep -A3 'duration:' \
+    [ -z "${ACTIVITY_PID:-}" ] || stop_pids "$ACTIVITY_PID"
+    ACTIVITY_PID=""
+    tail -c +$((PG_LOG_OFFSET + 1)) "$PG_DIR/postgres.log" | grep -A3 'duration:\|still waiting' \
         >"$(dirname "$1")/pg_slow.log" || true
     psql -X -q "$PG_ADMIN" -P pager=off >"$1" 2>&1 <<SQL
 SELECT round(total_exec_time::numeric, 1) AS total_ms, calls, rows,
@@ -348,7 +370,7 @@ drop_db() {
     psql -X -q "$PG_ADMIN" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >>"$LOG" 2>&1 || true
 }
 
-printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\twarnings\n' >"$RESULTS"
+printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\twarnings\tload1\n' >"$RESULTS"
 
 # Appends one result row. $1 name, $2 workload, $3 K, $4 fsync, $5 services,
 # $6 batches/service, $7 enqueue seconds, $8 worker summary sums ("" for G1),
@@ -369,7 +391,7 @@ record() {
         -v p429="$(bench_kv posts_429 "$fig")" -v gets="$(bench_kv gets "$fig")" \
         -v rss="$RSS_MAX" -v rsslist="$RSS_LIST" -v wt="$PROC_TICKS" \
         -v pgt="$((PG_T1 - PG_T0))" -v simt="$((SIM_T1 - SIM_T0))" -v hz="$BENCH_CLK_TCK" \
-        -v span="$(bench_kv span_s "$fig")" -v enq="$enq" -v sums="$sums" -v warn="$warnings" 'BEGIN {
+        -v span="$(bench_kv span_s "$fig")" -v enq="$enq" -v sums="$sums" -v warn="$warnings" -v load1="$RUN_LOAD1" 'BEGIN {
             split(sums, a, " ")
             per = n > 0 ? 1000 / n : 0
             print name, wl, k, fs, s, b, st, n, bps, p50, p99, pmax,
@@ -378,7 +400,7 @@ record() {
                 sprintf("%.3f", wt / hz * per), sprintf("%.3f", pgt / hz * per),
                 sprintf("%.3f", simt / hz * per), span, enq,
                 (sums == "" ? "-" : a[1]), (sums == "" ? "-" : a[2]),
-                (sums == "" ? "-" : a[3]), (sums == "" ? "-" : a[4]), warn
+                (sums == "" ? "-" : a[3]), (sums == "" ? "-" : a[4]), warn, load1
         }' >>"$RESULTS"
     say "$name: $(tail -1 "$RESULTS" | cut -f7-13 | tr '\t' ' ')"
 }
@@ -409,6 +431,7 @@ run_queuer() {
     db_settle
     statements_reset
     start_sim "$dir" "$@"
+    RUN_LOAD1=$(cut -d' ' -f1 /proc/loadavg)
     snap_before
     for i in $(seq 1 "$k"); do
         # shellcheck disable=SC2086 # BENCH_WORKER_ENV is a list of VAR=VALUE words
@@ -416,6 +439,7 @@ run_queuer() {
         pids+=("$(cat "$dir/w$i.pid")")
         RUN_PIDS+=("${pids[-1]}")
     done
+    activity_start "$dir/pg_activity.log"
     wait_all_final $((s * b)) \
         "NOT EXISTS (SELECT 1 FROM queuer.batches WHERE status IS NULL OR status NOT IN ('Committed','Valid','Invalid'))" \
         "$(run_timeout_s $((s * b)))"
@@ -475,6 +499,7 @@ SQL
     db_settle
     statements_reset
     start_sim "$dir"
+    RUN_LOAD1=$(cut -d' ' -f1 /proc/loadavg)
     snap_before
     for i in $(seq 1 "$GW_PROCS"); do
         (cd "$GW_DIR" && exec env GW_DATABASE_URL="$url" GW_SIM_URL="$QW_SIM_URL" \
@@ -484,6 +509,7 @@ SQL
         pids+=("$!")
         RUN_PIDS+=("$!")
     done
+    activity_start "$dir/pg_activity.log"
     wait_all_final $((s * b)) "NOT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)" \
         "$(run_timeout_s $((s * b)))"
     snap_after
@@ -526,7 +552,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "## queuer benchmark $(date -u +%Y-%m-%dT%H:%MZ)$([ "$QUICK" = 1 ] && echo " (--quick: reduced sizes, not comparable to the full table)")"
     echo
     echo "$MACHINE_BEFORE; after the runs: load average $LOAD_AFTER; took $(($(date +%s) - START_S)) s"
-    echo "sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off)"
+    echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off)${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}"
     echo
     echo "| run | services x batches | workers | batches/s | turnaround p50 / p99 ms | DB commits/batch | ledger requests/batch | worker RSS peak MB | CPU s/1k batches: workers / PostgreSQL / sim |"
     echo "|---|---|---|---|---|---|---|---|---|"
@@ -536,11 +562,11 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             $1, st, $5, $6, $3, $9, $10, $11, $13, $15, $19, $21, $22, $23
     }' "$RESULTS"
     echo
-    echo "| run | batches | span s | POSTs (429) | GETs | turnaround max ms | rollbacks/batch | worker RSS MB each | serialization retries | outcome flushes | outcomes | cycles | worker warnings | enqueue s |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| run | batches | span s | POSTs (429) | GETs | turnaround max ms | rollbacks/batch | worker RSS MB each | serialization retries | outcome flushes | outcomes | cycles | worker warnings | enqueue s | load before |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     awk -F'\t' 'NR > 1 {
-        printf "| %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-            $1, $8, $24, $16, $17, $18, $12, $14, $20, $26, $27, $28, $29, $30, $25
+        printf "| %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+            $1, $8, $24, $16, $17, $18, $12, $14, $20, $26, $27, $28, $29, $30, $25, $31
     }' "$RESULTS"
     awk -F'\t' -v procs="$GW_PROCS" -v conc="$GW_CONCURRENCY" -v lq="$GW_LOCAL_QUEUE" \
         -v cb="$GW_COMPLETE_BATCH_MS" 'NR > 1 {

@@ -327,8 +327,24 @@ COMMENT ON COLUMN queuer.batches.retry_at IS
 CREATE INDEX batches_open ON queuer.batches (service_id, created_at, batch_id)
     WHERE status IS NULL OR status IN ('Pending', 'Unknown', 'Delayed');
 -- At most one batch of a service in flight, whatever the isolation level.
-CREATE UNIQUE INDEX batches_one_in_flight ON queuer.batches (service_id)
-    WHERE (submitted AND status IS NULL) OR status = 'Pending';
+-- An exclusion constraint (btree, equality) rather than a unique index so it
+-- can be DEFERRABLE: still checked at the end of every statement, but one
+-- statement may end a batch's turn and start the next of its service.
+ALTER TABLE queuer.batches ADD CONSTRAINT batches_one_in_flight
+    EXCLUDE USING btree (service_id WITH =)
+    WHERE ((submitted AND status IS NULL) OR status = 'Pending')
+    DEFERRABLE INITIALLY IMMEDIATE;
+
+-- Why a batch is (re)submitted, for its 'Submitting' history row.
+CREATE FUNCTION queuer.submit_reason(p_seen text, p_attempts integer, p_last_error text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT CASE coalesce(p_seen, '')
+               WHEN '' THEN CASE WHEN p_attempts = 0 THEN 'first submission'
+                                 ELSE 'resubmission: earlier attempt did not reach the ledger' END
+               WHEN 'Unknown' THEN 'resubmission: ledger does not know the batch (confirmed)'
+               WHEN 'Delayed' THEN 'retry after delay: ' || coalesce(p_last_error, '')
+           END
+$fn$;
 
 -- Every stored payload is a valid one-Batch BatchList signed with its
 -- batch_id: checked on insert and when payload or batch_id change (never
@@ -793,6 +809,7 @@ GRANT SELECT, INSERT ON queuer.batch_history TO queuer_worker;
 GRANT SELECT, INSERT, UPDATE ON queuer.service_id_claims TO queuer_worker;
 GRANT SELECT ON queuer.service_ingest TO queuer_worker;
 GRANT SELECT, INSERT, UPDATE ON queuer.instances TO queuer_worker;
+GRANT EXECUTE ON FUNCTION queuer.submit_reason(text, integer, text) TO queuer_worker;
 GRANT EXECUTE ON FUNCTION queuer.enqueue_rows(queuer.enqueue_row[], boolean),
                           queuer.enqueue_batch(text, text, bytea)
       TO queuer_worker, queuer_enqueuer;

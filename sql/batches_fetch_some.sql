@@ -25,5 +25,6 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
            AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending'))
      ) b
  WHERE c.service_id = ANY ($2::text[])
-   AND c.claimant = $1
+   -- not indexable on purpose (means = here): the primary key drives the scan
+   AND c.claimant IS NOT DISTINCT FROM $1
    AND c.expiry_1 > now()

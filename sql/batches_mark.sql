@@ -10,25 +10,24 @@ WITH q AS (
 ), upd AS (
     UPDATE queuer.batches b
        SET submitted = true, status = NULL, status_at = now()
-      FROM q, queuer.service_id_claims c
+      FROM q
      WHERE b.batch_id = q.batch_id
        AND b.service_id = q.service_id
-       AND c.service_id = q.service_id
-       AND c.service_id = ANY ($3::text[])
-       AND c.claimant = $1 AND c.claim_epoch = q.epoch AND c.expiry_1 > now()
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nullif(q.seen, '')
+       -- The fence, one primary-key probe per batch. (IS NOT DISTINCT FROM
+       -- means = here, as both sides are set, but it is not indexable: the
+       -- planner cannot pick the claimant index on a stale estimate.)
+       AND EXISTS (SELECT 1 FROM queuer.service_id_claims c
+                    WHERE c.service_id = q.service_id
+                      AND c.claimant IS NOT DISTINCT FROM $1 AND c.claim_epoch = q.epoch
+                      AND c.expiry_1 > now())
     RETURNING b.batch_id, b.service_id, b.payload, b.attempts, q.epoch, q.seen, b.last_error
 ), hist AS (
     INSERT INTO queuer.batch_history
            (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
     SELECT upd.batch_id, upd.service_id, nullif(upd.seen, ''), 'Submitting', $1, upd.epoch,
-           CASE upd.seen
-               WHEN '' THEN CASE WHEN upd.attempts = 0 THEN 'first submission'
-                                 ELSE 'resubmission: earlier attempt did not reach the ledger' END
-               WHEN 'Unknown' THEN 'resubmission: ledger does not know the batch (confirmed)'
-               WHEN 'Delayed' THEN 'retry after delay: ' || coalesce(upd.last_error, '')
-           END
+           queuer.submit_reason(nullif(upd.seen, ''), upd.attempts, upd.last_error)
       FROM upd
 )
 SELECT upd.batch_id, upd.service_id, upd.epoch, upd.attempts, upd.payload FROM upd

@@ -1,7 +1,31 @@
 /* Job lifetime; see job.h. */
 #include "worker/job.h"
+#include "common/err.h"
+#include "common/hex.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+int qw_job_set_payload_hex(struct qw_job *job, const char *bytea_text)
+{
+    free(job->payload);
+    job->payload = NULL;
+    job->payload_len = 0;
+    size_t n = strlen(bytea_text);
+    if (n < 4 || bytea_text[0] != '\\' || bytea_text[1] != 'x')
+        return QW_ERR_INVALID;
+    job->payload = malloc(n / 2);
+    if (!job->payload)
+        return QW_ERR_NOMEM;
+    long len = qw_hex_decode(bytea_text + 2, n - 2, job->payload, n / 2);
+    if (len <= 0) {
+        free(job->payload);
+        job->payload = NULL;
+        return QW_ERR_INVALID;
+    }
+    job->payload_len = (size_t)len;
+    return QW_OK;
+}
 
 void qw_job_free(struct qw_job *job)
 {

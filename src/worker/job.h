@@ -8,6 +8,7 @@
 #ifndef QW_WORKER_JOB_H
 #define QW_WORKER_JOB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,12 +53,25 @@ struct qw_job {
     int64_t next_at_ms;       /* monotonic ms of the next action when waiting */
     int64_t unknown_since_ms; /* monotonic ms Unknown was first seen, 0 = not */
     int poll_errors;          /* consecutive failed status polls */
+    bool accepted_unrecorded; /* the ledger took our POST (202) but the database still shows
+                                 it being submitted: Pending is written only if the batch is
+                                 not final by the first status answer (one write saved) */
+    int64_t accepted_ms;      /* monotonic ms of that 202 */
+    int chained;              /* batches of its service this job went on to without the
+                                 queuer (fast path); bounded so the queuer looks again */
     int64_t posted_us;        /* monotonic us the POST was started, for latency */
 
     /* result, set by the submitter before handing the job back */
     enum qw_job_end end; /* how it ended */
     struct qw_job *next; /* intrusive list link, owner's use */
 };
+
+/**
+ * Sets the job's payload from a bytea in PostgreSQL's text form ("\\x" and
+ * hex digits), replacing any previous payload. Returns QW_OK, or
+ * QW_ERR_INVALID / QW_ERR_NOMEM (the job then has no payload).
+ */
+int qw_job_set_payload_hex(struct qw_job *job, const char *bytea_text);
 
 /** Frees a job and its payload; NULL is ignored. */
 void qw_job_free(struct qw_job *job);

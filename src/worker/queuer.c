@@ -199,14 +199,8 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         struct qw_job *job =
             new_job(QW_JOB_SUBMIT, qw_db_res_get(marked, i, 1), qw_db_res_get(marked, i, 0),
                     qw_db_res_int(marked, i, 2), (int)qw_db_res_int(marked, i, 3));
-        const char *hex = qw_db_res_get(marked, i, 4);
-        size_t hexlen = strlen(hex);
-        if (job && hexlen >= 2 && hex[0] == '\\' && hex[1] == 'x') {
-            job->payload = malloc(hexlen / 2);
-            long len =
-                job->payload ? qw_hex_decode(hex + 2, hexlen - 2, job->payload, hexlen / 2) : -1;
-            job->payload_len = len > 0 ? (size_t)len : 0;
-        }
+        if (job && qw_job_set_payload_hex(job, qw_db_res_get(marked, i, 4)) != QW_OK)
+            job->payload_len = 0;
         if (!job || job->payload_len == 0) {
             qw_job_free(job);
             qw_db_res_free(marked);

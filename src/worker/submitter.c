@@ -34,12 +34,14 @@
 #define OUTCOME_GROUP_AGE_MS 2 /* flush a group at most this old */
 #define NO_RETRY INT64_MIN     /* retry_at NULL */
 #define RETRY_NEVER (-1)       /* retry_at infinity: parked for an operator */
+#define MAX_CHAINED 32         /* fast-path batches per job before the queuer looks again */
+#define FIRST_POLL_WAIT_S 1    /* long-poll wait, seconds, before Pending is written */
 
 enum after_record {
-    AFTER_POLL = 0,    /* recorded Pending: follow its status */
-    AFTER_END_FINAL,   /* the batch's turn is over */
-    AFTER_END_RETRY,   /* Delayed / Unknown: the queuer resubmits when due */
-    AFTER_END_REQUEUE, /* handed back before POST */
+    AFTER_POLL = 0,      /* recorded Pending: follow its status */
+    AFTER_END_FINAL,     /* the batch's turn is over */
+    AFTER_END_RETRY,     /* Delayed / Unknown: the queuer resubmits when due */
+    AFTER_END_ABANDONED, /* handed back unfinished (before POST, or stopping) */
 };
 
 struct outcome {
@@ -52,6 +54,7 @@ struct outcome {
     char last_error[256];    /* "" = keep the stored one */
     char detail[256];        /* history detail */
     bool posted;             /* sets last_submitted_at */
+    bool go_on;              /* a final outcome may continue with the service's next batch */
     enum after_record after; /* what happens once it is written */
 };
 
@@ -77,7 +80,7 @@ struct submitter {
     int64_t grace_deadline_ms;   /* stopping: abandon what is left after this */
     int owned;                   /* jobs owned and not yet handed back */
     int posting;                 /* POSTs in flight */
-    struct qw_pgarray arr[11];   /* reusable parameter builders */
+    struct qw_pgarray arr[12];   /* reusable parameter builders */
 };
 
 static void flush_outcomes(struct submitter *s);
@@ -151,9 +154,52 @@ static struct outcome *add_outcome(struct submitter *s, struct qw_job *job, cons
     return o;
 }
 
+/* The state the database shows for a job we follow (compare-and-set). */
 static const char *expect_for(const struct qw_job *job)
 {
-    return job->kind == QW_JOB_ADOPT ? "inflight" : "pending";
+    if (job->kind == QW_JOB_ADOPT)
+        return "inflight";
+    return job->accepted_unrecorded ? "posting" : "pending";
+}
+
+/*
+ * A status outcome for a batch whose 202 was not written yet also records
+ * the POST: one attempt, last_submitted_at, and the acceptance in the
+ * history detail.
+ */
+static struct outcome *add_status_outcome(struct submitter *s, struct qw_job *job,
+                                          const char *status, enum after_record after,
+                                          const char *what)
+{
+    struct outcome *o = add_outcome(s, job, expect_for(job), status, after);
+    if (job->accepted_unrecorded) {
+        o->attempts_add = 1;
+        o->posted = true;
+        snprintf(o->detail, sizeof(o->detail),
+                 "accepted by the ledger (HTTP 202), then %s after %lld ms", what,
+                 (long long)(now_ms() - job->accepted_ms));
+    } else {
+        snprintf(o->detail, sizeof(o->detail), "%s", what);
+    }
+    return o;
+}
+
+/*
+ * Whether a job whose batch is ending may go on with its service's next
+ * batch (fast path). Not while stopping, and not forever: after
+ * MAX_CHAINED batches it goes back to the queuer, which then applies what
+ * only it knows (a claim to drain for rebalancing, a fresh lease deadline).
+ */
+static bool may_go_on(const struct submitter *s, const struct qw_job *job)
+{
+    return !s->stopping && job->chained < MAX_CHAINED;
+}
+
+/* Records Pending for an accepted batch before we let go of it or wait long. */
+static void record_pending(struct submitter *s, struct qw_job *job, enum after_record after)
+{
+    struct outcome *o = add_status_outcome(s, job, "Pending", after, "ledger reports Pending");
+    o->submitted = true;
 }
 
 static void start_poll(struct submitter *s, struct qw_job *job, int wait_s)
@@ -183,7 +229,7 @@ static void start_post(struct submitter *s, struct qw_job *job)
 /* Gives a not-yet-posted job back to the database (submitted = false). */
 static void requeue(struct submitter *s, struct qw_job *job, const char *why)
 {
-    struct outcome *o = add_outcome(s, job, "posting", "", AFTER_END_REQUEUE);
+    struct outcome *o = add_outcome(s, job, "posting", "", AFTER_END_ABANDONED);
     snprintf(o->detail, sizeof(o->detail), "handed back before POST: %s", why);
 }
 
@@ -200,13 +246,15 @@ static void on_post_done(struct submitter *s, struct qw_job *job, const struct q
         atomic_fetch_add_explicit(&st->posts_accepted, 1, memory_order_relaxed);
         s->pause_count = 0;
         s->auth_count = 0;
-        struct outcome *o = add_outcome(s, job, "posting", "Pending", AFTER_POLL);
-        o->submitted = true;
-        o->attempts_add = 1;
-        o->posted = true;
-        snprintf(o->detail, sizeof(o->detail), "accepted by the ledger (HTTP 202)");
+        /* Follow it at once; Pending is written only if the first answer says so. */
+        job->accepted_unrecorded = true;
+        job->accepted_ms = now_ms();
         qw_log_debug("batch.accepted", "service=%s batch=%.16s latency_us=%lld", job->service_id,
                      job->batch_id, (long long)r->latency_us);
+        if (s->stopping)
+            record_pending(s, job, AFTER_END_ABANDONED);
+        else
+            start_poll(s, job, FIRST_POLL_WAIT_S);
         return;
     }
     case QW_DLT_BACKPRESSURE: {
@@ -238,6 +286,7 @@ static void on_post_done(struct submitter *s, struct qw_job *job, const struct q
         struct outcome *o = add_outcome(s, job, "posting", "Invalid", AFTER_END_FINAL);
         o->attempts_add = 1;
         o->posted = true;
+        o->go_on = may_go_on(s, job);
         snprintf(o->last_error, sizeof(o->last_error), "rejected by the ledger (HTTP 400): %s",
                  r->message ? r->message : "");
         snprintf(o->detail, sizeof(o->detail), "%s", o->last_error);
@@ -300,13 +349,13 @@ static void on_status_done(struct submitter *s, struct qw_job *job, const struct
 {
     const struct qw_config *cfg = s->cfg;
     struct qw_worker_stats *st = &s->w->stats;
-    if (r->outcome == QW_DLT_ABANDONED) {
-        hand_back(s, job, QW_JOB_END_ABANDONED);
-        return;
-    }
-    if (s->stopping) {
-        /* The batch stays Pending (or in flight) for the next owner to follow. */
-        hand_back(s, job, QW_JOB_END_ABANDONED);
+    if (r->outcome == QW_DLT_ABANDONED || s->stopping) {
+        /* The batch stays Pending (or in flight) for the next owner to follow;
+         * an acceptance not yet written is written first. */
+        if (job->accepted_unrecorded)
+            record_pending(s, job, AFTER_END_ABANDONED);
+        else
+            hand_back(s, job, QW_JOB_END_ABANDONED);
         return;
     }
     if (r->outcome != QW_DLT_OK || r->n_statuses != 1 || !r->statuses[0].reported) {
@@ -320,27 +369,31 @@ static void on_status_done(struct submitter *s, struct qw_job *job, const struct
     switch (ds->type) {
     case QW_DLT_STATUS_PENDING:
         job->unknown_since_ms = 0;
-        start_poll(s, job, cfg->dlt_status_wait_s);
+        if (job->accepted_unrecorded)
+            record_pending(s, job, AFTER_POLL);
+        else
+            start_poll(s, job, cfg->dlt_status_wait_s);
         return;
     case QW_DLT_STATUS_COMMITTED:
     case QW_DLT_STATUS_VALID: {
         bool committed = ds->type == QW_DLT_STATUS_COMMITTED;
         atomic_fetch_add_explicit(committed ? &st->final_committed : &st->final_valid, 1,
                                   memory_order_relaxed);
-        struct outcome *o = add_outcome(s, job, expect_for(job), committed ? "Committed" : "Valid",
-                                        AFTER_END_FINAL);
+        struct outcome *o =
+            add_status_outcome(s, job, committed ? "Committed" : "Valid", AFTER_END_FINAL,
+                               committed ? "ledger reports Committed" : "ledger reports Valid");
         o->submitted = true;
-        snprintf(o->detail, sizeof(o->detail), "ledger reports %s",
-                 committed ? "Committed" : "Valid");
+        o->go_on = may_go_on(s, job);
         return;
     }
     case QW_DLT_STATUS_INVALID: {
         atomic_fetch_add_explicit(&st->final_invalid, 1, memory_order_relaxed);
-        struct outcome *o = add_outcome(s, job, expect_for(job), "Invalid", AFTER_END_FINAL);
+        char what[256];
+        snprintf(what, sizeof(what), "ledger reports Invalid: %.200s", ds->message);
+        struct outcome *o = add_status_outcome(s, job, "Invalid", AFTER_END_FINAL, what);
         o->submitted = true;
-        snprintf(o->last_error, sizeof(o->last_error), "ledger reports Invalid: %.200s",
-                 ds->message);
-        snprintf(o->detail, sizeof(o->detail), "%s", o->last_error);
+        o->go_on = may_go_on(s, job);
+        snprintf(o->last_error, sizeof(o->last_error), "%s", what);
         qw_log_warn("batch.invalid", "service=%s batch=%.16s message=%s", job->service_id,
                     job->batch_id, qw_log_quote(quoted, sizeof(quoted), ds->message));
         return;
@@ -360,13 +413,14 @@ static void on_status_done(struct submitter *s, struct qw_job *job, const struct
         return;
     }
     atomic_fetch_add_explicit(&st->unknown_confirmed, 1, memory_order_relaxed);
-    struct outcome *o = add_outcome(s, job, expect_for(job), "Unknown", AFTER_END_RETRY);
+    char what[160];
+    snprintf(what, sizeof(what),
+             "ledger reported Unknown for %lld ms (confirmed); resubmission follows",
+             (long long)(t - job->unknown_since_ms));
+    struct outcome *o = add_status_outcome(s, job, "Unknown", AFTER_END_RETRY, what);
     o->submitted = false;
     o->retry_ms = 0;
     snprintf(o->last_error, sizeof(o->last_error), "ledger does not know the batch");
-    snprintf(o->detail, sizeof(o->detail),
-             "ledger reported Unknown for %lld ms (confirmed); resubmission follows",
-             (long long)(t - job->unknown_since_ms));
     qw_log_info("batch.unknown", "service=%s batch=%.16s confirmed_after_ms=%lld", job->service_id,
                 job->batch_id, (long long)(t - job->unknown_since_ms));
 }
@@ -398,6 +452,7 @@ static void apply_outcome(struct submitter *s, struct outcome *o, bool written)
             return;
         }
         job->kind = QW_JOB_SUBMIT;
+        job->accepted_unrecorded = false;
         start_poll(s, job, s->cfg->dlt_status_wait_s);
         return;
     case AFTER_END_FINAL:
@@ -406,10 +461,39 @@ static void apply_outcome(struct submitter *s, struct outcome *o, bool written)
     case AFTER_END_RETRY:
         hand_back(s, job, QW_JOB_END_RETRY_LATER);
         return;
-    case AFTER_END_REQUEUE:
+    case AFTER_END_ABANDONED:
         hand_back(s, job, QW_JOB_END_ABANDONED);
         return;
     }
+}
+
+/*
+ * Fast path: the statement that ended the job's batch also marked the
+ * service's next batch for submission (row `row` of the result); the job
+ * goes on with it at once, without a trip through the queuer.
+ */
+static void continue_job(struct submitter *s, struct qw_job *job, const struct qw_db_res *res,
+                         int row)
+{
+    snprintf(job->batch_id, sizeof(job->batch_id), "%s", qw_db_res_get(res, row, 1));
+    job->epoch = qw_db_res_int(res, row, 3);
+    job->attempts = (int)qw_db_res_int(res, row, 4);
+    job->kind = QW_JOB_SUBMIT;
+    job->accepted_unrecorded = false;
+    job->unknown_since_ms = 0;
+    job->poll_errors = 0;
+    job->chained++;
+    /* The statement checked the claim: it is ours for lease_left_ms more. */
+    job->deadline_ms = now_ms() + qw_db_res_int(res, row, 6) - s->cfg->worker_lease_ms / 10;
+    if (qw_job_set_payload_hex(job, qw_db_res_get(res, row, 5)) != QW_OK) {
+        /* Cannot decode what the database gave: leave the batch marked; the
+         * queuer finds it in flight and follows it (adoption). */
+        qw_log_error("batch.payload_unreadable", "service=%s batch=%.16s", job->service_id,
+                     job->batch_id);
+        hand_back(s, job, QW_JOB_END_ABANDONED);
+        return;
+    }
+    push_waiting(s, job, QW_JOB_WAITING, 0);
 }
 
 /* Writes the waiting outcomes in one fenced statement. */
@@ -417,7 +501,7 @@ static void flush_outcomes(struct submitter *s)
 {
     if (s->n_out == 0)
         return;
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < 12; i++)
         qw_pgarray_reset(&s->arr[i]);
     for (size_t i = 0; i < s->n_out; i++) {
         const struct outcome *o = &s->out[i];
@@ -435,9 +519,10 @@ static void flush_outcomes(struct submitter *s)
         qw_pgarray_text(&s->arr[8], o->last_error);
         qw_pgarray_text(&s->arr[9], o->detail);
         qw_pgarray_bool(&s->arr[10], o->posted);
+        qw_pgarray_bool(&s->arr[11], o->go_on);
     }
-    const char *params[12] = {s->w->instance_id};
-    for (int i = 0; i < 11; i++) {
+    const char *params[13] = {s->w->instance_id};
+    for (int i = 0; i < 12; i++) {
         params[i + 1] = qw_pgarray_finish(&s->arr[i]);
         if (!params[i + 1]) {
             qw_log_error("outcomes.nomem", "n=%zu", s->n_out);
@@ -450,7 +535,7 @@ static void flush_outcomes(struct submitter *s)
     struct qw_db_res *res = NULL;
     int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
     if (rc == QW_OK)
-        rc = qw_db_query(s->db, "outcomes_record", 12, params, &res, &err);
+        rc = qw_db_query(s->db, "outcomes_record", 13, params, &res, &err);
     if (rc != QW_OK && rc != QW_ERR_DB_CONN && rc != QW_ERR_TIMEOUT && rc != QW_ERR_SERIALIZATION) {
         /* Not a transient failure: say so, and keep retrying (nothing is dropped). */
         qw_log_error("outcomes.failed", "n=%zu sqlstate=%s error=%s", s->n_out, err.sqlstate,
@@ -478,10 +563,21 @@ static void flush_outcomes(struct submitter *s)
     size_t n = s->n_out;
     s->n_out = 0;
     for (size_t i = 0; i < n; i++) {
+        struct outcome *o = &s->out[i];
         bool written = false;
+        int next = -1;
         for (int j = 0; j < rows && !written; j++)
-            written = strcmp(qw_db_res_get(res, j, 0), s->out[i].job->batch_id) == 0;
-        apply_outcome(s, &s->out[i], written);
+            written = qw_db_res_get(res, j, 0)[0] == 'w' &&
+                      strcmp(qw_db_res_get(res, j, 1), o->job->batch_id) == 0;
+        for (int j = 0; written && o->go_on && j < rows && next < 0; j++) {
+            if (qw_db_res_get(res, j, 0)[0] == 'n' &&
+                strcmp(qw_db_res_get(res, j, 2), o->job->service_id) == 0)
+                next = j;
+        }
+        if (next >= 0)
+            continue_job(s, o->job, res, next);
+        else
+            apply_outcome(s, o, written);
     }
     qw_db_res_free(res);
 }
@@ -542,6 +638,7 @@ static void take_jobs(struct submitter *s)
         s->owned++;
         job->unknown_since_ms = 0;
         job->poll_errors = 0;
+        job->accepted_unrecorded = false;
         if (job->kind == QW_JOB_SUBMIT)
             push_waiting(s, job, QW_JOB_WAITING, 0);
         else
@@ -611,7 +708,7 @@ static void *submitter_main(void *arg)
     qw_log_info("submitter.stopped", "outcomes_pending=%zu", s->n_out);
     qw_dlt_client_free(s->dlt);
     qw_db_close(s->db);
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < 12; i++)
         qw_pgarray_free(&s->arr[i]);
     free(s->out);
     free(s);
@@ -628,7 +725,7 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     s->cfg = cfg;
     s->cap_out = (size_t)cfg->dlt_max_in_flight + (size_t)cfg->worker_queue_capacity + 16;
     s->out = calloc(s->cap_out, sizeof(*s->out));
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < 12; i++)
         qw_pgarray_init(&s->arr[i]);
     qw_rng_seed(&s->rng, (uint64_t)qw_clock_mono_us() ^ 0x5bd1e995u);
     struct qw_db_opts dbo;
@@ -651,7 +748,7 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     if (rc != QW_OK) {
         qw_dlt_client_free(s->dlt);
         qw_db_close(s->db);
-        for (int i = 0; i < 11; i++)
+        for (int i = 0; i < 12; i++)
             qw_pgarray_free(&s->arr[i]);
         free(s->out);
         free(s);

@@ -612,12 +612,12 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
     snprintf(ids, sizeof(ids), "{\"%s\"}", id);
     snprintf(svcs, sizeof(svcs), "{\"%s\"}", svc);
     snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch);
-    const char *params[] = {"w1",  ids,   svcs,     epochs,   "{posting}",  "{Pending}",
-                            "{t}", "{1}", "{NULL}", "{\"\"}", "{accepted}", "{t}"};
+    const char *params[] = {"w1",  ids,   svcs,     epochs,   "{posting}",  "{Pending}", "{t}",
+                            "{1}", "{NULL}", "{\"\"}", "{accepted}", "{t}", "{f}"};
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_db_query(w, "outcomes_record", 12, params, &res, &err) != QW_OK)
+    if (qw_db_query(w, "outcomes_record", 13, params, &res, &err) != QW_OK)
         fail_msg("outcomes_record: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 0);
     qw_db_res_free(res);

@@ -315,7 +315,7 @@ static void test_documented_no_payload_and_operator_access(void **state)
  * oldest are final (every 97th Invalid), the 99th is in one of six
  * unfinished states and the 100th waits. Four history rows per started
  * batch (Enqueued, Submitting, Pending, final), one per waiting batch:
- * 989,616 rows. Non-primary-key indexes and CHECK constraints are dropped
+ * 989,616 rows. Non-primary-key indexes, CHECK and exclusion constraints are dropped
  * during the load and rebuilt from their own definitions afterwards
  * (pg_get_indexdef / pg_get_constraintdef), which is ten times faster than
  * maintaining them row by row; the schema ends up as migrated.
@@ -328,13 +328,15 @@ static const char BIG_LOAD[] =
     "  FROM pg_index "
     " WHERE indrelid IN ('queuer.batches'::regclass, 'queuer.batch_history'::regclass) "
     "   AND NOT indisprimary "
+    "   AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = indexrelid) "
     "UNION ALL "
     "SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', conrelid::regclass, conname), "
-    "       format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', conrelid::regclass, conname,"
-    "              pg_get_constraintdef(oid)) "
+    "       format('ALTER TABLE %s ADD CONSTRAINT %I %s%s', conrelid::regclass, conname,"
+    "              pg_get_constraintdef(oid), "
+    "              CASE WHEN contype = 'c' THEN ' NOT VALID' ELSE '' END) "
     "  FROM pg_constraint "
     " WHERE conrelid IN ('queuer.batches'::regclass, 'queuer.batch_history'::regclass) "
-    "   AND contype = 'c';\n"
+    "   AND contype IN ('c', 'x');\n"
     "DO $do$ DECLARE r record; BEGIN "
     "  FOR r IN SELECT * FROM saved_ddl LOOP EXECUTE r.undo; END LOOP; END $do$;\n"
     "INSERT INTO queuer.instances (instance_id, host, pid, version, heartbeat_at) "

@@ -99,6 +99,16 @@ nm_net_setup() {
         NM_NET_REASON="iproute2 (ip) is not installed"
         return 0
     fi
+    # Namespaces and links left by a nemesis that was killed outright
+    # (named after its pid, which is gone) are removed first.
+    local ns pid
+    for ns in $(ip netns list 2>/dev/null | grep -o '^qwnem[0-9]*'); do
+        pid=${ns#qwnem}
+        kill -0 "$pid" 2>/dev/null && continue
+        ip link del "qn${pid}d" 2>/dev/null
+        ip link del "qn${pid}s" 2>/dev/null
+        ip netns del "$ns" 2>/dev/null
+    done
     local x
     x=$(($$ % 200 + 20))
     while ip -o addr show 2>/dev/null | grep -q "198\.18\.$x\."; do
@@ -193,7 +203,7 @@ listen_addresses = '$NM_DB_ADDR'"
     # has acted on. (With synchronous_commit = off it does: a batch marked,
     # posted and then forgotten is posted again with no recorded reason, and
     # I4 reports it.)
-    QW_PG_FSYNC=on QW_PG_CONF_EXTRA=$extra qw_pg_start "$NM_DIR/pg" || nm_die "PostgreSQL did not start"
+    QW_PG_FSYNC=${NM_PG_DURABLE:-on} QW_PG_CONF_EXTRA=$extra qw_pg_start "$NM_DIR/pg" || nm_die "PostgreSQL did not start"
     ln -sf "$NM_DIR/pg/postgres.log" "$NM_DIR/logs/postgres.log"
     export QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO"
     "$QUEUER_BIN" migrate >"$NM_DIR/logs/migrate.log" 2>&1 || nm_die "queuer migrate failed"
@@ -277,14 +287,15 @@ nm_sim_baseline() {
     nm_sim_faults "{\"reset\": true, \"fault-drop\": $NM_BASELINE_DROP}" >/dev/null
 }
 
-# nm_sim_counters: "posts_429 posts_5xx posts_hang restarts committed" from /_sim/stats.
+# nm_sim_counters: "posts_429 posts_5xx posts_hang restarts committed answered"
+# from /_sim/stats (answered: POSTs answered 202 plus status GETs served).
 nm_sim_counters() {
     nm_sim_ctl GET /_sim/stats | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 p = d["posts"]
 print(p.get("429", 0), p.get("500", 0) + p.get("503", 0), p.get("hang", 0),
-      d.get("restarts", 0), d.get("committed", 0))'
+      d.get("restarts", 0), d.get("committed", 0), p.get("202", 0) + d.get("gets", 0))'
 }
 
 # ---- workers -------------------------------------------------------------------

@@ -55,9 +55,11 @@ nm_cont_pid() {
     NM_STOPPED_PIDS=("${keep[@]}")
 }
 
-# Restarts every worker whose process ended although nobody stopped it.
+# Restarts every worker whose process ended although nobody stopped it
+# (and gives up when the simulator is gone: nothing could be checked).
 nm_check_crashes() {
     local name
+    nm_alive "$QW_SIM_PID" || nm_die "scabbard-sim exited: $(tail -3 "$NM_DIR/logs/sim.out")"
     for name in "${NM_WORKERS[@]}"; do
         nm_alive "${NM_PID[$name]}" && continue
         wait "${NM_PID[$name]}" 2>/dev/null
@@ -71,8 +73,12 @@ nm_check_crashes() {
 
 # ---- worker faults -------------------------------------------------------------
 
+# The killed worker comes back under its old instance id (as a supervisor
+# with a fixed id restarts it: it continues its own claims at once) when PICK
+# is even, and under a new id when it is odd (as with generated ids: its old
+# claims must expire and be taken over).
 nm_fault_worker_kill9() {
-    local victim=$1 dur=$2
+    local victim=$1 dur=$2 pick=$3 target=$4 name
     F_AFFECTED=$(nm_aim "$victim")
     F_START_US=$(nm_now_us)
     {
@@ -80,10 +86,35 @@ nm_fault_worker_kill9() {
         nm_worker_wait_exit "$victim" 10
     } 2>/dev/null # no "Killed" notice from bash
     [ "$NM_RC" = 137 ] && F_EFFECTIVE=1
-    F_NOTE="exit=$NM_RC down_ms=$dur"
+    name=$victim
+    if [ $((pick % 2)) = 1 ]; then
+        nm_worker_rename "$victim" "$target"
+        name=$NM_NEW_NAME
+    fi
+    F_NOTE="exit=$NM_RC down_ms=$dur restarted_as=$name"
     nm_sleep_ms "$dur"
     F_END_US=$(nm_now_us)
-    nm_worker_start "$victim"
+    nm_worker_start "$name"
+}
+
+# nm_worker_rename OLD TARGET: the next generation's instance id of host
+# worker TARGET ("w2" -> "w2.1" -> "w2.2"); registers it in the worker
+# lists and sets NM_NEW_NAME (not run in a subshell: it changes the lists).
+# The old id's process must be gone.
+nm_worker_rename() {
+    local old=$1 target=$2 base gen new i
+    base=${old%%.*}
+    gen=0
+    [ "$old" != "$base" ] && gen=${old#*.}
+    new="$base.$((gen + 1))"
+    NM_HOST_WORKERS[$target]=$new
+    for i in "${!NM_WORKERS[@]}"; do
+        [ "${NM_WORKERS[$i]}" = "$old" ] && NM_WORKERS[$i]=$new
+    done
+    NM_WMODE[$new]=${NM_WMODE[$old]}
+    NM_PID[$new]=${NM_PID[$old]}
+    unset "NM_PID[$old]"
+    NM_NEW_NAME=$new
 }
 
 nm_fault_worker_stop() {
@@ -116,8 +147,11 @@ nm_fault_pg_stop() {
     F_END_US=$(nm_now_us)
 }
 
+# Terminates COUNT of the workers' sessions, chosen by PICK among those
+# logged in (ordered by pid); aimed at a moment when the first chosen
+# session's worker has a batch in flight.
 nm_fault_pg_terminate() {
-    local count=$1 pick=$2 rows=() i n idx chosen=() killed=0 names=() row
+    local count=$1 pick=$2 rows=() i n idx chosen=() killed=0 names=() row name affected=""
     mapfile -t rows < <(qw_sql "SELECT pid || ' ' || application_name FROM pg_stat_activity
                                  WHERE usename = 'qw_nemesis' ORDER BY pid")
     n=${#rows[@]}
@@ -128,20 +162,19 @@ nm_fault_pg_terminate() {
         done
         chosen+=("$idx")
     done
+    [ "$n" -gt 0 ] && nm_aim "${rows[${chosen[0]}]#* }" >/dev/null
+    for idx in "${chosen[@]}"; do
+        name=${rows[$idx]#* }
+        [[ " ${names[*]} " == *" $name "* ]] || affected="$affected${affected:+,}$(nm_held "$name")"
+        names+=("$name")
+    done
+    F_START_US=$(nm_now_us)
     for idx in "${chosen[@]}"; do
         row=${rows[$idx]}
-        [ "$F_START_US" = 0 ] && F_START_US=$(nm_now_us)
-        if [ "$(qw_sql "SELECT pg_terminate_backend(${row%% *})")" = t ]; then
-            killed=$((killed + 1))
-            names+=("${row#* }")
-        fi
+        [ "$(qw_sql "SELECT pg_terminate_backend(${row%% *})")" = t ] && killed=$((killed + 1))
     done
     F_END_US=$(nm_now_us)
     [ "$killed" -gt 0 ] && F_EFFECTIVE=1
-    local affected="" name
-    for name in $(printf '%s\n' "${names[@]}" | sort -u); do
-        affected="$affected${affected:+,}$(nm_held "$name")"
-    done
     F_AFFECTED=$(echo "$affected" | tr ',' '\n' | grep -v '^$' | sort -u | paste -sd, -)
     F_NOTE="sessions=$n terminated=$killed of=${names[*]}"
 }
@@ -169,7 +202,8 @@ nm_fault_pg_backend_stop() {
 
 # nm_fault_ledger JSON DUR FIELD: sets the fault, holds it, restores the
 # baseline; effective when the counter FIELD (1 = 429s, 2 = 5xx, 3 = hangs)
-# of /_sim/stats moved meanwhile.
+# of /_sim/stats moved meanwhile; 6 = answers the ledger gave normally,
+# some of them garbled: any request while the fault lasted).
 nm_fault_ledger() {
     local json=$1 dur=$2 field=$3 before after
     F_AFFECTED=$NM_ALL_SERVICES
@@ -323,7 +357,7 @@ nm_run_fault() {
     F_EFFECTIVE=0 F_AFFECTED="" F_START_US=0 F_END_US=0 F_NOTE=""
     offset=$(stat -c %s "$QW_SIM_LOG")
     case "$kind" in
-    worker-kill9) nm_fault_worker_kill9 "$victim" "$dur" ;;
+    worker-kill9) nm_fault_worker_kill9 "$victim" "$dur" "$pick" "$target" ;;
     worker-stop-*) nm_fault_worker_stop "$victim" "$dur" ;;
     pg-immediate) nm_fault_pg_stop immediate "$dur" ;;
     pg-fast) nm_fault_pg_stop fast "$dur" ;;
@@ -337,6 +371,9 @@ nm_run_fault() {
         nm_fault_ledger "{\"fault-hang\": $(awk -v r="$rate" 'BEGIN { printf "%.3f", r / 1000 }')}" "$dur" 3
         ;;
     ledger-restart) nm_fault_ledger_restart ;;
+    ledger-malformed)
+        nm_fault_ledger "{\"fault-malformed\": $(awk -v r="$rate" 'BEGIN { printf "%.3f", r / 1000 }')}" "$dur" 6
+        ;;
     net-partition) nm_fault_net_partition "$dur" ;;
     clock-skew) nm_fault_clock_skew "$victim" "$dur" "$skew_s" "$skew_rate" ;;
     *) nm_die "unknown fault kind $kind in the schedule" ;;

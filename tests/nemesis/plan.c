@@ -4,10 +4,9 @@
 #include <string.h>
 
 static const char *const kind_names[QW_NEM_KINDS] = {
-    "worker-kill9",   "worker-stop-0.5x", "worker-stop-1.5x", "worker-stop-5x",
-    "pg-immediate",   "pg-fast",          "pg-terminate",     "pg-backend-stop",
-    "ledger-429",     "ledger-5xx",       "ledger-hang",      "ledger-restart",
-    "net-partition",  "clock-skew",
+    "worker-kill9", "worker-stop-0.5x", "worker-stop-1.5x", "worker-stop-5x", "pg-immediate",
+    "pg-fast",      "pg-terminate",     "pg-backend-stop",  "ledger-429",     "ledger-5xx",
+    "ledger-hang",  "ledger-restart",   "ledger-malformed", "net-partition",  "clock-skew",
 };
 
 /* splitmix64: tiny, well mixed, and fixed here so a seed means the same
@@ -124,6 +123,10 @@ static void fill(struct rng *r, const struct qw_nem_plan_opts *o, enum qw_nem_ki
     case QW_NEM_LEDGER_RESTART:
         f->duration_ms = 0;
         break;
+    case QW_NEM_LEDGER_MALFORMED:
+        f->duration_ms = 2 * lease + a % (3 * lease + 1);
+        f->rate_permille = 300 + b % 501;
+        break;
     case QW_NEM_NET_PARTITION:
         f->duration_ms = lease / 2 + a % (lease * 11 / 2 + 1); /* 0.5 .. 6 leases */
         break;
@@ -137,8 +140,7 @@ static void fill(struct rng *r, const struct qw_nem_plan_opts *o, enum qw_nem_ki
     }
 }
 
-int qw_nem_plan(const struct qw_nem_plan_opts *o, struct qw_nem_fault *out, size_t cap,
-                size_t *n)
+int qw_nem_plan(const struct qw_nem_plan_opts *o, struct qw_nem_fault *out, size_t cap, size_t *n)
 {
     *n = 0;
     unsigned all = (1u << QW_NEM_KINDS) - 1;

@@ -29,6 +29,7 @@ enum qw_nem_kind {
     QW_NEM_LEDGER_5XX,       /* 5xx at rate_permille for duration_ms */
     QW_NEM_LEDGER_HANG,      /* requests hang (past the HTTP timeout) at rate_permille */
     QW_NEM_LEDGER_RESTART,   /* the ledger forgets every status and queue */
+    QW_NEM_LEDGER_MALFORMED, /* garbled JSON bodies at rate_permille for duration_ms */
     QW_NEM_NET_PARTITION,    /* cut the namespaced worker from the database */
     QW_NEM_CLOCK_SKEW,       /* run a worker under libfaketime for duration_ms */
     QW_NEM_KINDS             /* number of kinds */
@@ -60,7 +61,7 @@ struct qw_nem_fault {
     int gap_ms;             /* quiet time after recovery, before the next fault */
     uint32_t pick;          /* seeded choice among live candidates (sessions, backends) */
     int count;              /* PG_TERMINATE: sessions to terminate (1..3) */
-    int rate_permille;      /* LEDGER_5XX / LEDGER_HANG: share of requests hit */
+    int rate_permille;      /* LEDGER_5XX / _HANG / _MALFORMED: share of requests hit */
     int skew_offset_s;      /* CLOCK_SKEW: wall-clock offset, seconds (either sign) */
     int skew_rate_permille; /* CLOCK_SKEW: clock speed, 1000 = real time */
 };
@@ -81,7 +82,6 @@ int qw_nem_kind_has_target(enum qw_nem_kind kind);
  * 0, or -1 when the options are invalid (no kind enabled, workers < 1,
  * a timing value <= 0) or `cap` is too small. Pure.
  */
-int qw_nem_plan(const struct qw_nem_plan_opts *o, struct qw_nem_fault *out, size_t cap,
-                size_t *n);
+int qw_nem_plan(const struct qw_nem_plan_opts *o, struct qw_nem_fault *out, size_t cap, size_t *n);
 
 #endif

@@ -6,12 +6,14 @@
 # docs/RELIABILITY.md explains the guarantees, the fault matrix and the
 # invariants.
 #
-#   tests/nemesis/run.sh --short            every fault kind twice, seeded (CI; ~5-10 min)
+#   tests/nemesis/run.sh --short            every fault kind 3 times, seeded (CI; ~3-5 min)
 #   tests/nemesis/run.sh --long MINUTES     soak: random faults for MINUTES
 #   ... --seed N                            replay a schedule (the seed is always printed)
 #
-# Options: --repeat N (short: times each kind, default 2), --workers N (host
-# workers, default 3), --skip KIND,... (leave kinds out), --keep (keep the
+# Options: --repeat N (short: times each kind, default 3), --workers N (host
+# workers, default 3), --skip KIND,... (leave kinds out), --only KIND,...
+# (just these; `qw-nemesis-plan --list-kinds` names them), --unsafe-db (run
+# PostgreSQL without durable commits, to see a crash break I4), --keep (keep the
 # run's directory), --build DIR (the meson build directory; default
 # $QW_BUILD_ROOT, else ./build). Exit status: 0 no violation, 1 violations,
 # 2 the run could not be carried out.
@@ -22,15 +24,17 @@ NM_BUILD_ROOT=${QW_BUILD_ROOT:-$NM_SOURCE_ROOT/build}
 NM_MODE=short
 NM_MINUTES=0
 NM_SEED=""
-NM_REPEAT=2
+NM_REPEAT=3
 NM_HOST_N=3
 NM_SKIP=""
+NM_ONLY=""
+NM_PG_DURABLE=on # --unsafe-db: fsync/synchronous_commit off, to show what a crash then does
 NM_KEEP=0
 NM_BASELINE_DROP=0.01 # share of ledger requests whose connection is dropped, always
 NM_DRAIN_S=180
 
 usage() {
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
 }
 
 while [ $# -gt 0 ]; do
@@ -57,11 +61,16 @@ while [ $# -gt 0 ]; do
         NM_SKIP=${2:-}
         shift
         ;;
+    --only)
+        NM_ONLY=${2:-}
+        shift
+        ;;
     --build)
         NM_BUILD_ROOT=${2:-}
         shift
         ;;
     --keep) NM_KEEP=1 ;;
+    --unsafe-db) NM_PG_DURABLE=off ;;
     -h | --help)
         usage
         exit 0
@@ -97,6 +106,12 @@ for bin in "$QUEUER_BIN" "$SCABBARD_SIM_BIN" "$QUEUER_GEN_BIN" "$QW_CHECK_BIN" "
     [ -x "$bin" ] || { echo "run.sh: missing $bin (build first, or pass --build DIR)" >&2; exit 2; }
 done
 command -v python3 >/dev/null || { echo "run.sh: python3 is needed (JSON of /_sim/stats)" >&2; exit 2; }
+if [ -n "$NM_ONLY" ]; then
+    for k in $(echo "$NM_ONLY" | tr ',' ' '); do
+        "$QW_NEMESIS_PLAN_BIN" --list-kinds | grep -qx -- "$k" || { echo "run.sh: unknown kind '$k'" >&2; exit 2; }
+    done
+    NM_SKIP=$("$QW_NEMESIS_PLAN_BIN" --list-kinds | grep -vxF -f <(echo "$NM_ONLY" | tr ',' '\n') | paste -sd, -)
+fi
 
 # shellcheck source=tests/lib/cluster.sh
 . "$NM_SOURCE_ROOT/tests/lib/cluster.sh"

@@ -85,14 +85,15 @@ static void test_schedule_is_pinned(void **state)
     assert_int_equal(qw_nem_plan(&o, a, CAP, &n), 0);
     assert_int_equal(n, QW_NEM_KINDS);
     static const char *const expected[] = {
-        "ledger-429",       "pg-terminate",   "worker-kill9",    "pg-fast",         "ledger-restart",
-        "clock-skew",       "ledger-hang",    "worker-stop-1.5x", "pg-immediate",   "worker-stop-5x",
-        "pg-backend-stop",  "ledger-5xx",     "worker-stop-0.5x", "net-partition",
+        "worker-kill9",     "net-partition",    "ledger-429",       "pg-backend-stop",
+        "ledger-hang",      "worker-stop-0.5x", "ledger-5xx",       "pg-immediate",
+        "pg-fast",          "ledger-restart",   "worker-stop-1.5x", "pg-terminate",
+        "ledger-malformed", "worker-stop-5x",   "clock-skew",
     };
     for (size_t i = 0; i < n; i++)
         assert_string_equal(qw_nem_kind_name(a[i].kind), expected[i]);
-    assert_int_equal(a[0].duration_ms, 2419);
-    assert_int_equal(a[0].pick, 2422257694u);
+    assert_int_equal(a[0].duration_ms, 1946);
+    assert_int_equal(a[0].pick, 941514219u);
 }
 
 static void test_repeat_has_every_enabled_kind_exactly(void **state)
@@ -192,13 +193,16 @@ static void test_durations_follow_the_timing(void **state)
         case QW_NEM_LEDGER_RESTART:
             assert_int_equal(f->duration_ms, 0);
             break;
+        case QW_NEM_LEDGER_MALFORMED:
+            assert_in_range(f->duration_ms, 2 * L, 5 * L);
+            assert_in_range(f->rate_permille, 300, 800);
+            break;
         case QW_NEM_NET_PARTITION:
             assert_in_range(f->duration_ms, L / 2, 6 * L);
             break;
         case QW_NEM_CLOCK_SKEW:
             assert_in_range(f->duration_ms, 5 * L, 10 * L);
-            assert_in_range(f->skew_offset_s < 0 ? -f->skew_offset_s : f->skew_offset_s, 600,
-                            7200);
+            assert_in_range(f->skew_offset_s < 0 ? -f->skew_offset_s : f->skew_offset_s, 600, 7200);
             assert_in_range(f->skew_rate_permille, 950, 1050);
             break;
         case QW_NEM_KINDS:
