@@ -20,6 +20,7 @@ COPY sql sql
 COPY src src
 COPY sim sim
 COPY tools tools
+COPY bench bench
 RUN meson setup /build --buildtype=release -Dtests=false \
     && meson compile -C /build \
     && install -d /out \

@@ -156,10 +156,11 @@ RUN_PIDS=()
 ACTIVITY_PID=""
 
 cleanup() {
-    local pid d
-    for pid in "${RUN_PIDS[@]}" $ACTIVITY_PID; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
+    local d
+    # workers first, while PostgreSQL and the simulator are still there for
+    # their graceful shutdown; stop_pids ends with SIGKILL for any that hang
+    [ "${#RUN_PIDS[@]}" = 0 ] || stop_pids "${RUN_PIDS[@]}"
+    [ -z "$ACTIVITY_PID" ] || stop_pids "$ACTIVITY_PID"
     qw_sim_stop
     for d in "${STARTED_PG[@]}"; do
         QW_PG_DIR=$d qw_pg_stop fast
@@ -308,7 +309,11 @@ wait_all_final() {
     local n=$1 cond=$2 secs=$3 i out
     HARNESS_XACTS=0
     RUN_STATUS=ok
-    if ! "$ANALYZE" --wait-final "$n" --timeout-s "$secs" "$QW_SIM_LOG" 2>>"$LOG"; then
+    # in the background, so that a SIGTERM to this script is acted on at once
+    "$ANALYZE" --wait-final "$n" --timeout-s "$secs" "$QW_SIM_LOG" 2>>"$LOG" &
+    local follower=$!
+    RUN_PIDS+=("$follower")
+    if ! wait "$follower"; then
         RUN_STATUS=timeout
         return 0
     fi
@@ -603,3 +608,6 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 } >"$OUT/table.md"
 cat "$OUT/table.md"
 say "table: $OUT/table.md, raw figures: $RESULTS"
+# A run that never drained fails the command (what a CI smoke run checks).
+FAILED=$(awk -F'\t' 'NR > 1 && $7 != "ok" { printf "%s%s (%s)", sep, $1, $7; sep = ", " }' "$RESULTS")
+[ -z "$FAILED" ] || die "not every batch became final in: $FAILED"

@@ -5,7 +5,7 @@
 -- stuck mid-transaction) are skipped, not waited for: the stuck session is
 -- ended by idle_in_transaction_session_timeout and the next cycle frees
 -- them. Returns the freed services.
-WITH expired AS (
+WITH expired AS MATERIALIZED (
     SELECT c.service_id
       FROM queuer.service_id_claims c
      WHERE c.claimant IS NOT NULL
@@ -18,6 +18,5 @@ WITH expired AS (
 )
 UPDATE queuer.service_id_claims c
    SET claimant = NULL, expiry_1 = NULL, expiry_2 = NULL, claim_epoch = c.claim_epoch + 1
-  FROM expired
- WHERE c.service_id = expired.service_id
+ WHERE c.service_id = ANY (ARRAY(SELECT e.service_id FROM expired e))
 RETURNING c.service_id

@@ -58,12 +58,14 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     r->freed = qw_db_res_rows(res);
     qw_db_res_free(res);
 
-    const char *release_params[] = {p->instance_id, share};
-    rc = qw_db_query(db, "claims_release_idle", 2, release_params, &res, err);
-    if (rc != QW_OK)
-        return rc;
-    r->released = qw_db_res_rows(res);
-    qw_db_res_free(res);
+    if (p->housekeeping) {
+        const char *release_params[] = {p->instance_id, share};
+        rc = qw_db_query(db, "claims_release_idle", 2, release_params, &res, err);
+        if (rc != QW_OK)
+            return rc;
+        r->released = qw_db_res_rows(res);
+        qw_db_res_free(res);
+    }
 
     const char *renew_params[] = {p->instance_id, lease, hard};
     rc = qw_db_query(db, "claims_renew", 3, renew_params, NULL, err);
@@ -126,7 +128,8 @@ int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
                     struct qw_txn_stats *stats, struct qw_error *err)
 {
     struct claims_txn t = {.p = p, .out = out};
-    int rc = read_share(db, p, out, err);
+    /* Without housekeeping the share of the last one stands. */
+    int rc = p->housekeeping ? read_share(db, p, out, err) : QW_OK;
     if (rc != QW_OK)
         return rc;
     return qw_txn_run(&qw_txn_db_ops, db, policy, claims_body, &t, stats, err);

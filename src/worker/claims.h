@@ -35,6 +35,9 @@ struct qw_claims_params {
     int slack;               /* claims allowed over the fair share */
     int max_claims;          /* hard cap, 0 = none */
     bool acquire;            /* false: renew and release only (shutting down) */
+    bool housekeeping;       /* also recompute the fair share and give back idle and
+                                surplus claims; the scans behind them cost O(services),
+                                so the caller asks for them every few cycles, not each */
 };
 
 /** What it did; `held` is owned and reused across calls. */

@@ -25,6 +25,10 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A claims cycle fetches every held service only this often (and when a
+ * big load or a due retry asks for it); otherwise just what changed. */
+#define FULL_FETCH_EVERY 5
+
 struct queuer {
     struct qw_worker *w;            /* shared state */
     const struct qw_config *cfg;    /* read-only */
@@ -41,6 +45,8 @@ struct queuer {
     struct qw_pgarray arr[4];       /* reusable array parameters of the mark */
     struct qw_pgarray filter;       /* services of a partial fetch */
     bool notified;                  /* a NOTIFY asked for a claims cycle */
+    bool notified_all;              /* ... and for a full fetch (a big load: no names) */
+    int cycles_since_full;          /* claims cycles since the last full fetch */
 };
 
 /* One fetched row, with its strings owned by the fetch result. */
@@ -275,6 +281,8 @@ static int heartbeat(struct queuer *q, struct qw_error *err)
     return qw_db_query(q->db, "instance_heartbeat", 1, params, NULL, err);
 }
 
+static int add_dirty(struct queuer *q, const char *service_id);
+
 static int by_service_id_desc(const void *a, const void *b)
 {
     const struct qw_svc *const *x = a, *const *y = b;
@@ -311,7 +319,7 @@ static void mark_draining(struct queuer *q)
 }
 
 /* Steps 1-3, then reconcile the local map with what the database says we hold. */
-static int claims_step(struct queuer *q, bool acquire, struct qw_error *err)
+static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct qw_error *err)
 {
     const struct qw_config *cfg = q->cfg;
     struct qw_claims_params p = {
@@ -324,6 +332,7 @@ static int claims_step(struct queuer *q, bool acquire, struct qw_error *err)
         .slack = cfg->worker_claim_slack,
         .max_claims = cfg->worker_max_claims,
         .acquire = acquire,
+        .housekeeping = housekeeping || q->claims.share == 0,
     };
     int64_t began = qw_clock_mono_ms();
     struct qw_txn_stats st = {0};
@@ -352,6 +361,9 @@ static int claims_step(struct queuer *q, bool acquire, struct qw_error *err)
         if (s->epoch != c->epoch && s->epoch != 0)
             qw_log_info("claim.epoch_changed", "service=%s old=%lld new=%lld", c->service_id,
                         (long long)s->epoch, (long long)c->epoch);
+        /* A new claim (or a new epoch): fetch that service at once. */
+        if (s->epoch != c->epoch && add_dirty(q, c->service_id) != QW_OK)
+            q->cycles_since_full = FULL_FETCH_EVERY;
         s->epoch = c->epoch;
         s->held = true;
     }
@@ -434,6 +446,8 @@ static void on_notify(const char *channel, const char *payload, void *arg)
 {
     struct queuer *q = arg;
     (void)channel;
+    if (!payload[0])
+        q->notified_all = true;
     struct qw_svc *s = payload[0] ? qw_svcmap_get(&q->svcs, payload) : NULL;
     if (s && s->held) {
         if (!s->busy && add_dirty(q, payload) == QW_OK)
@@ -486,6 +500,28 @@ static void log_failure(const char *event, const struct qw_error *err)
                 err->sqlstate);
 }
 
+/*
+ * Fetch and queue: everything we hold (`full`) or only the services marked
+ * dirty (jobs came back, new claims, named NOTIFYs).
+ */
+static int queue_now(struct queuer *q, bool full, struct qw_error *err)
+{
+    const char *filter = NULL;
+    if (!full) {
+        if (q->n_dirty == 0)
+            return QW_OK;
+        qw_pgarray_reset(&q->filter);
+        for (size_t i = 0; i < q->n_dirty; i++)
+            qw_pgarray_text(&q->filter, q->dirty[i]);
+        filter = qw_pgarray_finish(&q->filter);
+    } else {
+        q->cycles_since_full = 0;
+        q->notified_all = false;
+    }
+    clear_dirty(q);
+    return fetch_and_queue(q, filter, err);
+}
+
 static void queuer_loop(struct queuer *q)
 {
     const struct qw_config *cfg = q->cfg;
@@ -498,15 +534,21 @@ static void queuer_loop(struct queuer *q)
         int64_t t = qw_clock_mono_ms();
         int rc = QW_OK;
         if (t >= next_cycle || notified) {
+            bool woken = notified;
             notified = false;
             int64_t cycle_began_us = qw_clock_mono_us();
+            /* The fast path and the wake-ups keep work moving; the scans over
+             * every held service (fair share, idle release, full fetch) are
+             * the safety net, run every few cycles and when woken by new work. */
+            bool full = ++q->cycles_since_full >= FULL_FETCH_EVERY || q->notified_all ||
+                        t >= q->next_retry_ms;
+            /* Polling workers (no LISTEN) learn of new services only here. */
+            bool housekeeping = full || woken || !cfg->worker_listen;
             rc = heartbeat(q, &err);
             if (rc == QW_OK)
-                rc = claims_step(q, true, &err);
-            if (rc == QW_OK) {
-                clear_dirty(q);
-                rc = fetch_and_queue(q, NULL, &err);
-            }
+                rc = claims_step(q, true, housekeeping, &err);
+            if (rc == QW_OK)
+                rc = queue_now(q, full, &err);
             if (rc == QW_OK) {
                 failures = 0;
                 next_cycle = t + cfg->worker_cycle_ms;
@@ -522,15 +564,7 @@ static void queuer_loop(struct queuer *q)
                     qw_db_reconnect(q->db, &err);
             }
         } else if (q->n_dirty > 0 || t >= q->next_retry_ms) {
-            const char *filter = NULL;
-            qw_pgarray_reset(&q->filter);
-            if (q->n_dirty > 0 && t < q->next_retry_ms) {
-                for (size_t i = 0; i < q->n_dirty; i++)
-                    qw_pgarray_text(&q->filter, q->dirty[i]);
-                filter = qw_pgarray_finish(&q->filter);
-            }
-            clear_dirty(q);
-            rc = fetch_and_queue(q, filter, &err);
+            rc = queue_now(q, t >= q->next_retry_ms, &err);
             if (rc != QW_OK) {
                 log_failure("queue.failed", &err);
                 q->next_retry_ms = t + 100;
@@ -560,6 +594,25 @@ static void queuer_shutdown(struct queuer *q, pthread_t submitter)
     qw_log_info("worker.stopped", "released=%d", released);
 }
 
+static int64_t hook_now_ms(void *ctx)
+{
+    (void)ctx;
+    return qw_clock_mono_ms();
+}
+
+static void hook_sleep_ms(void *ctx, int64_t ms)
+{
+    (void)ctx;
+    qw_clock_sleep_ms(ms);
+}
+
+/* A stop request ends transaction retries at once (SIGTERM during an outage). */
+static int hook_should_stop(void *ctx)
+{
+    struct qw_worker *w = ctx;
+    return atomic_load(&w->stop);
+}
+
 int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, struct qw_error *err)
 {
     struct queuer q = {.w = w, .cfg = w->cfg, .db = db, .next_retry_ms = INT64_MAX};
@@ -570,7 +623,14 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
         qw_pgarray_init(&q.arr[i]);
     qw_pgarray_init(&q.filter);
     qw_rng_seed(&q.rng, (uint64_t)qw_clock_mono_us() ^ (uint64_t)getpid());
+    const struct qw_txn_hooks hooks = {
+        .now_ms = hook_now_ms,
+        .sleep_ms = hook_sleep_ms,
+        .should_stop = hook_should_stop,
+        .ctx = w,
+    };
     q.policy = (struct qw_txn_policy){
+        .hooks = &hooks,
         .max_attempts = cfg->worker_txn_max_attempts,
         .max_ms = cfg->worker_txn_max_ms,
         .backoff_base_ms = cfg->worker_txn_backoff_base_ms,

@@ -676,12 +676,14 @@ static void submitter_loop(struct submitter *s)
             retry_overflow(s);
             return;
         }
-        int64_t next = run_waiting(s, t);
+        /* Write first: a written outcome may hand the job its service's next
+         * batch (fast path), which run_waiting() then posts at once. */
         if (flush_due(s, t))
             flush_outcomes(s);
         if (s->overflow)
             retry_overflow(s);
         t = now_ms();
+        int64_t next = run_waiting(s, t);
         int64_t timeout = next == INT64_MAX ? 1000 : next - t;
         if (s->n_out > 0) {
             int64_t f = s->flush_retry_at_ms > t ? s->flush_retry_at_ms - t

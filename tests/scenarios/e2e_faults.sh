@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end with ledger faults: 3 workers drain 50 services x 10 batches while
-# scabbard-sim answers 429 in bursts (the last 200 ms of every second) and
+# scabbard-sim answers 429 in bursts (the last 150 ms of every 400 ms, so every run meets several) and
 # fails 5% of requests at random (2.5% 5xx, 2.5% dropped connections, half of
 # the dropped POSTs after the ledger took the batch). Every batch still ends
 # Committed and qw-check finds no violation of I1-I4: order kept, one batch
@@ -17,7 +17,7 @@ SEED=${E2E_SEED:-$(( (RANDOM << 15) | RANDOM ))}
 e2e_db
 e2e_workload "$SERVICES" "$BATCHES"
 qw_sim_start "$E2E_DIR/sim" --commit-delay-ms 20 --seed "$SEED" \
-    --fault-429-burst 1000:200 --fault-5xx 0.025 --fault-drop 0.025
+    --fault-429-burst 400:150 --fault-5xx 0.025 --fault-drop 0.025
 e2e_log "fault seed $SEED (replay: E2E_SEED=$SEED); sim at $QW_SIM_URL; starting 3 workers"
 for w in w1 w2 w3; do
     e2e_worker "$w"
