@@ -30,23 +30,24 @@
 #define FULL_FETCH_EVERY 5
 
 struct queuer {
-    struct qw_worker *w;            /* shared state */
-    const struct qw_config *cfg;    /* read-only */
-    struct qw_db *db;               /* this thread's connection */
-    struct qw_svcmap svcs;          /* services we hold */
-    struct qw_claims_result claims; /* last claims transaction */
-    struct qw_rng rng;              /* for backoff */
-    struct qw_txn_policy policy;    /* serializable retry policy */
-    int64_t lease_deadline_ms;      /* monotonic: our claims surely valid until */
-    int64_t next_retry_ms;          /* monotonic: a Delayed/Unknown batch becomes due */
-    char **dirty;                   /* services to fetch again now (jobs came back) */
-    size_t n_dirty;                 /* entries in dirty */
-    size_t cap_dirty;               /* allocated entries */
-    struct qw_pgarray arr[4];       /* reusable array parameters of the mark */
-    struct qw_pgarray filter;       /* services of a partial fetch */
-    bool notified;                  /* a NOTIFY asked for a claims cycle */
-    bool notified_all;              /* ... and for a full fetch (a big load: no names) */
-    int cycles_since_full;          /* claims cycles since the last full fetch */
+    struct qw_worker *w;               /* shared state */
+    const struct qw_config *cfg;       /* read-only */
+    struct qw_db *db;                  /* this thread's connection */
+    struct qw_svcmap svcs;             /* services we hold */
+    struct qw_claims_result claims;    /* last claims transaction */
+    struct qw_rng rng;                 /* for backoff */
+    struct qw_txn_policy policy;       /* claims: SERIALIZABLE, retried */
+    struct qw_txn_policy queue_policy; /* fetch + mark: READ COMMITTED, fenced per row */
+    int64_t lease_deadline_ms;         /* monotonic: our claims surely valid until */
+    int64_t next_retry_ms;             /* monotonic: a Delayed/Unknown batch becomes due */
+    char **dirty;                      /* services to fetch again now (jobs came back) */
+    size_t n_dirty;                    /* entries in dirty */
+    size_t cap_dirty;                  /* allocated entries */
+    struct qw_pgarray arr[4];          /* reusable array parameters of the mark */
+    struct qw_pgarray filter;          /* services of a partial fetch */
+    bool notified;                     /* a NOTIFY asked for a claims cycle */
+    bool notified_all;                 /* ... and for a full fetch (a big load: no names) */
+    int cycles_since_full;             /* claims cycles since the last full fetch */
 };
 
 /* One fetched row, with its strings owned by the fetch result. */
@@ -239,7 +240,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
     struct queue_txn t = {.q = q, .filter = filter};
     struct qw_txn_stats st = {0};
     int64_t began_us = qw_clock_mono_us();
-    int rc = qw_txn_run(&qw_txn_db_ops, q->db, &q->policy, queue_body, &t, &st, err);
+    int rc = qw_txn_run(&qw_txn_db_ops, q->db, &q->queue_policy, queue_body, &t, &st, err);
     add_serialization_retries(q, &st);
     qw_log_debug("queue.done", "all=%d jobs=%zu attempts=%d us=%lld", filter == NULL, t.n_jobs,
                  st.attempts, (long long)(qw_clock_mono_us() - began_us));
@@ -637,6 +638,13 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
         .backoff_max_ms = cfg->worker_txn_backoff_max_ms,
         .rng = &q.rng,
     };
+    /* Fetch and mark need no SERIALIZABLE: every mark is fenced by its claim
+     * row (locked FOR SHARE, re-checked at its newest version) and by a
+     * compare-and-set on the batch, and the in-flight exclusion constraint
+     * holds at any level. Serializable predicate locks on the batch indexes
+     * only produced false conflicts between workers here. */
+    q.queue_policy = q.policy;
+    q.queue_policy.begin_sql = "BEGIN ISOLATION LEVEL READ COMMITTED";
     queuer_loop(&q);
     queuer_shutdown(&q, submitter);
     clear_dirty(&q);

@@ -533,9 +533,12 @@ static void flush_outcomes(struct submitter *s)
     struct qw_error err;
     qw_error_clear(&err);
     struct qw_db_res *res = NULL;
+    int64_t began_us = qw_clock_mono_us();
     int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
     if (rc == QW_OK)
         rc = qw_db_query(s->db, "outcomes_record", 13, params, &res, &err);
+    qw_log_debug("outcomes.flushed", "n=%zu rc=%d us=%lld", s->n_out, rc,
+                 (long long)(qw_clock_mono_us() - began_us));
     if (rc != QW_OK && rc != QW_ERR_DB_CONN && rc != QW_ERR_TIMEOUT && rc != QW_ERR_SERIALIZATION) {
         /* Not a transient failure: say so, and keep retrying (nothing is dropped). */
         qw_log_error("outcomes.failed", "n=%zu sqlstate=%s error=%s", s->n_out, err.sqlstate,

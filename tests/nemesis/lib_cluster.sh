@@ -25,7 +25,9 @@ NM_RETRY_MAX_MS=1000      # dlt.retry_max_ms
 NM_PAUSE_MAX_MS=500       # dlt.pause_max_ms
 NM_GRACE_MS=2000          # worker.shutdown_grace_ms
 NM_FEED_MS=250            # the feeder enqueues one batch per service this often
-NM_SERVICES=16            # services in the workload
+NM_SERVICES=16            # services in the workload; with worker.claim_slack = 0 every
+                          # worker holds its share (16 / 4 workers), so a fault aimed
+                          # at one always hits work
 NM_COMMIT_DELAY_MS=50     # the ledger's commit step: batches stay Pending this long
 NM_FLUSH_BACKOFF_MS=2000  # the submitter's cap on retrying a failed outcome write (submitter.c)
 
@@ -322,6 +324,7 @@ QUEUER_WORKER_LEASE_MS=$NM_LEASE_MS
 QUEUER_WORKER_HARD_EXPIRY_MS=$NM_HARD_MS
 QUEUER_WORKER_CYCLE_MS=$NM_CYCLE_MS
 QUEUER_WORKER_SHUTDOWN_GRACE_MS=$NM_GRACE_MS
+QUEUER_WORKER_CLAIM_SLACK=0
 QUEUER_ADMIN_LISTEN=off
 QUEUER_LOG_LEVEL=info
 ENV
