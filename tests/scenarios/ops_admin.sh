@@ -97,7 +97,8 @@ sc_check "w1 in status --json" alive \
     "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print([i["state"] for i in d["instances"] if i["instance_id"] == "w1"][0])' "$SC_DIR/status.json")"
 
 # prune in a loop while a second workload runs
-sc_gen "$SC_DIR/w2.tsv" 5 20 12 adprn
+# long enough (5 x 60 batches) that several prune runs overlap the work
+sc_gen "$SC_DIR/w2.tsv" 5 60 12 adprn
 sc_load_tsv "$SC_DIR/w2.tsv"
 prunes=0
 for _ in $(seq 1 600); do
