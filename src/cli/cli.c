@@ -65,6 +65,16 @@ int qw_cli_connect(const struct qw_config *cfg, const char *app, struct qw_db **
     return rc;
 }
 
+int qw_cli_open_db(const char *config_path, const char *app, struct qw_db **db)
+{
+    struct qw_config cfg;
+    if (qw_cli_load_config(config_path, &cfg) != QW_OK)
+        return QW_EXIT_CONFIG;
+    int rc = qw_cli_connect(&cfg, app, db);
+    qw_config_free(&cfg);
+    return qw_cli_exit_for(rc);
+}
+
 int qw_cli_config_opt(int argc, char **argv, int *i, const char **path)
 {
     const char *a = argv[*i];

@@ -40,6 +40,14 @@ struct qw_db;
 int qw_cli_connect(const struct qw_config *cfg, const char *app, struct qw_db **db);
 
 /**
+ * Loads the configuration from `config_path` (see qw_cli_load_config) and
+ * connects with application_name `app`; the configuration is not kept.
+ * Returns QW_EXIT_OK with *db open, or the exit code to return (the reason
+ * is printed).
+ */
+int qw_cli_open_db(const char *config_path, const char *app, struct qw_db **db);
+
+/**
  * Parses the common "-c FILE / --config FILE" option at argv[*i]; returns 1
  * when it consumed it (advancing *i), 0 otherwise, -1 when FILE is missing.
  */

@@ -1,6 +1,5 @@
 /* `queuer migrate`: apply pending schema migrations and say what was done. */
 #include "cli/cli.h"
-#include "config/config.h"
 #include "db/db.h"
 #include "db/migrate.h"
 
@@ -31,14 +30,10 @@ int qw_cmd_migrate(int argc, char **argv)
         usage(stderr);
         return QW_EXIT_USAGE;
     }
-    struct qw_config cfg;
-    if (qw_cli_load_config(path, &cfg) != QW_OK)
-        return QW_EXIT_CONFIG;
     struct qw_db *db = NULL;
-    int rc = qw_cli_connect(&cfg, "queuer-migrate", &db);
-    qw_config_free(&cfg);
-    if (rc != QW_OK)
-        return qw_cli_exit_for(rc);
+    int rc = qw_cli_open_db(path, "queuer-migrate", &db);
+    if (rc != QW_EXIT_OK)
+        return rc;
     /* DDL of a large table can take a while; allow it. */
     qw_db_set_timeout(db, 600000);
     struct qw_error err;

@@ -9,7 +9,6 @@
 #include "admin/duration.h"
 #include "cli/cli.h"
 #include "common/clock.h"
-#include "config/config.h"
 #include "db/db.h"
 #include "db/migrate.h"
 
@@ -154,14 +153,10 @@ int qw_cmd_prune(int argc, char **argv)
     int code = parse_args(argc, argv, &a);
     if (code >= 0)
         return code;
-    struct qw_config cfg;
-    if (qw_cli_load_config(a.config, &cfg) != QW_OK)
-        return QW_EXIT_CONFIG;
     struct qw_db *db = NULL;
-    int rc = qw_cli_connect(&cfg, "queuer-prune", &db);
-    qw_config_free(&cfg);
-    if (rc != QW_OK)
-        return qw_cli_exit_for(rc);
+    int rc = qw_cli_open_db(a.config, "queuer-prune", &db);
+    if (rc != QW_EXIT_OK)
+        return rc;
 
     struct qw_error err;
     qw_error_clear(&err);

@@ -1,7 +1,6 @@
 /* `queuer status`: counts, instances and stuck batches from the operator views. */
 #include "admin/status.h"
 #include "cli/cli.h"
-#include "config/config.h"
 #include "db/db.h"
 #include "db/migrate.h"
 
@@ -76,14 +75,10 @@ int qw_cmd_status(int argc, char **argv)
     int code = parse_args(argc, argv, &config, &json, &stuck);
     if (code >= 0)
         return code;
-    struct qw_config cfg;
-    if (qw_cli_load_config(config, &cfg) != QW_OK)
-        return QW_EXIT_CONFIG;
     struct qw_db *db = NULL;
-    int rc = qw_cli_connect(&cfg, "queuer-status", &db);
-    qw_config_free(&cfg);
-    if (rc != QW_OK)
-        return qw_cli_exit_for(rc);
+    int rc = qw_cli_open_db(config, "queuer-status", &db);
+    if (rc != QW_EXIT_OK)
+        return rc;
 
     struct qw_error err;
     qw_error_clear(&err);

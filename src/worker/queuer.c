@@ -8,7 +8,6 @@
 #include "admin/histogram.h"
 #include "common/backoff.h"
 #include "common/clock.h"
-#include "common/hex.h"
 #include "common/log.h"
 #include "db/db.h"
 #include "db/pgarray.h"
