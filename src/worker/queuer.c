@@ -44,6 +44,10 @@ struct queuer {
     size_t cap_dirty;                  /* allocated entries */
     struct qw_pgarray arr[4];          /* reusable array parameters of the mark */
     struct qw_pgarray filter;          /* services of a partial fetch */
+    char **backlog;                    /* services chosen but left out for want of room,
+                                          started as jobs come back (ids owned) */
+    size_t n_backlog;                  /* entries in backlog */
+    size_t backlog_head;               /* next entry to start */
     bool notified;                     /* a NOTIFY asked for a claims cycle */
     bool notified_all;                 /* ... and for a full fetch (a big load: no names) */
     int cycles_since_full;             /* claims cycles since the last full fetch */
@@ -64,6 +68,8 @@ struct queue_txn {
     size_t n_jobs;         /* entries in jobs */
     int64_t next_retry_us; /* from the serial choice, database clock */
     int64_t db_now_us;     /* database clock at fetch */
+    char **overflow;       /* chosen services beyond the room we had (ids owned) */
+    size_t n_overflow;     /* entries in overflow */
     long long n_delayed;   /* fetched oldest batches that are Delayed */
 };
 
@@ -74,6 +80,13 @@ static void free_job_list(struct qw_job *list)
         qw_job_free(list);
         list = next;
     }
+}
+
+static void free_ids(char **ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(ids[i]);
+    free(ids);
 }
 
 static struct qw_job *new_job(enum qw_job_kind kind, const char *service_id, const char *batch_id,
@@ -107,6 +120,9 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
     free_job_list(t->jobs);
     t->jobs = NULL;
     t->n_jobs = 0;
+    free_ids(t->overflow, t->n_overflow);
+    t->overflow = NULL;
+    t->n_overflow = 0;
     t->next_retry_us = 0;
     t->n_delayed = 0;
 
@@ -176,8 +192,17 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         goto out;
     }
     t->next_retry_us = stats.next_retry_us;
-    if (n_chosen > (size_t)(room > 0 ? room : 0))
-        n_chosen = (size_t)(room > 0 ? room : 0);
+    size_t fit = (size_t)(room > 0 ? room : 0);
+    if (n_chosen > fit) {
+        /* No room for all: remember the rest, to start as jobs come back. */
+        t->overflow = calloc(n_chosen - fit, sizeof(*t->overflow));
+        for (size_t i = fit; t->overflow && i < n_chosen; i++) {
+            t->overflow[t->n_overflow] = strdup(in[chosen[i]].service_id);
+            if (t->overflow[t->n_overflow])
+                t->n_overflow++;
+        }
+        n_chosen = fit;
+    }
     if (n_chosen == 0)
         goto out;
 
@@ -245,7 +270,18 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
                  st.attempts, (long long)(qw_clock_mono_us() - began_us));
     if (rc != QW_OK) {
         free_job_list(t.jobs);
+        free_ids(t.overflow, t.n_overflow);
         return rc;
+    }
+    if (!filter || t.n_overflow > 0) {
+        /* A full fetch knows every waiting service: its overflow replaces the
+         * backlog. (A partial one rarely overflows; its rest then does too.) */
+        free_ids(q->backlog, q->n_backlog);
+        q->backlog = t.overflow;
+        q->n_backlog = t.n_overflow;
+        q->backlog_head = 0;
+    } else {
+        free_ids(t.overflow, t.n_overflow);
     }
     int64_t deadline = q->lease_deadline_ms;
     struct qw_job *job = t.jobs;
@@ -426,6 +462,16 @@ static void take_done(struct queuer *q)
                 q->next_retry_ms = 0; /* fall back to a full fetch */
         }
         qw_job_free(job);
+        /* A slot is free: start the next service that waited for one. */
+        while (q->backlog_head < q->n_backlog) {
+            const char *next = q->backlog[q->backlog_head++];
+            struct qw_svc *w = qw_svcmap_get(&q->svcs, next);
+            if (w && w->held && !w->busy && !w->draining) {
+                if (add_dirty(q, next) != QW_OK)
+                    q->next_retry_ms = 0;
+                break;
+            }
+        }
     }
     atomic_store_explicit(&q->w->stats.jobs_busy, (long long)q->svcs.busy, memory_order_relaxed);
 }
@@ -649,6 +695,7 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
     clear_dirty(&q);
     free(q.dirty);
     qw_claims_result_free(&q.claims);
+    free_ids(q.backlog, q.n_backlog);
     qw_svcmap_free(&q.svcs);
     for (int i = 0; i < 4; i++)
         qw_pgarray_free(&q.arr[i]);

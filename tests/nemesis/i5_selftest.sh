@@ -107,8 +107,12 @@ helper=""
 expect "a write committed after the next epoch began is stale" "0 0 0 1"
 n=$(qw_sql "SELECT count(*) FROM nemesis.stale_writes WHERE instance_id = 'w2' AND claim_epoch = 3
               AND next_holder IS NULL")
-[ "$n" = 1 ] && echo "ok: nemesis.stale_writes names it" ||
-    { echo "FAIL: nemesis.stale_writes shows $n rows for it" >&2; failures=$((failures + 1)); }
+if [ "$n" = 1 ]; then
+    echo "ok: nemesis.stale_writes names it"
+else
+    echo "FAIL: nemesis.stale_writes shows $n rows for it" >&2
+    failures=$((failures + 1))
+fi
 
 # A write at an epoch its writer never held (w2 at 5, which is w1's).
 write w2 5

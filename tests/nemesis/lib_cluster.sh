@@ -221,7 +221,7 @@ listen_addresses = '$NM_DB_ADDR'"
     # the workers' role is refused without it.
     local i
     for i in $(seq 1 100); do
-        PGPASSWORD= psql -X -w -q -t -A "host=$QW_PG_DIR/sock user=qw_nemesis dbname=postgres" \
+        PGPASSWORD='' psql -X -w -q -t -A "host=$QW_PG_DIR/sock user=qw_nemesis dbname=postgres" \
             -c "SELECT 1" >/dev/null 2>&1 || return 0
         sleep 0.05
     done
