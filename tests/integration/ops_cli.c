@@ -612,8 +612,9 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
     snprintf(ids, sizeof(ids), "{\"%s\"}", id);
     snprintf(svcs, sizeof(svcs), "{\"%s\"}", svc);
     snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch);
-    const char *params[] = {"w1",  ids,   svcs,     epochs,   "{posting}",  "{Pending}", "{t}",
-                            "{1}", "{NULL}", "{\"\"}", "{accepted}", "{t}", "{f}"};
+    const char *params[] = {"w1",         ids,   svcs,  epochs,   "{posting}",
+                            "{Pending}",  "{t}", "{1}", "{NULL}", "{\"\"}",
+                            "{accepted}", "{t}", "{f}"};
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
