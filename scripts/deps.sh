@@ -9,7 +9,7 @@ packages=(
     libconfig-dev libcmocka-dev libcurl4-openssl-dev libjansson-dev
     libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev
     procps iproute2 util-linux
-    docker-compose python3-yaml
+    docker-compose python3-yaml faketime
 )
 
 missing=()
