@@ -24,8 +24,6 @@ int qw_cli_exit_for(int rc)
         return QW_EXIT_UNAVAILABLE;
     case QW_ERR_BACKPRESSURE:
         return QW_EXIT_TEMPFAIL;
-    case QW_ERR_NOT_IMPLEMENTED:
-        return QW_EXIT_SOFTWARE;
     default:
         return QW_EXIT_FAILURE;
     }

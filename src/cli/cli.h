@@ -15,7 +15,6 @@ enum qw_exit {
     QW_EXIT_DATAERR = 65,     /* invalid input data (malformed batch, bad line) */
     QW_EXIT_NOINPUT = 66,     /* an input file could not be opened */
     QW_EXIT_UNAVAILABLE = 69, /* database unreachable */
-    QW_EXIT_SOFTWARE = 70,    /* not implemented yet / internal error */
     QW_EXIT_TEMPFAIL = 75,    /* back pressure: try again after the backlog drains */
     QW_EXIT_CONFIG = 78,      /* bad configuration */
 };

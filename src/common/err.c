@@ -42,8 +42,6 @@ const char *qw_strerror(int rc)
         return "ledger refused credentials";
     case QW_ERR_SHUTDOWN:
         return "shutting down";
-    case QW_ERR_NOT_IMPLEMENTED:
-        return "not implemented yet";
     }
     return "unknown error";
 }

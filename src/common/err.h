@@ -27,7 +27,6 @@ enum qw_rc {
     QW_ERR_HTTP = -14,           /* the ledger answered with an error status */
     QW_ERR_AUTH = -15,           /* the ledger refused our credentials (401/403) */
     QW_ERR_SHUTDOWN = -16,       /* stopped because the process is shutting down */
-    QW_ERR_NOT_IMPLEMENTED = -17,
 };
 
 /** Static, human-readable name of a result code; never NULL. */
