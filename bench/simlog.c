@@ -207,7 +207,8 @@ void qw_simlog_figures(struct qw_simlog *log, struct qw_simlog_figures *out)
         out->batches_per_s = (double)out->batches_final / out->span_s;
     if (out->batches_final > 0)
         out->requests_per_batch = (double)(out->posts + out->gets) / (double)out->batches_final;
-    qsort(log->samples, log->n_samples, sizeof(*log->samples), cmp_i64);
+    if (log->n_samples > 0) /* qsort's base may not be NULL, even for 0 items */
+        qsort(log->samples, log->n_samples, sizeof(*log->samples), cmp_i64);
     out->turnarounds = log->n_samples;
     out->turnaround_p50_us = qw_simlog_percentile(log->samples, log->n_samples, 50);
     out->turnaround_p99_us = qw_simlog_percentile(log->samples, log->n_samples, 99);
