@@ -31,6 +31,7 @@ cleanup() {
     exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 QW_PG_CONF_EXTRA="track_commit_timestamp = on" qw_pg_start "$dir/pg" || exit 2
 QUEUER_DATABASE_CONNINFO=$QW_PG_CONNINFO "$QUEUER_BIN" migrate >"$dir/migrate.log" 2>&1 || {
