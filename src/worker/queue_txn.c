@@ -12,6 +12,7 @@ struct fetched {
     const char *service_id; /* from the result */
     int64_t epoch;          /* claim epoch */
     int attempts;           /* attempts so far */
+    bool draining;          /* the service is being drained (no new work) */
 };
 
 /* The transaction's argument: inputs, outputs and buffers. */
@@ -75,13 +76,38 @@ static struct qw_job *new_job(enum qw_job_kind kind, const char *service_id, con
     return job;
 }
 
-/* The service's entry if we hold it at `epoch` and no job of it is out. */
+/*
+ * The service's entry if we hold it at `epoch` and no job of it is out.
+ * A draining service is usable too: it takes no new batch (see
+ * keep_for_draining()), but a batch of it in flight is followed and a
+ * Delayed or Unknown batch is retried when due. Skipping those left such
+ * services with nobody to retry them until the surplus was released.
+ */
 static struct qw_svc *usable(struct qw_svcmap *svcs, const char *service_id, int64_t epoch)
 {
     struct qw_svc *s = qw_svcmap_get(svcs, service_id);
-    if (!s || !s->held || s->busy || s->draining || s->epoch != epoch)
+    if (!s || !s->held || s->busy || s->epoch != epoch)
         return NULL;
     return s;
+}
+
+/*
+ * Drops from `chosen` the first submissions of draining services: a
+ * draining service finishes the turn of the batch it started (a retry of a
+ * Delayed or Unknown batch) but starts no new one, so it goes idle and is
+ * released. Returns the new count; the order is kept.
+ */
+static size_t keep_for_draining(const struct qw_serial_batch *in, const struct fetched *meta,
+                                size_t *chosen, size_t n_chosen)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n_chosen; i++) {
+        size_t c = chosen[i];
+        if (meta[c].draining && in[c].status == QW_STATUS_NONE)
+            continue;
+        chosen[k++] = c;
+    }
+    return k;
 }
 
 static int queue_body(void *conn, void *arg, struct qw_error *err)
@@ -111,7 +137,8 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
     for (int i = 0; i < n; i++) {
         const char *svc = qw_db_res_get(res, i, 0);
         int64_t epoch = qw_db_res_int(res, i, 1);
-        if (!usable(p->svcs, svc, epoch))
+        const struct qw_svc *held = usable(p->svcs, svc, epoch);
+        if (!held)
             continue;
         enum qw_batch_status status;
         if (qw_batch_status_parse(qw_db_res_get(res, i, 5), &status) != 0)
@@ -126,7 +153,7 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
             .status = status,
             .retry_at_us = qw_db_res_int(res, i, 6),
         };
-        meta[m] = (struct fetched){svc, epoch, (int)qw_db_res_int(res, i, 7)};
+        meta[m] = (struct fetched){svc, epoch, (int)qw_db_res_int(res, i, 7), held->draining};
         m++;
         t->db_now_us = qw_db_res_int(res, i, 8);
     }
@@ -158,6 +185,7 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         goto out;
     }
     t->next_retry_us = stats.next_retry_us;
+    n_chosen = keep_for_draining(in, meta, chosen, n_chosen);
     size_t fit = (size_t)(room > 0 ? room : 0);
     if (n_chosen > fit) {
         /* No room for all: remember the rest, to start as jobs come back. */

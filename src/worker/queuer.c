@@ -28,6 +28,12 @@
 /* A claims cycle fetches every held service only this often (and when a
  * big load or a due retry asks for it); otherwise just what changed. */
 #define FULL_FETCH_EVERY 5
+/* The claims cycle's scans over all held services (fair share, release of
+ * idle and surplus claims) run this often, counted apart from the full
+ * fetches: retries falling due between cycles run full fetches of their
+ * own, and once reset the same counter, so under a stream of retries (a
+ * 429 storm) the surplus was never released. */
+#define HOUSEKEEPING_EVERY 5
 
 struct queuer {
     struct qw_worker *w;               /* shared state */
@@ -52,6 +58,7 @@ struct queuer {
     bool notified;                     /* a NOTIFY asked for a claims cycle */
     bool notified_all;                 /* ... and for a full fetch (a big load: no names) */
     int cycles_since_full;             /* claims cycles since the last full fetch */
+    int cycles_since_housekeeping;     /* claims cycles since the last housekeeping */
 };
 
 static void add_serialization_retries(struct queuer *q, const struct qw_txn_stats *st)
@@ -59,6 +66,27 @@ static void add_serialization_retries(struct queuer *q, const struct qw_txn_stat
     if (st->serialization_retries)
         atomic_fetch_add_explicit(&q->w->stats.serialization_retries, st->serialization_retries,
                                   memory_order_relaxed);
+}
+
+/* Adds a partial fetch's overflow to the backlog (taking its ids). */
+static int append_backlog(struct queuer *q, struct qw_queue_result *t)
+{
+    size_t keep = q->n_backlog - q->backlog_head;
+    char **grown = malloc((keep + t->n_overflow) * sizeof(*grown));
+    if (!grown)
+        return QW_ERR_NOMEM;
+    for (size_t i = 0; i < q->backlog_head; i++)
+        free(q->backlog[i]);
+    memcpy(grown, q->backlog + q->backlog_head, keep * sizeof(*grown));
+    memcpy(grown + keep, t->overflow, t->n_overflow * sizeof(*grown));
+    free(q->backlog);
+    free(t->overflow);
+    q->backlog = grown;
+    q->n_backlog = keep + t->n_overflow;
+    q->backlog_head = 0;
+    t->overflow = NULL;
+    t->n_overflow = 0;
+    return QW_OK;
 }
 
 /* Fetch + queue for all held services (filter NULL) or the listed ones. */
@@ -78,15 +106,18 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
                  t.stats.attempts, (long long)(qw_clock_mono_us() - began_us));
     if (rc != QW_OK)
         return rc;
-    if (!filter || t.n_overflow > 0) {
+    if (!filter) {
         /* A full fetch knows every waiting service: its overflow replaces the
-         * backlog. (A partial one rarely overflows; its rest then does too.) */
+         * backlog. A partial one adds to it (replacing it forgot services
+         * that waited for room until the next full fetch). */
         qw_queue_free_ids(q->backlog, q->n_backlog);
         q->backlog = t.overflow;
         q->n_backlog = t.n_overflow;
         q->backlog_head = 0;
         t.overflow = NULL;
         t.n_overflow = 0;
+    } else if (t.n_overflow > 0 && append_backlog(q, &t) != QW_OK) {
+        q->next_retry_ms = 0; /* cannot remember them: fall back to a full fetch */
     }
     int64_t deadline = q->lease_deadline_ms;
     struct qw_job *job = t.jobs;
@@ -108,12 +139,17 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
     atomic_store_explicit(&q->w->stats.jobs_busy, (long long)q->svcs.busy, memory_order_relaxed);
     if (!filter)
         atomic_store_explicit(&q->w->stats.ops.delayed, t.n_delayed, memory_order_relaxed);
+    /* When the next Delayed/Unknown batch falls due. A full fetch saw every
+     * service and sets it; a partial one saw only a few and may only bring
+     * it forward (it used to overwrite it, forgetting the retries of every
+     * other service until the next full fetch). */
+    int64_t due_ms = INT64_MAX;
     if (t.next_retry_us > 0) {
         int64_t in_ms = (t.next_retry_us - t.db_now_us) / 1000 + 1;
-        q->next_retry_ms = qw_clock_mono_ms() + (in_ms > 0 ? in_ms : 0);
-    } else {
-        q->next_retry_ms = INT64_MAX;
+        due_ms = qw_clock_mono_ms() + (in_ms > 0 ? in_ms : 0);
     }
+    if (!filter || due_ms < q->next_retry_ms)
+        q->next_retry_ms = due_ms;
     qw_queue_result_free(&t);
     return QW_OK;
 }
@@ -346,6 +382,21 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
     return cycle;
 }
 
+/*
+ * Wakes the other workers after we gave claims back, so a service we
+ * released as surplus (often one with a Delayed batch waiting) is taken
+ * over at once instead of at the taker's next housekeeping. Best effort:
+ * without it the takeover still happens, a few cycles later.
+ */
+static void announce_released(struct queuer *q)
+{
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_exec(q->db, "NOTIFY queuer_work", &err) != QW_OK)
+        qw_log_debug("claims.notify_failed", "error=%s",
+                     qw_log_quote((char[300]){0}, 300, err.msg));
+}
+
 static void log_failure(const char *event, const struct qw_error *err)
 {
     char quoted[600];
@@ -396,10 +447,15 @@ static void queuer_loop(struct queuer *q)
             bool full = ++q->cycles_since_full >= FULL_FETCH_EVERY || q->notified_all ||
                         t >= q->next_retry_ms;
             /* Polling workers (no LISTEN) learn of new services only here. */
-            bool housekeeping = full || woken || !cfg->worker_listen;
+            bool housekeeping = ++q->cycles_since_housekeeping >= HOUSEKEEPING_EVERY || woken ||
+                                q->notified_all || !cfg->worker_listen;
+            if (housekeeping)
+                q->cycles_since_housekeeping = 0;
             rc = heartbeat(q, &err);
             if (rc == QW_OK)
                 rc = claims_step(q, true, housekeeping, &err);
+            if (rc == QW_OK && q->claims.released > 0)
+                announce_released(q);
             if (rc == QW_OK)
                 rc = queue_now(q, full, &err);
             if (rc == QW_OK) {
