@@ -49,6 +49,18 @@ static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
     out->paused = atomic_load_explicit(&st->paused, memory_order_relaxed) != 0;
     out->stopping = atomic_load_explicit(&a->w->stop, memory_order_relaxed) != 0;
     out->last_cycle_age_ms = -1;
+    static const char *const requests[2] = {"post", "status"};
+    out->n_failures = 0;
+    for (int r = 0; r < 2; r++) {
+        for (int k = QW_DLT_FAIL_NONE + 1; k < QW_DLT_FAIL_COUNT; k++) {
+            if (out->n_failures < QW_METRICS_FAILURES_MAX)
+                out->failures[out->n_failures++] = (struct qw_metrics_failure){
+                    requests[r], qw_dlt_failure_name((enum qw_dlt_failure)k),
+                    load(&st->ledger_failures[r][k])};
+        }
+    }
+    int64_t failing_since = load(&st->outcomes_failing_since_ms);
+    out->outcomes_failing_ms = failing_since > 0 ? qw_clock_mono_ms() - failing_since : 0;
     if (a->ops) {
         out->delayed = load(&a->ops->delayed);
         int64_t last = load(&a->ops->last_cycle_ok_ms);

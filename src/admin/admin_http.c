@@ -89,6 +89,11 @@ int qw_admin_readiness(const struct qw_metrics_snapshot *s, int db_rc, const cha
         snprintf(why, why_len, "database unreachable: %s", db_msg && *db_msg ? db_msg : "?");
         return 0;
     }
+    if (s->outcomes_failing_ms > QW_ADMIN_OUTCOMES_FAILING_MS) {
+        snprintf(why, why_len, "outcomes cannot be written (failing for %lld ms)",
+                 (long long)s->outcomes_failing_ms);
+        return 0;
+    }
     if (max_cycle_age_ms > 0) {
         if (s->last_cycle_age_ms < 0) {
             snprintf(why, why_len, "no claims cycle completed yet");

@@ -18,6 +18,8 @@
 #ifndef QW_ADMIN_ADMIN_HTTP_H
 #define QW_ADMIN_ADMIN_HTTP_H
 
+#define QW_ADMIN_OUTCOMES_FAILING_MS 2000 /* /readyz: outcome writes failing longer than this */
+
 #include "admin/metrics.h"
 #include "common/err.h"
 

@@ -96,6 +96,13 @@ char *qw_metrics_render(const struct qw_metrics_snapshot *s, size_t *len)
     label_value(&b, s->instance_id);
     qw_strbuf_printf(&b, "\"} 1\n");
 
+    family(&b, "ledger_failures_total", "counter",
+           "Failed exchanges with the ledger by request (post, status) and kind.");
+    for (size_t i = 0; i < s->n_failures && i < QW_METRICS_FAILURES_MAX; i++)
+        qw_strbuf_printf(&b, "queuer_ledger_failures_total{request=\"%s\",kind=\"%s\"} %lld\n",
+                         s->failures[i].request, s->failures[i].kind,
+                         (long long)s->failures[i].count);
+
     family(&b, "submissions_total", "counter",
            "Batch POSTs to the ledger by outcome: accepted (202), backpressure (429), "
            "invalid (400), auth_refused (401/403), failed (5xx, 404, network, timeout).");

@@ -6,6 +6,8 @@
  *
  * Metric families (all prefixed queuer_):
  *   build_info{version,instance_id}           gauge, always 1
+ *   ledger_failures_total{request,kind}       counter: failed ledger exchanges (post,
+ *                                             status) by kind (http_5xx, timeout, ...)
  *   submissions_total{outcome}                counter: accepted, backpressure (429),
  *                                             invalid (400), auth_refused (401/403), failed
  *   batch_statuses_total{status}              counter: Pending, Committed, Valid, Invalid,
@@ -28,6 +30,15 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#define QW_METRICS_FAILURES_MAX 32 /* (request, kind) pairs of ledger_failures_total */
+
+/** One sample of queuer_ledger_failures_total; strings borrowed, static. */
+struct qw_metrics_failure {
+    const char *request; /* "post" or "status" */
+    const char *kind;    /* failure kind ("http_5xx", "malformed", ...) */
+    int64_t count;       /* failed exchanges of that kind */
+};
 
 struct qw_metrics_snapshot {
     const char *instance_id;       /* label value; borrowed, may be NULL */
@@ -52,8 +63,12 @@ struct qw_metrics_snapshot {
     int paused;                    /* 1 while submissions pause after a 429 */
     int stopping;                  /* 1 once a graceful stop was requested */
     int64_t last_cycle_age_ms;     /* ms since the last successful cycle; -1 = none yet */
-    struct qw_histogram_snapshot cycle_duration; /* claims cycle durations */
-    struct qw_histogram_snapshot ledger_latency; /* ledger POST latencies */
+    int64_t outcomes_failing_ms;   /* how long outcome writes have failed in a row, ms;
+                                      0 = they succeed */
+    struct qw_metrics_failure failures[QW_METRICS_FAILURES_MAX]; /* ledger failures by kind */
+    size_t n_failures;                                           /* entries in failures */
+    struct qw_histogram_snapshot cycle_duration;                 /* claims cycle durations */
+    struct qw_histogram_snapshot ledger_latency;                 /* ledger POST latencies */
 };
 
 /**

@@ -27,6 +27,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: queuer batch show ID [-c FILE] [--json]\n"
             "       queuer batch retry ID [-c FILE] [--reason TEXT]\n"
+            "       queuer batch retry --invalid ID --reason TEXT [-c FILE]\n"
             "       queuer batch cancel ID --reason TEXT [-c FILE]\n"
             "\n"
             "ID is a batch id or a unique prefix of at least 16 of its characters.\n"
@@ -35,6 +36,9 @@ static void usage(FILE *out)
             "        in the service's queue, and its full history.\n"
             "retry   a Delayed, Unknown or parked batch becomes due now; the worker holding\n"
             "        its service resubmits it (a parked batch gets one more attempt).\n"
+            "        With --invalid: a batch marked Invalid by mistake (e.g. a proxy's 400)\n"
+            "        is queued again; needs --reason. Later batches of its service may\n"
+            "        already be at the ledger, which then sees this one after them.\n"
             "cancel  ends a waiting, Delayed, Unknown or parked batch as Invalid with the\n"
             "        reason, so the next batch of its service may go.\n"
             "\n"
@@ -55,6 +59,7 @@ struct args {
     const char *config;  /* -c FILE, or NULL */
     const char *reason;  /* --reason, or NULL */
     int json;            /* bool: --json (show) */
+    int invalid;         /* bool: --invalid (retry an Invalid batch) */
 };
 
 /* Returns -1 to go on, else the exit code of a usage error or --help. */
@@ -74,6 +79,8 @@ static int parse_args(int argc, char **argv, struct args *a)
             return QW_EXIT_USAGE;
         if (strcmp(arg, "--json") == 0) {
             a->json = 1;
+        } else if (strcmp(arg, "--invalid") == 0) {
+            a->invalid = 1;
         } else if (strcmp(arg, "--reason") == 0 && i + 1 < argc) {
             a->reason = argv[++i];
         } else if (arg[0] == '-') {
@@ -124,13 +131,19 @@ static int parse_args(int argc, char **argv, struct args *a)
                                                : "--reason is longer than 1000 bytes");
         return QW_EXIT_USAGE;
     }
-    if (strcmp(a->action, "cancel") == 0) {
+    if (a->invalid && strcmp(a->action, "retry") != 0) {
+        fprintf(stderr, "queuer batch %s: --invalid goes with retry\n", a->action);
+        return QW_EXIT_USAGE;
+    }
+    if (strcmp(a->action, "cancel") == 0 || a->invalid) {
         const char *p = a->reason;
         while (p && isspace((unsigned char)*p))
             p++;
         if (!p || !*p) {
-            fprintf(stderr, "queuer batch cancel: --reason TEXT is required (it is kept in "
-                            "the batch's history)\n");
+            fprintf(stderr,
+                    "queuer batch %s: --reason TEXT is required (it is kept in "
+                    "the batch's history)\n",
+                    a->invalid ? "retry --invalid" : "cancel");
             return QW_EXIT_USAGE;
         }
     }
@@ -325,8 +338,10 @@ static int do_action(struct qw_db *db, const struct args *a)
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    int rc =
-        qw_db_query(db, cancel ? "ops_batch_cancel" : "ops_batch_retry", 2, params, &res, &err);
+    const char *statement = cancel       ? "ops_batch_cancel"
+                            : a->invalid ? "ops_batch_retry_invalid"
+                                         : "ops_batch_retry";
+    int rc = qw_db_query(db, statement, 2, params, &res, &err);
     if (rc == QW_ERR_SERIALIZATION) {
         /* 55P03 from the function's lock_timeout: a worker holds the rows. */
         fprintf(stderr,

@@ -4,6 +4,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "dlt/dlt_retry_after.h"
+#include "dlt/dlt_text.h"
 #include "dlt/dlt_url.h"
 
 #include <curl/curl.h>
@@ -55,6 +56,8 @@ struct qw_dlt_client {
     size_t max_response_bytes;       /* bytes */
     int max_in_flight;               /* transfers */
     int64_t retry_after_max_ms;      /* ms */
+    char *token;                     /* copy of the bearer token for masking echoes, or NULL;
+                                        wiped when freed */
     int in_flight;                   /* transfers started and not yet reported */
     bool in_callback;                /* a result callback is running */
     struct qw_dlt_xfer *head;        /* transfers in flight, newest first */
@@ -170,7 +173,8 @@ int qw_dlt_client_new(struct qw_dlt_client **out, const struct qw_dlt_opts *opts
     int rc;
     c->base_url = strdup(opts->base_url);
     c->ca_file = ca ? strdup(ca) : NULL;
-    if (!c->base_url || (ca && !c->ca_file)) {
+    c->token = opts->token && *opts->token ? strdup(opts->token) : NULL;
+    if (!c->base_url || (ca && !c->ca_file) || (opts->token && *opts->token && !c->token)) {
         rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -240,6 +244,10 @@ void qw_dlt_client_free(struct qw_dlt_client *c)
         curl_multi_cleanup(c->multi);
     headers_free(c->post_headers);
     headers_free(c->get_headers);
+    if (c->token) {
+        explicit_bzero(c->token, strlen(c->token));
+        free(c->token);
+    }
     free(c->base_url);
     free(c->ca_file);
     free(c);
@@ -520,6 +528,8 @@ static void xfer_report(struct qw_dlt_client *c, struct qw_dlt_xfer *x, qw_dlt_d
     char msg[QW_DLT_MESSAGE_MAX];
     long http_status = 0;
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &http_status);
+    /* Before anything reads the body: a ledger or proxy may echo our credentials. */
+    qw_dlt_text_mask_secret(x->body, x->body_len, c->token);
     struct qw_dlt_response resp = {
         .transport = transport_from_curl(x->result, x->too_large),
         .transport_detail = x->errbuf[0] ? x->errbuf : curl_easy_strerror(x->result),

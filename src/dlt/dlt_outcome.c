@@ -5,6 +5,7 @@
 #include "dlt/dlt_text.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -48,6 +49,72 @@ const char *qw_dlt_transport_name(enum qw_dlt_transport transport)
         return "transport error";
     }
     return "?";
+}
+
+const char *qw_dlt_failure_name(enum qw_dlt_failure failure)
+{
+    static const char *const names[QW_DLT_FAIL_COUNT] = {
+        [QW_DLT_FAIL_NONE] = "none",
+        [QW_DLT_FAIL_BACKPRESSURE] = "backpressure",
+        [QW_DLT_FAIL_REJECTED] = "rejected",
+        [QW_DLT_FAIL_AUTH] = "auth",
+        [QW_DLT_FAIL_HTTP_4XX] = "http_4xx",
+        [QW_DLT_FAIL_HTTP_5XX] = "http_5xx",
+        [QW_DLT_FAIL_HTTP_OTHER] = "http_other",
+        [QW_DLT_FAIL_MALFORMED] = "malformed",
+        [QW_DLT_FAIL_CONNECT] = "connect",
+        [QW_DLT_FAIL_TIMEOUT] = "timeout",
+        [QW_DLT_FAIL_DROPPED] = "dropped",
+        [QW_DLT_FAIL_TOO_LARGE] = "too_large",
+        [QW_DLT_FAIL_TLS] = "tls",
+        [QW_DLT_FAIL_TRANSPORT] = "transport",
+    };
+    if ((int)failure < 0 || failure >= QW_DLT_FAIL_COUNT)
+        return "?";
+    return names[failure];
+}
+
+enum qw_dlt_failure qw_dlt_failure_kind(int kind, enum qw_dlt_outcome outcome,
+                                        enum qw_dlt_transport transport, long http_status)
+{
+    switch (outcome) {
+    case QW_DLT_ACCEPTED:
+    case QW_DLT_OK:
+    case QW_DLT_ABANDONED:
+        return QW_DLT_FAIL_NONE;
+    case QW_DLT_BACKPRESSURE:
+        return QW_DLT_FAIL_BACKPRESSURE;
+    case QW_DLT_INVALID:
+        return QW_DLT_FAIL_REJECTED;
+    case QW_DLT_AUTH:
+        return QW_DLT_FAIL_AUTH;
+    case QW_DLT_RETRY:
+        break;
+    }
+    switch (transport) {
+    case QW_DLT_TRANSPORT_OK:
+        break;
+    case QW_DLT_TRANSPORT_CONNECT:
+        return QW_DLT_FAIL_CONNECT;
+    case QW_DLT_TRANSPORT_TIMEOUT:
+        return QW_DLT_FAIL_TIMEOUT;
+    case QW_DLT_TRANSPORT_DROPPED:
+        return QW_DLT_FAIL_DROPPED;
+    case QW_DLT_TRANSPORT_TOO_LARGE:
+        return QW_DLT_FAIL_TOO_LARGE;
+    case QW_DLT_TRANSPORT_TLS:
+        return QW_DLT_FAIL_TLS;
+    case QW_DLT_TRANSPORT_OTHER:
+        return QW_DLT_FAIL_TRANSPORT;
+    }
+    long expected = kind == 0 ? 202 : 200;
+    if (http_status == expected)
+        return QW_DLT_FAIL_MALFORMED;
+    if (http_status >= 400 && http_status < 500)
+        return QW_DLT_FAIL_HTTP_4XX;
+    if (http_status >= 500 && http_status < 600)
+        return QW_DLT_FAIL_HTTP_5XX;
+    return QW_DLT_FAIL_HTTP_OTHER;
 }
 
 /*
@@ -103,23 +170,23 @@ static json_t *body_object(const struct qw_dlt_response *resp)
     return root;
 }
 
-/* The body's "message" for a 400: JSON {"message": "..."} or else the raw body. */
-static void message_invalid(const struct qw_dlt_response *resp, char *msg, size_t cap)
+/*
+ * A 400 is the ledger's verdict on the batch only in scabbard's error
+ * shape, a JSON object whose "message" is a non-empty string; its message
+ * becomes `msg`. Anything else (a proxy's HTML page, a TLS port answering
+ * plain HTTP, an empty body) did not come from the ledger's validation and
+ * is classified RETRY by the caller. Returns true for the ledger's shape.
+ */
+static bool ledger_rejection(const struct qw_dlt_response *resp, char *msg, size_t cap)
 {
-    if (!msg || cap == 0)
-        return;
     json_t *root = body_object(resp);
     const json_t *text = root ? json_object_get(root, "message") : NULL;
-    size_t written = 0;
-    if (json_is_string(text))
-        written = qw_dlt_text_sanitize(msg, cap, json_string_value(text), json_string_length(text));
-    else if (resp->body)
-        written = qw_dlt_text_sanitize(msg, cap, resp->body, resp->body_len);
-    if (written == 0) {
-        static const char none[] = "HTTP 400 without a message";
-        qw_dlt_text_sanitize(msg, cap, none, sizeof(none) - 1);
-    }
+    bool ours = json_is_string(text) && json_string_length(text) > 0;
+    if (ours && msg && cap > 0 &&
+        qw_dlt_text_sanitize(msg, cap, json_string_value(text), json_string_length(text)) == 0)
+        ours = false; /* only spaces and control characters: not a message */
     json_decref(root);
+    return ours;
 }
 
 static enum qw_dlt_outcome classify_accepted(const struct qw_dlt_response *resp, char *msg,
@@ -153,8 +220,10 @@ enum qw_dlt_outcome qw_dlt_classify_post(const struct qw_dlt_response *resp, cha
         message_http(msg, msg_cap, "back pressure", resp);
         return QW_DLT_BACKPRESSURE;
     case 400:
-        message_invalid(resp, msg, msg_cap);
-        return QW_DLT_INVALID;
+        if (ledger_rejection(resp, msg, msg_cap))
+            return QW_DLT_INVALID;
+        message_http(msg, msg_cap, "not from the ledger", resp);
+        return QW_DLT_RETRY;
     case 401:
     case 403:
         message_http(msg, msg_cap, "credentials refused", resp);

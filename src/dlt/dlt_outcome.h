@@ -35,6 +35,25 @@ enum qw_dlt_outcome {
     QW_DLT_ABANDONED,    /* never finished: cancelled (shutdown); outcome unknown */
 };
 
+/** Why an exchange with the ledger failed, for metrics and log lines. */
+enum qw_dlt_failure {
+    QW_DLT_FAIL_NONE = 0,     /* it did not fail (or it was cancelled) */
+    QW_DLT_FAIL_BACKPRESSURE, /* 429 */
+    QW_DLT_FAIL_REJECTED,     /* 400 in scabbard's error shape: the batch is Invalid */
+    QW_DLT_FAIL_AUTH,         /* 401/403 */
+    QW_DLT_FAIL_HTTP_4XX,     /* another 4xx (a 400 not from the ledger included) */
+    QW_DLT_FAIL_HTTP_5XX,     /* 5xx */
+    QW_DLT_FAIL_HTTP_OTHER,   /* any other unexpected status */
+    QW_DLT_FAIL_MALFORMED,    /* the expected status with a body we cannot use */
+    QW_DLT_FAIL_CONNECT,      /* could not connect */
+    QW_DLT_FAIL_TIMEOUT,      /* timed out */
+    QW_DLT_FAIL_DROPPED,      /* connection lost mid-exchange */
+    QW_DLT_FAIL_TOO_LARGE,    /* response over the cap */
+    QW_DLT_FAIL_TLS,          /* TLS failure */
+    QW_DLT_FAIL_TRANSPORT,    /* another transport error */
+    QW_DLT_FAIL_COUNT         /* number of kinds */
+};
+
 /** A finished exchange as the classifier sees it; all pointers borrowed. */
 struct qw_dlt_response {
     enum qw_dlt_transport transport; /* how the exchange ended */
@@ -50,14 +69,27 @@ const char *qw_dlt_outcome_name(enum qw_dlt_outcome outcome);
 /** Static lower-case name of a transport result ("ok", "timeout", ...); never NULL. */
 const char *qw_dlt_transport_name(enum qw_dlt_transport transport);
 
+/** Static lower-case name of a failure kind ("http_5xx", ...); never NULL. */
+const char *qw_dlt_failure_name(enum qw_dlt_failure failure);
+
+/**
+ * The failure kind of a classified exchange (`kind` is an enum
+ * qw_dlt_kind: 0 POST, 1 STATUS). Pure.
+ */
+enum qw_dlt_failure qw_dlt_failure_kind(int kind, enum qw_dlt_outcome outcome,
+                                        enum qw_dlt_transport transport, long http_status);
+
 /**
  * Classifies a finished batch POST:
  *   transport error                      -> RETRY
  *   202 + JSON object with string "link" -> ACCEPTED (message = the link)
  *   202 otherwise                        -> RETRY
  *   429                                  -> BACKPRESSURE
- *   400                                  -> INVALID (message = the body's
- *                                           "message", else the raw body)
+ *   400 + JSON object with a non-empty
+ *         string "message" (scabbard's
+ *         error shape)                   -> INVALID (message = that message)
+ *   400 otherwise (a proxy's page, ...)  -> RETRY ("HTTP 400 not from the
+ *                                           ledger: <body>")
  *   401, 403                             -> AUTH
  *   anything else (404, 5xx, 2xx, 3xx)   -> RETRY
  * Writes a one-line, sanitised explanation into `msg` (capacity `msg_cap`,

@@ -3,6 +3,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 
 /*
  * Length of the well-formed UTF-8 sequence at `s` (at most `avail` bytes),
@@ -73,4 +75,30 @@ size_t qw_dlt_text_sanitize(char *out, size_t cap, const char *in, size_t len)
     }
     out[pos] = '\0';
     return pos;
+}
+
+void qw_dlt_text_mask_secret(char *buf, size_t len, const char *token)
+{
+    if (!buf)
+        return;
+    size_t tlen = token ? strlen(token) : 0;
+    for (size_t i = 0; tlen > 0 && i + tlen <= len; i++) {
+        if (memcmp(buf + i, token, tlen) == 0) {
+            memset(buf + i, '*', tlen);
+            i += tlen - 1;
+        }
+    }
+    static const char header[] = "authorization:";
+    const size_t hlen = sizeof(header) - 1;
+    for (size_t i = 0; i + hlen <= len; i++) {
+        if (strncasecmp(buf + i, header, hlen) != 0)
+            continue;
+        size_t j = i + hlen;
+        while (j < len && (buf[j] == ' ' || buf[j] == '\t'))
+            j++;
+        while (j < len && buf[j] != '\r' && buf[j] != '\n' && buf[j] != '"' && buf[j] != '<' &&
+               buf[j] != '\0')
+            buf[j++] = '*';
+        i = j - 1;
+    }
 }

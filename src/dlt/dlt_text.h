@@ -14,4 +14,13 @@
  */
 size_t qw_dlt_text_sanitize(char *out, size_t cap, const char *in, size_t len);
 
+/**
+ * Masks secrets in untrusted ledger text in place, before anything is
+ * parsed, logged or stored: every occurrence of `token` (NULL or "" =
+ * none) and the value of every "Authorization:" header line (up to the
+ * end of the line, a quote or a '<') become '*', keeping the length, so a
+ * ledger or proxy that echoes our request cannot leak the credentials.
+ */
+void qw_dlt_text_mask_secret(char *buf, size_t len, const char *token);
+
 #endif

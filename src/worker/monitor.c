@@ -22,11 +22,12 @@ static void plan_final(const struct qw_job *job, enum qw_dlt_status_type type, c
         plan->event = QW_EV_VALID;
         break;
     default: {
-        char what[QW_OUTCOME_TEXT_MAX];
-        snprintf(what, sizeof(what), "ledger reports Invalid: %.200s", message);
+        char cut[QW_OUTCOME_CUT_MAX], what[QW_OUTCOME_TEXT_MAX];
+        qw_plan_textf(cut, sizeof(cut), "%s", message);
+        qw_plan_textf(what, sizeof(what), "ledger reports Invalid: %s", cut);
         qw_plan_status(plan, job, QW_STATUS_INVALID, QW_AFTER_END_FINAL, what, ctx->now_ms);
         plan->event = QW_EV_INVALID;
-        snprintf(plan->outcome.last_error, sizeof(plan->outcome.last_error), "%s", what);
+        qw_plan_textf(plan->outcome.last_error, sizeof(plan->outcome.last_error), "%s", what);
         break;
     }
     }

@@ -1,9 +1,25 @@
 /* The submitter's pure decisions about POST answers; see outcome.h. */
 #include "worker/outcome.h"
+#include "dlt/dlt_text.h"
 #include "worker/monitor.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+void qw_plan_textf(char *dst, size_t cap, const char *fmt, ...)
+{
+    char buf[2 * QW_OUTCOME_TEXT_MAX + QW_DLT_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof(buf))
+        n = (int)sizeof(buf) - 1;
+    qw_dlt_text_sanitize(dst, cap, buf, (size_t)n);
+}
 
 const char *qw_outcome_expect_name(enum qw_outcome_expect e)
 {
@@ -60,11 +76,11 @@ void qw_plan_status(struct qw_plan *plan, const struct qw_job *job, enum qw_batc
     if (job->accepted_unrecorded) {
         o->attempts_add = 1;
         o->posted = true;
-        snprintf(o->detail, sizeof(o->detail),
-                 "accepted by the ledger (HTTP 202), then %s after %lld ms", what,
-                 (long long)(now_ms - job->accepted_ms));
+        qw_plan_textf(o->detail, sizeof(o->detail),
+                      "accepted by the ledger (HTTP 202), then %s after %lld ms", what,
+                      (long long)(now_ms - job->accepted_ms));
     } else {
-        snprintf(o->detail, sizeof(o->detail), "%s", what);
+        qw_plan_textf(o->detail, sizeof(o->detail), "%s", what);
     }
 }
 
@@ -132,9 +148,9 @@ static void plan_invalid(const struct qw_job *view, const struct qw_dlt_result *
     o->attempts_add = 1;
     o->posted = true;
     o->go_on = qw_plan_may_go_on(view, ctx);
-    snprintf(o->last_error, sizeof(o->last_error), "rejected by the ledger (HTTP 400): %s",
-             r->message ? r->message : "");
-    snprintf(o->detail, sizeof(o->detail), "%s", o->last_error);
+    qw_plan_textf(o->last_error, sizeof(o->last_error), "rejected by the ledger (HTTP 400): %s",
+                  r->message ? r->message : "");
+    qw_plan_textf(o->detail, sizeof(o->detail), "%s", o->last_error);
 }
 
 static void plan_auth(const struct qw_job *view, const struct qw_plan_ctx *ctx,
@@ -162,8 +178,9 @@ static void plan_retry(const struct qw_job *view, const struct qw_dlt_result *r,
     struct qw_outcome *o = &plan->outcome;
     o->attempts_add = 1;
     o->posted = true;
-    snprintf(o->last_error, sizeof(o->last_error), "POST failed (%s, HTTP %ld): %s",
-             qw_dlt_transport_name(r->transport), r->http_status, r->message ? r->message : "");
+    qw_plan_textf(o->last_error, sizeof(o->last_error), "POST failed (%s, HTTP %ld): %s",
+                  qw_dlt_transport_name(r->transport), r->http_status,
+                  r->message ? r->message : "");
     if (exhausted) {
         o->retry_ms = QW_OUTCOME_RETRY_NEVER;
         snprintf(o->detail, sizeof(o->detail),
@@ -173,8 +190,10 @@ static void plan_retry(const struct qw_job *view, const struct qw_dlt_result *r,
     } else {
         o->retry_ms = qw_backoff_exponential_jitter(view->attempts, ctx->retry_base_ms,
                                                     ctx->retry_max_ms, ctx->rng);
-        snprintf(o->detail, sizeof(o->detail), "%.200s; retry in %lld ms", o->last_error,
-                 (long long)o->retry_ms);
+        char cut[QW_OUTCOME_CUT_MAX];
+        qw_plan_textf(cut, sizeof(cut), "%s", o->last_error);
+        qw_plan_textf(o->detail, sizeof(o->detail), "%s; retry in %lld ms", cut,
+                      (long long)o->retry_ms);
     }
 }
 

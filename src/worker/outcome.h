@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #define QW_OUTCOME_TEXT_MAX 256        /* bytes of last_error and detail, with the NUL */
+#define QW_OUTCOME_CUT_MAX 201         /* bytes of ledger text quoted inside a longer detail */
 #define QW_OUTCOME_NO_RETRY INT64_MIN  /* retry_ms: retry_at NULL */
 #define QW_OUTCOME_RETRY_NEVER (-1)    /* retry_ms: retry_at infinity (parked for an operator) */
 #define QW_OUTCOME_MAX_CHAINED 32      /* fast-path batches per job before the queuer looks again */
@@ -168,6 +169,14 @@ void qw_plan_pending(struct qw_plan *plan, const struct qw_job *job, enum qw_out
 
 /** Gives a job that was never posted back to the database (submitted = false). */
 void qw_plan_requeue(struct qw_plan *plan, const struct qw_job *job, const char *why);
+
+/**
+ * Formats into `dst` (capacity `cap`) as one line of valid UTF-8, cut on a
+ * character boundary (never inside one: PostgreSQL refuses a broken
+ * sequence, SQLSTATE 22021, and with it a whole group of outcomes).
+ */
+void qw_plan_textf(char *dst, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /** Whether a job whose batch ends may go on with its service's next batch (fast path). */
 bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx);

@@ -30,11 +30,18 @@ struct qw_outcome_item {
     bool written;              /* after a write: the fence and the expected state held */
     int next_row;              /* after a write: the result row of the service's next
                                   batch marked on the way, -1 = none */
+    bool isolated;             /* after a write: the database refused this outcome as it
+                                  was; it was written in a plain form (see below) */
+    bool refused;              /* ... and refused that too: nothing was written for it */
+    char sqlstate[6];          /* isolated/refused: the SQLSTATE of the first refusal */
+    struct qw_db_res *res;     /* the result next_row belongs to (owned by the writer) */
 };
 
 struct qw_outcome_writer {
-    struct qw_pgarray param; /* the queuer.outcome[] literal, reused */
-    struct qw_db_res *res;   /* result of the last successful write, owned */
+    struct qw_pgarray param;     /* the queuer.outcome[] literal, reused */
+    struct qw_db_res *res;       /* result of the last group write, owned */
+    struct qw_db_res **isolated; /* results of the last write done one outcome at a time */
+    size_t n_isolated;           /* entries in isolated */
 };
 
 /** The service's next batch that a write marked for submission (strings borrowed). */
@@ -54,18 +61,27 @@ void qw_outcome_writer_free(struct qw_outcome_writer *w);
 
 /**
  * Writes the `n` outcomes of `items` on `db` as `instance_id`, in one
- * statement (autocommit). On QW_OK every item's `written` and `next_row`
- * are set and the result is kept for qw_outcome_writer_next() until the
- * next write or qw_outcome_writer_free(). Errors: QW_ERR_INVALID (an
+ * statement (autocommit). When the database refuses that statement for a
+ * reason a retry will not fix (bad data, not a lost connection, a lock or
+ * a timeout), the outcomes are written again one by one in one
+ * transaction: an outcome refused on its own is written in a plain form
+ * (`isolated`: ASCII texts naming the refusal, a bounded retry delay) or,
+ * if that is refused too, left out (`refused`), so one bad outcome never
+ * holds back the others.
+ *
+ * On QW_OK every item's `written`, `next_row` (with `res`), `isolated` and
+ * `refused` are set; results stay valid for qw_outcome_writer_next() until
+ * the next write or qw_outcome_writer_free(). Errors: QW_ERR_INVALID (an
  * outcome with an out-of-range expectation or status: nothing is sent),
- * QW_ERR_NOMEM, or the database's classified error (db.h) with detail in
- * `err`; the items are then untouched. Submitter thread only.
+ * QW_ERR_NOMEM, or the database's classified, transient error (db.h) with
+ * detail in `err`: nothing was written (retry the group later).
+ * Submitter thread only.
  */
 QW_MUST_CHECK int qw_outcome_writer_write(struct qw_outcome_writer *w, struct qw_db *db,
                                           const char *instance_id, struct qw_outcome_item *items,
                                           size_t n, struct qw_error *err);
 
-/** Reads result row `row` (an item's next_row) of the last write. */
-void qw_outcome_writer_next(const struct qw_outcome_writer *w, int row, struct qw_next_batch *out);
+/** Reads the next batch an item's write marked (item->next_row >= 0), from the last write. */
+void qw_outcome_writer_next(const struct qw_outcome_item *item, struct qw_next_batch *out);
 
 #endif

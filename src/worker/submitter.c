@@ -35,6 +35,10 @@
 
 #define OUTCOME_GROUP_FULL 256 /* flush at once when this many outcomes wait */
 #define OUTCOME_GROUP_AGE_MS 2 /* flush a group at most this old */
+#define FAILURE_LOG_EVERY_MS                                                                       \
+    1000                   /* at most one ledger.request_failed line per request                   \
+                              type this often (the rest are counted) */
+#define NOTE_POLL_ERRORS 3 /* failed polls in a row before last_error is noted */
 
 struct submitter {
     struct qw_worker *w;             /* shared state */
@@ -56,6 +60,9 @@ struct submitter {
     int owned;                       /* jobs owned and not yet handed back */
     int posting;                     /* POSTs in flight */
     struct qw_outcome_writer writer; /* the grouped write */
+    int64_t failure_logged_ms[2];    /* when ledger.request_failed was last logged, per request
+                                        type (0 POST, 1 status) */
+    long long failures_unlogged[2];  /* failures since, not logged */
 };
 
 static void flush_outcomes(struct submitter *s);
@@ -163,6 +170,62 @@ static struct qw_plan_ctx plan_ctx(const struct submitter *s, struct qw_rng *rng
     };
 }
 
+/*
+ * Counts a failed ledger exchange by kind (queuer_ledger_failures_total)
+ * and logs it at warn, at most once a second per request type with the
+ * number of failures not logged since.
+ */
+static void note_failure(struct submitter *s, const struct qw_job *job,
+                         const struct qw_dlt_result *r)
+{
+    enum qw_dlt_failure kind =
+        qw_dlt_failure_kind(r->kind, r->outcome, r->transport, r->http_status);
+    if (kind == QW_DLT_FAIL_NONE)
+        return;
+    int req = r->kind == QW_DLT_KIND_POST ? 0 : 1;
+    atomic_fetch_add_explicit(&s->w->stats.ledger_failures[req][kind], 1, memory_order_relaxed);
+    int64_t t = now_ms();
+    if (s->failure_logged_ms[req] != 0 && t - s->failure_logged_ms[req] < FAILURE_LOG_EVERY_MS) {
+        s->failures_unlogged[req]++;
+        return;
+    }
+    char quoted[600];
+    /* A 400 not from the ledger (a proxy, a TLS port answering plain HTTP)
+     * means a misconfiguration every POST meets: say so loudly. */
+    bool loud = r->kind == QW_DLT_KIND_POST && r->http_status == 400;
+    qw_log(loud ? QW_LOG_ERROR : QW_LOG_WARN, "ledger.request_failed",
+           "request=%s kind=%s service=%s batch=%.16s http_status=%ld message=%s "
+           "not_logged_since=%lld",
+           req == 0 ? "post" : "status", qw_dlt_failure_name(kind), job->service_id, job->batch_id,
+           r->http_status, qw_log_quote(quoted, sizeof(quoted), r->message),
+           s->failures_unlogged[req]);
+    s->failure_logged_ms[req] = t;
+    s->failures_unlogged[req] = 0;
+}
+
+/*
+ * Notes in the batch's last_error why its status cannot be read (after a
+ * few failed polls in a row, and every few after that), so an operator
+ * sees more than a batch "submitting" for a long time. Fenced like every
+ * write; a failure here changes nothing and is only logged.
+ */
+static void note_poll_errors(struct submitter *s, const struct qw_job *job,
+                             const struct qw_dlt_result *r, int poll_errors)
+{
+    if (poll_errors < NOTE_POLL_ERRORS || poll_errors % NOTE_POLL_ERRORS != 0)
+        return;
+    char note[QW_OUTCOME_TEXT_MAX], epoch[24];
+    qw_plan_textf(note, sizeof(note), "status poll failed %d times in a row: %s", poll_errors,
+                  r->message ? r->message : "");
+    snprintf(epoch, sizeof(epoch), "%lld", (long long)job->epoch);
+    const char *params[] = {s->w->instance_id, job->batch_id, job->service_id, epoch, note};
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_ok(s->db) && qw_db_query(s->db, "batches_note", 5, params, NULL, &err) != QW_OK)
+        qw_log_debug("batch.note_failed", "batch=%.16s error=%s", job->batch_id,
+                     qw_log_quote((char[300]){0}, 300, err.msg));
+}
+
 /* Counts and logs what a plan says happened (the adapter side of outcome.h). */
 static void count_and_log(struct submitter *s, const struct qw_job *job,
                           const struct qw_dlt_result *r, const struct qw_plan *p)
@@ -191,6 +254,7 @@ static void count_and_log(struct submitter *s, const struct qw_job *job,
         return;
     case QW_EV_POST_AUTH:
         atomic_fetch_add_explicit(&st->posts_auth, 1, memory_order_relaxed);
+        atomic_store(&st->paused, 1); /* submissions pause for refused credentials too */
         if (p->pause_grew)
             qw_log_error("ledger.auth_refused",
                          "http_status=%ld pause_ms=%lld hint=\"check dlt.token_file or "
@@ -203,9 +267,6 @@ static void count_and_log(struct submitter *s, const struct qw_job *job,
         if (p->event == QW_EV_POST_EXHAUSTED)
             qw_log_error("batch.exhausted", "service=%s batch=%.16s attempts=%d", job->service_id,
                          job->batch_id, job->attempts + 1);
-        qw_log_debug("batch.post_failed", "service=%s batch=%.16s http_status=%ld transport=%s",
-                     job->service_id, job->batch_id, r->http_status,
-                     qw_dlt_transport_name(r->transport));
         return;
     case QW_EV_COMMITTED:
         atomic_fetch_add_explicit(&st->final_committed, 1, memory_order_relaxed);
@@ -223,9 +284,11 @@ static void count_and_log(struct submitter *s, const struct qw_job *job,
         qw_log_info("batch.unknown", "service=%s batch=%.16s confirmed_after_ms=%lld",
                     job->service_id, job->batch_id, (long long)p->unknown_ms);
         return;
+    case QW_EV_POLL_FAILED:
+        note_poll_errors(s, job, r, p->poll_errors);
+        return;
     case QW_EV_NONE:
     case QW_EV_ABANDONED:
-    case QW_EV_POLL_FAILED:
     case QW_EV_PENDING:
     case QW_EV_UNKNOWN_SEEN:
         return;
@@ -270,6 +333,7 @@ static void on_transfer_done(const struct qw_dlt_result *r, void *arg)
     struct qw_plan_ctx ctx = plan_ctx(s, &s->rng);
     struct qw_plan plan;
     qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
+    note_failure(s, job, r);
     count_and_log(s, job, r, &plan);
     apply_plan(s, job, &plan);
 }
@@ -286,6 +350,16 @@ static void requeue(struct submitter *s, struct qw_job *job, const char *why)
 static void apply_outcome(struct submitter *s, const struct qw_outcome_item *item)
 {
     struct qw_job *job = item->job;
+    if (item->isolated || item->refused)
+        qw_log_error("outcome.refused", "service=%s batch=%.16s sqlstate=%s action=%s",
+                     job->service_id, job->batch_id, item->sqlstate,
+                     item->refused ? "handed_back" : "recorded_plain");
+    if (item->refused) {
+        /* Nothing could be written: the batch stays as the database shows it
+         * and is followed again from there (adopted, or resubmitted). */
+        hand_back(s, job, QW_JOB_END_ABANDONED);
+        return;
+    }
     if (!item->written) {
         qw_log_info("claim.lost", "service=%s batch=%.16s epoch=%lld action=drop", job->service_id,
                     job->batch_id, (long long)job->epoch);
@@ -365,6 +439,11 @@ static void flush_outcomes(struct submitter *s)
         qw_log_error("outcomes.failed", "n=%zu sqlstate=%s error=%s", s->n_out, err.sqlstate,
                      qw_log_quote((char[300]){0}, 300, err.msg));
     }
+    if (rc != QW_OK) {
+        /* /readyz turns not-ready while outcomes cannot be written. */
+        long long zero = 0;
+        atomic_compare_exchange_strong(&s->w->stats.outcomes_failing_since_ms, &zero, now_ms());
+    }
     if (rc == QW_ERR_SERIALIZATION) {
         /* A claim row of the group is locked by another transaction (NOWAIT
          * answered 55P03: a claims transaction renewing or taking it over):
@@ -383,6 +462,7 @@ static void flush_outcomes(struct submitter *s)
     }
     s->flush_failures = 0;
     s->flush_retry_at_ms = 0;
+    atomic_store_explicit(&s->w->stats.outcomes_failing_since_ms, 0, memory_order_relaxed);
     size_t n = s->n_out, rows = 0;
     s->n_out = 0;
     for (size_t i = 0; i < n; i++)
@@ -394,7 +474,7 @@ static void flush_outcomes(struct submitter *s)
         const struct qw_outcome_item *item = &s->out[i];
         if (item->written && item->next_row >= 0) {
             struct qw_next_batch nb;
-            qw_outcome_writer_next(&s->writer, item->next_row, &nb);
+            qw_outcome_writer_next(item, &nb);
             continue_job(s, item->job, &nb);
         } else {
             apply_outcome(s, item);

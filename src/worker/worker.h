@@ -23,6 +23,7 @@
 
 #include "admin/ops_stats.h"
 #include "config/config.h"
+#include "dlt/dlt_outcome.h"
 #include "worker/handoff.h"
 
 #include <stdatomic.h>
@@ -46,7 +47,11 @@ struct qw_worker_stats {
     atomic_llong flushes;               /* grouped outcome statements committed */
     atomic_llong outcomes;              /* outcomes written by them */
     atomic_int paused;                  /* 1 while submissions pause after a 429 */
-    struct qw_ops_stats ops;            /* histograms and gauges for /metrics (admin/ops_stats.h) */
+    atomic_llong ledger_failures[2][QW_DLT_FAIL_COUNT]; /* failed exchanges by request
+                                                            (0 POST, 1 status) and kind */
+    atomic_llong outcomes_failing_since_ms;             /* monotonic ms of the first failed outcome
+                                                           write in a row; 0 = writes succeed */
+    struct qw_ops_stats ops; /* histograms and gauges for /metrics (admin/ops_stats.h) */
 };
 
 struct qw_worker {

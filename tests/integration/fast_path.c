@@ -253,6 +253,53 @@ static void test_writer_round_trips_text(void **state)
     qw_db_res_free(res);
 }
 
+/*
+ * Item 1 of issue 18: one outcome the database refuses (here a retry delay
+ * beyond what an interval holds, SQLSTATE 22008) must not hold back the
+ * group: it is isolated and recorded in a plain form, the others are
+ * written, and the write succeeds.
+ */
+static void test_refused_outcome_is_isolated(void **state)
+{
+    struct fixture *f = *state;
+    struct qw_job job = {.kind = QW_JOB_SUBMIT, .epoch = 7};
+    snprintf(job.service_id, sizeof(job.service_id), "%s", SVC);
+    snprintf(job.batch_id, sizeof(job.batch_id), "%s", f->ids[0]);
+    struct qw_job stale = job;
+    stale.epoch = 6; /* a claim we no longer hold: matches nothing */
+    struct qw_outcome_item items[2] = {{.job = &stale}, {.job = &job}};
+    items[0].outcome = (struct qw_outcome){.expect = QW_EXPECT_PENDING,
+                                           .status = QW_STATUS_COMMITTED,
+                                           .submitted = true,
+                                           .retry_ms = QW_OUTCOME_NO_RETRY,
+                                           .after = QW_AFTER_END_FINAL};
+    items[1].outcome = (struct qw_outcome){.expect = QW_EXPECT_PENDING,
+                                           .status = QW_STATUS_DELAYED,
+                                           .retry_ms = INT64_MAX / 2,
+                                           .after = QW_AFTER_END_RETRY};
+    snprintf(items[1].outcome.detail, sizeof(items[1].outcome.detail), "HTTP 503: retry later");
+    struct qw_outcome_writer w;
+    qw_outcome_writer_init(&w);
+    struct qw_error err;
+    qw_error_clear(&err);
+    int rc = qw_outcome_writer_write(&w, f->db, "w1", items, 2, &err);
+    if (rc != QW_OK)
+        fail_msg("the group failed as a whole: %s (SQLSTATE %s)", err.msg, err.sqlstate);
+    assert_false(items[0].written);
+    assert_false(items[0].isolated);
+    assert_true(items[1].written);
+    assert_true(items[1].isolated);
+    assert_string_equal(items[1].sqlstate, "22008");
+    qw_outcome_writer_free(&w);
+    assert_int_equal(COUNT(f,
+                           "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s' "
+                           "AND status = 'Delayed' AND NOT submitted "
+                           "AND retry_at < now() + interval '8 days' "
+                           "AND last_error LIKE 'outcome refused by the database%%'",
+                           f->ids[0]),
+                     1);
+}
+
 /* An expectation the statement does not know is an error, not the widest check. */
 static void test_unknown_expectation_is_refused(void **state)
 {
@@ -292,6 +339,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_epoch_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_round_trips_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_expectation_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused_outcome_is_isolated, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -313,6 +313,54 @@ static void test_batch_retry(void **state)
     teardown_env(&e);
 }
 
+/*
+ * Issue 18 item 2: a batch marked Invalid by mistake (a proxy's HTML 400)
+ * goes back to its service's queue, audited, only with --invalid and a
+ * reason; other states are refused.
+ */
+static void test_batch_retry_invalid(void **state)
+{
+    (void)state;
+    struct env e;
+    setup_env(&e, "ops_retry_invalid");
+    char *out = NULL, *err = NULL;
+    char *id = batch(&e, 0, 0);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Invalid', submitted = true, attempts = 1, "
+         "last_error = 'rejected by the ledger (HTTP 400): Bad Request' WHERE batch_id = '%s'",
+         id);
+    /* plain retry still refuses a final batch; --invalid needs a reason */
+    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "retry", id, NULL), 1);
+    assert_int_equal(run_queuer(&e, NULL, NULL, NULL, "batch", "retry", "--invalid", id, NULL), 64);
+    int rc = run_queuer(&e, NULL, &out, &err, "batch", "retry", "--invalid", id, "--reason",
+                        "proxy answered 400", NULL);
+    if (rc != 0)
+        fail_msg("retry --invalid: %d %s", rc, err);
+    expect_contains(out, "queued again");
+    free(out);
+    free(err);
+    assert_int_equal(scalarf(&e,
+                             "SELECT (status IS NULL AND NOT submitted AND retry_at IS NULL)::int "
+                             "FROM queuer.batches WHERE batch_id = '%s'",
+                             id),
+                     1);
+    char *row = stringf(&e,
+                        "SELECT concat_ws('|', from_status, to_status, instance_id, detail) "
+                        "FROM queuer.batch_history WHERE batch_id = '%s' ORDER BY id DESC LIMIT 1",
+                        id);
+    expect_contains(row, "Invalid|Retrying|operator:postgres|operator retry of an Invalid batch");
+    expect_contains(row, "proxy answered 400");
+    free(row);
+    /* now it is not Invalid: --invalid refuses */
+    assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "retry", "--invalid", id,
+                                "--reason", "again", NULL),
+                     1);
+    expect_contains(err, "not Invalid");
+    free(err);
+    free(id);
+    teardown_env(&e);
+}
+
 static void test_batch_cancel(void **state)
 {
     (void)state;
@@ -865,6 +913,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_retry),
+        cmocka_unit_test(test_batch_retry_invalid),
         cmocka_unit_test(test_batch_cancel),
         cmocka_unit_test(test_batch_show),
         cmocka_unit_test(test_cancel_waits_for_worker_mark_then_refuses),

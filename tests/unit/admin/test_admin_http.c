@@ -92,6 +92,21 @@ static const struct ready_case ready_cases[] = {
     {1, 100, QW_ERR_DB_CONN, 5000, 0, "stopping"},
 };
 
+/* Issue 18 item 1: not ready while outcomes cannot be written (a short blip is tolerated). */
+static void test_readiness_outcomes_failing(void **state)
+{
+    (void)state;
+    struct qw_metrics_snapshot s;
+    memset(&s, 0, sizeof(s));
+    s.last_cycle_age_ms = 100;
+    char why[200];
+    s.outcomes_failing_ms = QW_ADMIN_OUTCOMES_FAILING_MS;
+    assert_int_equal(qw_admin_readiness(&s, QW_OK, "", 5000, why, sizeof(why)), 1);
+    s.outcomes_failing_ms = QW_ADMIN_OUTCOMES_FAILING_MS + 1;
+    assert_int_equal(qw_admin_readiness(&s, QW_OK, "", 5000, why, sizeof(why)), 0);
+    assert_non_null(strstr(why, "outcomes cannot be written"));
+}
+
 static void test_readiness_table(void **state)
 {
     (void)state;
@@ -309,6 +324,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_listen_parse_table),
         cmocka_unit_test(test_readiness_table),
+        cmocka_unit_test(test_readiness_outcomes_failing),
         cmocka_unit_test(test_server_endpoints),
         cmocka_unit_test(test_server_not_ready),
         cmocka_unit_test(test_server_refuses_bad_addresses),

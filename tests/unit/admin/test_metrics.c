@@ -88,6 +88,9 @@ static struct qw_metrics_snapshot sample_snapshot(void)
     s.posts_invalid = 2;
     s.posts_auth = 1;
     s.posts_failed = 3;
+    s.n_failures = 2;
+    s.failures[0] = (struct qw_metrics_failure){"post", "http_5xx", 3};
+    s.failures[1] = (struct qw_metrics_failure){"status", "malformed", 5};
     s.final_committed = 110;
     s.final_valid = 4;
     s.final_invalid = 5;
@@ -116,6 +119,9 @@ static struct qw_metrics_snapshot sample_snapshot(void)
 /* Lines the renderer must produce for sample_snapshot(), exactly. */
 static const char *const expected_lines[] = {
     "# TYPE queuer_build_info gauge",
+    "# TYPE queuer_ledger_failures_total counter",
+    "queuer_ledger_failures_total{request=\"post\",kind=\"http_5xx\"} 3",
+    "queuer_ledger_failures_total{request=\"status\",kind=\"malformed\"} 5",
     "queuer_build_info{version=\"0.1.0\",instance_id=\"w-1\"} 1",
     "# TYPE queuer_submissions_total counter",
     "queuer_submissions_total{outcome=\"accepted\"} 120",

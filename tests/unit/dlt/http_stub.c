@@ -13,6 +13,8 @@
  *   stat  batch_statuses answer: ids starting 'c' Committed, 'e' Invalid,
  *         'f' left out, others Pending, plus one id nobody asked for
  *   sbad  200 with truncated JSON
+ *   echo  503, text body echoing the request's Authorization header (a proxy)
+ *   ech4  400 {"message": ...} echoing the token inside the ledger's message
  * Connections are kept alive between requests unless the behaviour closes.
  */
 #include "http_stub.h"
@@ -136,8 +138,9 @@ static void answer_statuses(int fd, const char *target)
 }
 
 /* Answers one request; returns false when the connection must end. */
-static bool answer(int fd, const char *target)
+static bool answer(int fd, const struct http_stub_request *req)
 {
+    const char *target = req->target;
     const char *svc = strstr(target, "/scabbard/");
     char behaviour[5] = "";
     if (svc && strlen(svc) >= 10 + 12 + 4)
@@ -146,6 +149,18 @@ static bool answer(int fd, const char *target)
     if (strcmp(behaviour, "a202") == 0) {
         respond(fd, 202, "Content-Type: application/json\r\n",
                 "{\"link\": \"http://127.0.0.1/batch_statuses?ids=abc\"}");
+    } else if (strcmp(behaviour, "echo") == 0) {
+        char body[600];
+        snprintf(body, sizeof(body),
+                 "<html>upstream failed; your request:\r\nAuthorization: %s\r\n</html>",
+                 req->authorization);
+        respond(fd, 503, "Content-Type: text/html\r\n", body);
+    } else if (strcmp(behaviour, "ech4") == 0) {
+        const char *token = strchr(req->authorization, ' ');
+        char body[600];
+        snprintf(body, sizeof(body), "{\"message\": \"bad batch (client token %s)\"}",
+                 token ? token + 1 : "");
+        respond(fd, 400, "Content-Type: application/json\r\n", body);
     } else if (strcmp(behaviour, "r429") == 0) {
         respond(fd, 429, "Retry-After: 7\r\n", NULL);
     } else if (strcmp(behaviour, "d429") == 0) {
@@ -288,7 +303,7 @@ static void *conn_loop(void *arg)
     struct conn *c = arg;
     struct http_stub_request *req = malloc(sizeof(*req));
     while (req && read_request(c->server, c->fd, req)) {
-        if (!answer(c->fd, req->target))
+        if (!answer(c->fd, req))
             break;
     }
     free(req);

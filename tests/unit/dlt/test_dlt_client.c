@@ -157,6 +157,21 @@ static void test_accepted_and_headers(void **state)
         assert_int_equal(req.body[i], (unsigned char)i);
 }
 
+/* Issue 18 item 3: a ledger or proxy echoing our credentials never gets them into a message. */
+static void test_token_redacted(void **state)
+{
+    struct fixture *f = *state;
+    struct seen s = {0};
+    post_one(f, "echo", &s);
+    assert_int_equal(s.last.outcome, QW_DLT_RETRY);
+    assert_null(strstr(s.message, "s3cret-token"));
+    assert_non_null(strstr(s.message, "Authorization:"));
+    post_one(f, "ech4", &s);
+    assert_int_equal(s.last.outcome, QW_DLT_INVALID);
+    assert_null(strstr(s.message, "s3cret-token"));
+    assert_non_null(strstr(s.message, "bad batch (client token *"));
+}
+
 static void test_backpressure_retry_after(void **state)
 {
     struct fixture *f = *state;
@@ -542,6 +557,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_accepted_and_headers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_token_redacted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backpressure_retry_after, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_response_too_large, setup, teardown),

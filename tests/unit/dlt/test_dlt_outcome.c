@@ -1,4 +1,5 @@
 /* Unit tests for classifying ledger responses (POST and status GET). */
+#include "dlt/dlt_client.h"
 #include "dlt/dlt_outcome.h"
 
 #include <setjmp.h>
@@ -48,11 +49,16 @@ static void test_post_status_table(void **state)
         {429, "slow down", QW_DLT_BACKPRESSURE, "slow down"},
         {400, "{\"message\": \"signature mismatch\"}", QW_DLT_INVALID, "signature mismatch"},
         {400, "{\"message\": \"multi\\nline\\r\\n text\"}", QW_DLT_INVALID, "multi line text"},
-        {400, "plain reason\n", QW_DLT_INVALID, "plain reason"},
-        {400, "{\"message\": 17}", QW_DLT_INVALID, "{\"message\": 17}"},
-        {400, "{\"error\": \"other shape\"}", QW_DLT_INVALID, "other shape"},
-        {400, NULL, QW_DLT_INVALID, "HTTP 400 without a message"},
-        {400, "  \r\n ", QW_DLT_INVALID, "HTTP 400 without a message"},
+        /* a 400 is the ledger's verdict only in scabbard's error shape; anything else
+         * (a proxy's HTML page, a TLS port answering plain HTTP) is a failed attempt */
+        {400, "plain reason\n", QW_DLT_RETRY, "HTTP 400 not from the ledger: plain reason"},
+        {400, "{\"message\": 17}", QW_DLT_RETRY, "HTTP 400 not from the ledger"},
+        {400, "{\"error\": \"other shape\"}", QW_DLT_RETRY, "other shape"},
+        {400, NULL, QW_DLT_RETRY, "HTTP 400 not from the ledger"},
+        {400, "  \r\n ", QW_DLT_RETRY, "HTTP 400 not from the ledger"},
+        {400, "<html><body>400 Bad Request</body></html>", QW_DLT_RETRY, "400 Bad Request"},
+        {400, "{\"message\": \"\"}", QW_DLT_RETRY, "HTTP 400 not from the ledger"},
+        {400, "[{\"message\": \"x\"}]", QW_DLT_RETRY, "HTTP 400 not from the ledger"},
         {401, NULL, QW_DLT_AUTH, "HTTP 401"},
         {403, "forbidden", QW_DLT_AUTH, "forbidden"},
         {404, "no such circuit", QW_DLT_RETRY, "HTTP 404"},
@@ -133,19 +139,23 @@ static void test_invalid_message_bounded(void **state)
         assert_true((unsigned char)*p >= 0x20);
     free(body);
 
-    /* the raw body fallback is bounded too */
+    /* a raw (not scabbard) 400 body is bounded too */
     char raw[3000];
     memset(raw, 'r', sizeof(raw) - 1);
     raw[sizeof(raw) - 1] = '\0';
     r = http(400, raw);
-    assert_int_equal(qw_dlt_classify_post(&r, msg, sizeof(msg)), QW_DLT_INVALID);
+    assert_int_equal(qw_dlt_classify_post(&r, msg, sizeof(msg)), QW_DLT_RETRY);
     assert_int_equal(strlen(msg), QW_DLT_MESSAGE_MAX - 1);
 
     /* small caps and no buffer at all are safe */
     char tiny[4];
+    snprintf(raw, sizeof(raw), "{\"message\": \"rrrrrr\"}");
+    r = http(400, raw);
     assert_int_equal(qw_dlt_classify_post(&r, tiny, sizeof(tiny)), QW_DLT_INVALID);
     assert_string_equal(tiny, "rrr");
     assert_int_equal(qw_dlt_classify_post(&r, NULL, 0), QW_DLT_INVALID);
+    memset(raw, 'r', sizeof(raw) - 1);
+    raw[sizeof(raw) - 1] = '\0';
     r = http(503, raw);
     assert_int_equal(qw_dlt_classify_post(&r, tiny, sizeof(tiny)), QW_DLT_RETRY);
     assert_int_equal(strlen(tiny), 3);
@@ -174,9 +184,9 @@ static void test_deeply_nested_bodies(void **state)
     body[2 * depth] = '\0';
     struct qw_dlt_response r = http(202, body);
     assert_int_equal(qw_dlt_classify_post(&r, NULL, 0), QW_DLT_RETRY);
-    r.http_status = 400;
+    r.http_status = 400; /* not scabbard's shape: a failed attempt, not a verdict */
     char msg[QW_DLT_MESSAGE_MAX];
-    assert_int_equal(qw_dlt_classify_post(&r, msg, sizeof(msg)), QW_DLT_INVALID);
+    assert_int_equal(qw_dlt_classify_post(&r, msg, sizeof(msg)), QW_DLT_RETRY);
     free(body);
 }
 
@@ -288,6 +298,47 @@ static void test_status_transport_errors(void **state)
     }
 }
 
+/* Issue 18 item 4: every failed exchange has a kind for /metrics and the log. */
+static void test_failure_kinds(void **state)
+{
+    (void)state;
+    static const struct {
+        enum qw_dlt_kind kind;
+        enum qw_dlt_outcome outcome;
+        enum qw_dlt_transport transport;
+        long http_status;
+        enum qw_dlt_failure want;
+    } cases[] = {
+        {QW_DLT_KIND_POST, QW_DLT_ACCEPTED, QW_DLT_TRANSPORT_OK, 202, QW_DLT_FAIL_NONE},
+        {QW_DLT_KIND_STATUS, QW_DLT_OK, QW_DLT_TRANSPORT_OK, 200, QW_DLT_FAIL_NONE},
+        {QW_DLT_KIND_POST, QW_DLT_ABANDONED, QW_DLT_TRANSPORT_OTHER, 0, QW_DLT_FAIL_NONE},
+        {QW_DLT_KIND_POST, QW_DLT_BACKPRESSURE, QW_DLT_TRANSPORT_OK, 429, QW_DLT_FAIL_BACKPRESSURE},
+        {QW_DLT_KIND_POST, QW_DLT_INVALID, QW_DLT_TRANSPORT_OK, 400, QW_DLT_FAIL_REJECTED},
+        {QW_DLT_KIND_POST, QW_DLT_AUTH, QW_DLT_TRANSPORT_OK, 403, QW_DLT_FAIL_AUTH},
+        {QW_DLT_KIND_POST, QW_DLT_RETRY, QW_DLT_TRANSPORT_OK, 400, QW_DLT_FAIL_HTTP_4XX},
+        {QW_DLT_KIND_POST, QW_DLT_RETRY, QW_DLT_TRANSPORT_OK, 404, QW_DLT_FAIL_HTTP_4XX},
+        {QW_DLT_KIND_POST, QW_DLT_RETRY, QW_DLT_TRANSPORT_OK, 503, QW_DLT_FAIL_HTTP_5XX},
+        {QW_DLT_KIND_POST, QW_DLT_RETRY, QW_DLT_TRANSPORT_OK, 202, QW_DLT_FAIL_MALFORMED},
+        {QW_DLT_KIND_STATUS, QW_DLT_RETRY, QW_DLT_TRANSPORT_OK, 200, QW_DLT_FAIL_MALFORMED},
+        {QW_DLT_KIND_STATUS, QW_DLT_RETRY, QW_DLT_TRANSPORT_OK, 302, QW_DLT_FAIL_HTTP_OTHER},
+        {QW_DLT_KIND_STATUS, QW_DLT_RETRY, QW_DLT_TRANSPORT_TOO_LARGE, 200, QW_DLT_FAIL_TOO_LARGE},
+        {QW_DLT_KIND_STATUS, QW_DLT_RETRY, QW_DLT_TRANSPORT_TIMEOUT, 0, QW_DLT_FAIL_TIMEOUT},
+        {QW_DLT_KIND_POST, QW_DLT_RETRY, QW_DLT_TRANSPORT_CONNECT, 0, QW_DLT_FAIL_CONNECT},
+        {QW_DLT_KIND_POST, QW_DLT_RETRY, QW_DLT_TRANSPORT_DROPPED, 0, QW_DLT_FAIL_DROPPED},
+        {QW_DLT_KIND_POST, QW_DLT_RETRY, QW_DLT_TRANSPORT_TLS, 0, QW_DLT_FAIL_TLS},
+        {QW_DLT_KIND_POST, QW_DLT_RETRY, QW_DLT_TRANSPORT_OTHER, 0, QW_DLT_FAIL_TRANSPORT},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        enum qw_dlt_failure got = qw_dlt_failure_kind(cases[i].kind, cases[i].outcome,
+                                                      cases[i].transport, cases[i].http_status);
+        if (got != cases[i].want)
+            fail_msg("case %zu: got %s, want %s", i, qw_dlt_failure_name(got),
+                     qw_dlt_failure_name(cases[i].want));
+    }
+    for (int k = 0; k < QW_DLT_FAIL_COUNT; k++)
+        assert_string_not_equal(qw_dlt_failure_name((enum qw_dlt_failure)k), "?");
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -309,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_status_table),
         cmocka_unit_test(test_status_ok_detail),
         cmocka_unit_test(test_status_transport_errors),
+        cmocka_unit_test(test_failure_kinds),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, setup_ids, NULL);

@@ -79,9 +79,24 @@ static void test_long_input_fills_cap(void **state)
     assert_int_equal(strlen(out), 511);
 }
 
+/* Issue 18 item 3: the token and any Authorization header value are masked in place. */
+static void test_mask_secret(void **state)
+{
+    (void)state;
+    char buf[] = "x tok3n y Authorization: Bearer tok3n\r\nauthorization:basic QWxh\"z tok3";
+    qw_dlt_text_mask_secret(buf, strlen(buf), "tok3n");
+    assert_string_equal(
+        buf, "x ***** y Authorization: ************\r\nauthorization:**********\"z tok3");
+    char none[] = "nothing here";
+    qw_dlt_text_mask_secret(none, strlen(none), NULL);
+    qw_dlt_text_mask_secret(none, strlen(none), "");
+    assert_string_equal(none, "nothing here");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mask_secret),
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_embedded_nul_and_length),
         cmocka_unit_test(test_long_input_fills_cap),

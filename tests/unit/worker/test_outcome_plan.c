@@ -525,6 +525,70 @@ static void test_requeue(void **state)
     assert_null(qw_outcome_expect_name((enum qw_outcome_expect)9));
 }
 
+/* True when `s` is well-formed UTF-8 (what PostgreSQL accepts as text). */
+static bool utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        int n = *p < 0x80             ? 1
+                : (*p & 0xe0) == 0xc0 ? 2
+                : (*p & 0xf0) == 0xe0 ? 3
+                : (*p & 0xf8) == 0xf0 ? 4
+                                      : 0;
+        if (n == 0 || (n == 2 && *p < 0xc2))
+            return false;
+        for (int i = 1; i < n; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return false;
+        }
+        p += n;
+    }
+    return true;
+}
+
+/* Item 1 of issue 18: ledger text is cut on character boundaries, never inside one. */
+static void test_texts_stay_utf8(void **state)
+{
+    (void)state;
+    char jp[QW_DLT_MESSAGE_MAX] = "";
+    while (strlen(jp) + 21 < sizeof(jp))
+        strcat(jp, "取引が無効です"); /* 7 characters, 21 bytes */
+    struct qw_rng rng;
+    qw_rng_seed(&rng, 3);
+    struct qw_plan_ctx ctx = ctx_at(NOW, &rng);
+    struct qw_ledger_pause pause = {0};
+    struct qw_job job = {.kind = QW_JOB_SUBMIT, .attempts = 1};
+    struct qw_plan p;
+    static const enum qw_dlt_outcome posts[] = {QW_DLT_INVALID, QW_DLT_RETRY};
+    for (size_t i = 0; i < 2; i++) {
+        /* every prefix length, so every cut position inside a character is met */
+        for (size_t len = 100; len < strlen(jp); len++) {
+            char msg[QW_DLT_MESSAGE_MAX];
+            snprintf(msg, sizeof(msg), "%.*s", (int)len, jp);
+            struct qw_dlt_result r = {.kind = POST,
+                                      .outcome = posts[i],
+                                      .http_status = 503,
+                                      .retry_after_ms = -1,
+                                      .message = msg};
+            qw_outcome_plan(&job, &r, &ctx, &pause, &p);
+            assert_int_equal(p.action, QW_PLAN_RECORD);
+            if (!utf8_valid(p.outcome.last_error) || !utf8_valid(p.outcome.detail))
+                fail_msg("POST %s, message of %zu bytes: text cut inside a character",
+                         qw_dlt_outcome_name(posts[i]), len);
+        }
+    }
+    for (size_t len = 100; len < QW_DLT_STATUS_MESSAGE_MAX; len++) {
+        struct qw_dlt_status st = {.reported = true, .type = QW_DLT_STATUS_INVALID};
+        snprintf(st.message, sizeof(st.message), "%.*s", (int)len, jp);
+        struct qw_dlt_result r = {
+            .kind = STATUS, .outcome = QW_DLT_OK, .statuses = &st, .n_statuses = 1};
+        qw_outcome_plan(&job, &r, &ctx, &pause, &p);
+        assert_int_equal(p.event, QW_EV_INVALID);
+        if (!utf8_valid(p.outcome.last_error) || !utf8_valid(p.outcome.detail))
+            fail_msg("status Invalid, message of %zu bytes: text cut inside a character", len);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -533,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_auth_pause_grows),
         cmocka_unit_test(test_poll_errors_grow_and_reset),
         cmocka_unit_test(test_requeue),
+        cmocka_unit_test(test_texts_stay_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
