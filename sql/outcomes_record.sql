@@ -28,10 +28,17 @@ WITH o AS (
         AS o(batch_id, service_id, epoch, expect, status, submitted, attempts_add, retry_ms,
              last_error, detail, posted, go_on, ord)
 ), fence AS (
-    -- (claimant is checked in the join below, so this reads the primary key)
+    -- Only claims that are ours at the outcome's epoch are locked (NOWAIT:
+    -- a claims transaction renewing one of them makes the group retry at
+    -- once). A claim that moved to another worker is not touched, so its
+    -- new holder locking it cannot fail the whole group; its outcome simply
+    -- matches nothing below. (IS NOT DISTINCT FROM means = here but is not
+    -- indexable: the primary key drives the scan.)
     SELECT c.service_id, c.claim_epoch, c.expiry_1, c.claimant
       FROM queuer.service_id_claims c
      WHERE c.service_id = ANY (ARRAY(SELECT o.service_id FROM o))
+       AND c.claimant IS NOT DISTINCT FROM $1
+       AND (c.service_id, c.claim_epoch) IN (SELECT o.service_id, o.epoch FROM o)
        AND c.expiry_1 > now()
      ORDER BY c.service_id
        FOR SHARE OF c NOWAIT

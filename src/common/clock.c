@@ -6,8 +6,11 @@
 
 int64_t qw_clock_mono_us(void)
 {
+    /* CLOCK_BOOTTIME, not CLOCK_MONOTONIC: it keeps counting while the
+     * machine is suspended, so a lease deadline ("surely ours until") taken
+     * before a suspend has passed after it, as the database's clock says. */
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 

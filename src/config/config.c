@@ -855,6 +855,19 @@ static int check_rules(const struct qw_config *cfg, const struct origin *origins
                                 r->rel == REL_LESS ? "<" : ">=", b->section, b->name, vb,
                                 r->unless_zero != SIZE_MAX ? " (or set it to 0)" : "");
     }
+    /* A POST must end before a claim past its soft expiry can be taken over
+     * (expiry_2 - expiry_1), or a batch could reach the ledger after its
+     * service moved on (issue 18). */
+    const struct key *timeout = key_at(F(dlt_request_timeout_ms));
+    const struct key *hard = key_at(F(worker_hard_expiry_ms));
+    if (timeout && hard &&
+        cfg->dlt_request_timeout_ms >= cfg->worker_hard_expiry_ms - cfg->worker_lease_ms)
+        return qw_error_set(err, QW_ERR_CONFIG,
+                            "%s: dlt.request_timeout_ms = %d must be < worker.hard_expiry_ms - "
+                            "worker.lease_ms = %d (a POST must end before its claim can be taken "
+                            "over)",
+                            blame(origins, timeout, hard), cfg->dlt_request_timeout_ms,
+                            cfg->worker_hard_expiry_ms - cfg->worker_lease_ms);
     return QW_OK;
 }
 

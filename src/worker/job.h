@@ -46,6 +46,8 @@ struct qw_job {
     int attempts;                       /* POSTs recorded before this one */
     int64_t deadline_ms;                /* monotonic ms: do not POST after this (lease) */
     uint8_t *payload;                   /* SUBMIT: BatchList bytes, owned; ADOPT: NULL */
+    bool adopted_submitting;            /* ADOPT: the database showed it being submitted (no
+                                           status): its Pending is still to be recorded */
     size_t payload_len;                 /* bytes in payload */
 
     /* submitter-private */

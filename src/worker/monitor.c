@@ -88,6 +88,21 @@ void qw_monitor_plan(const struct qw_job *job, const struct qw_dlt_result *r,
     switch (ds->type) {
     case QW_DLT_STATUS_PENDING:
         view.unknown_since_ms = 0;
+        if (view.kind == QW_JOB_ADOPT && view.adopted_submitting) {
+            /* An earlier owner's POST was accepted but its Pending never
+             * written (it died in between): write it now, or the batch looks
+             * mid-submission for its whole life (soft expiry stays off for
+             * its service, and the history lacks the step). */
+            qw_plan_status(plan, &view, QW_STATUS_PENDING, QW_AFTER_POLL,
+                           "ledger reports Pending (adopted: an earlier owner's POST was "
+                           "accepted)",
+                           ctx->now_ms);
+            plan->outcome.expect = QW_EXPECT_POSTING;
+            plan->outcome.attempts_add = 1;
+            plan->outcome.submitted = true;
+            plan->event = QW_EV_PENDING;
+            return;
+        }
         if (view.accepted_unrecorded) {
             qw_plan_pending(plan, &view, QW_AFTER_POLL, ctx->now_ms);
             plan->event = QW_EV_PENDING;

@@ -57,6 +57,11 @@ void qw_plan_record(struct qw_plan *plan, const struct qw_job *job, enum qw_outc
     o->after = after;
 }
 
+int64_t qw_plan_lease_deadline(int64_t sent_ms, int64_t lease_left_ms, int lease_ms)
+{
+    return sent_ms + lease_left_ms - lease_ms / 10;
+}
+
 bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx)
 {
     /* Not while stopping, and not forever: after MAX_CHAINED batches the job

@@ -178,6 +178,15 @@ void qw_plan_requeue(struct qw_plan *plan, const struct qw_job *job, const char 
 void qw_plan_textf(char *dst, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/**
+ * The moment (ms, the caller's clock) until which a claim is surely ours,
+ * after a statement that checked it reported `lease_left_ms` left: counted
+ * from `sent_ms`, read BEFORE the statement was sent (the lease may have
+ * been read at any moment while it ran), less a tenth of the lease as a
+ * safety margin.
+ */
+int64_t qw_plan_lease_deadline(int64_t sent_ms, int64_t lease_left_ms, int lease_ms);
+
 /** Whether a job whose batch ends may go on with its service's next batch (fast path). */
 bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx);
 

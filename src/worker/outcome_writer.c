@@ -198,7 +198,7 @@ int qw_outcome_writer_write(struct qw_outcome_writer *w, struct qw_db *db, const
 {
     results_free(w);
     for (size_t i = 0; i < n; i++) {
-        items[i].written = items[i].isolated = items[i].refused = false;
+        items[i].written = items[i].isolated = items[i].refused = items[i].rechecked = false;
         items[i].sqlstate[0] = '\0';
         items[i].next_row = -1;
         items[i].res = NULL;
@@ -221,6 +221,41 @@ int qw_outcome_writer_write(struct qw_outcome_writer *w, struct qw_db *db, const
             items[i].res = NULL;
         }
     }
+    return rc;
+}
+
+int qw_outcome_writer_recheck(struct qw_outcome_writer *w, struct qw_db *db,
+                              const char *instance_id, struct qw_outcome_item *items, size_t n,
+                              struct qw_error *err)
+{
+    /* Only the items the last write did not record; `index` maps back. */
+    size_t *index = calloc(n ? n : 1, sizeof(*index));
+    if (!index)
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    qw_pgarray_reset(&w->param);
+    size_t m = 0;
+    int rc = QW_OK;
+    for (size_t i = 0; i < n && rc == QW_OK; i++) {
+        if (items[i].written || items[i].refused)
+            continue;
+        rc = append_outcome(&w->param, &items[i]);
+        index[m++] = i;
+    }
+    const char *params[2] = {instance_id, qw_pgarray_finish(&w->param)};
+    struct qw_db_res *res = NULL;
+    if (rc == QW_OK && m > 0 && !params[1])
+        rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    if (rc == QW_OK && m > 0)
+        rc = qw_db_query(db, "outcomes_recheck", 2, params, &res, err);
+    for (int row = 0; rc == QW_OK && row < qw_db_res_rows(res); row++) {
+        int64_t ord = qw_db_res_int(res, row, 0);
+        if (ord >= 1 && (uint64_t)ord <= m) {
+            items[index[ord - 1]].written = true;
+            items[index[ord - 1]].rechecked = true;
+        }
+    }
+    qw_db_res_free(res);
+    free(index);
     return rc;
 }
 

@@ -33,6 +33,8 @@ struct qw_outcome_item {
     bool isolated;             /* after a write: the database refused this outcome as it
                                   was; it was written in a plain form (see below) */
     bool refused;              /* ... and refused that too: nothing was written for it */
+    bool rechecked;            /* written by an earlier write whose outcome was unknown
+                                  (found by qw_outcome_writer_recheck()) */
     char sqlstate[6];          /* isolated/refused: the SQLSTATE of the first refusal */
     struct qw_db_res *res;     /* the result next_row belongs to (owned by the writer) */
 };
@@ -80,6 +82,19 @@ void qw_outcome_writer_free(struct qw_outcome_writer *w);
 QW_MUST_CHECK int qw_outcome_writer_write(struct qw_outcome_writer *w, struct qw_db *db,
                                           const char *instance_id, struct qw_outcome_item *items,
                                           size_t n, struct qw_error *err);
+
+/**
+ * After a write that matched nothing for some items and followed a write
+ * of the same items whose outcome was unknown (the connection dropped
+ * while it ran): re-reads by key and epoch which of the not-written items
+ * that earlier write recorded, and marks them `written` and `rechecked`
+ * (without a next batch: a service's next batch that write may have
+ * marked is found again by the queuer). Errors as for a write; the items
+ * are then unchanged.
+ */
+QW_MUST_CHECK int qw_outcome_writer_recheck(struct qw_outcome_writer *w, struct qw_db *db,
+                                            const char *instance_id, struct qw_outcome_item *items,
+                                            size_t n, struct qw_error *err);
 
 /** Reads the next batch an item's write marked (item->next_row >= 0), from the last write. */
 void qw_outcome_writer_next(const struct qw_outcome_item *item, struct qw_next_batch *out);

@@ -110,6 +110,27 @@ static size_t keep_for_draining(const struct qw_serial_batch *in, const struct f
     return k;
 }
 
+/* Adds a SUBMIT job to `t` for every row of a mark (batch, service, epoch, attempts, payload). */
+static int jobs_from_marked(const struct qw_db_res *marked, struct qw_queue_result *t,
+                            struct qw_error *err)
+{
+    for (int i = 0; i < qw_db_res_rows(marked); i++) {
+        struct qw_job *job =
+            new_job(QW_JOB_SUBMIT, qw_db_res_get(marked, i, 1), qw_db_res_get(marked, i, 0),
+                    qw_db_res_int(marked, i, 2), (int)qw_db_res_int(marked, i, 3));
+        if (job && qw_job_set_payload_hex(job, qw_db_res_get(marked, i, 4)) != QW_OK)
+            job->payload_len = 0;
+        if (!job || job->payload_len == 0) {
+            qw_job_free(job);
+            return qw_error_set(err, QW_ERR_NOMEM, "cannot decode a payload");
+        }
+        job->next = t->jobs;
+        t->jobs = job;
+        t->n_jobs++;
+    }
+    return QW_OK;
+}
+
 static int queue_body(void *conn, void *arg, struct qw_error *err)
 {
     struct qw_db *db = conn;
@@ -118,6 +139,7 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
     struct qw_queue_result *t = txn->out;
     /* Re-run from scratch on every attempt. */
     qw_queue_result_free(t);
+    txn->bufs->mark_sent = false;
 
     const char *params[] = {p->instance_id, p->filter};
     struct qw_db_res *res = NULL;
@@ -171,6 +193,7 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
             rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
             goto out;
         }
+        job->adopted_submitting = in[i].submitted && in[i].status == QW_STATUS_NONE;
         job->next = t->jobs;
         t->jobs = job;
         t->n_jobs++;
@@ -217,31 +240,33 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         goto out;
     }
     struct qw_db_res *marked = NULL;
+    txn->bufs->mark_sent = true;
     rc = qw_db_query(db, "batches_mark", 5, mark, &marked, err);
     if (rc != QW_OK)
         goto out;
-    for (int i = 0; i < qw_db_res_rows(marked); i++) {
-        struct qw_job *job =
-            new_job(QW_JOB_SUBMIT, qw_db_res_get(marked, i, 1), qw_db_res_get(marked, i, 0),
-                    qw_db_res_int(marked, i, 2), (int)qw_db_res_int(marked, i, 3));
-        if (job && qw_job_set_payload_hex(job, qw_db_res_get(marked, i, 4)) != QW_OK)
-            job->payload_len = 0;
-        if (!job || job->payload_len == 0) {
-            qw_job_free(job);
-            qw_db_res_free(marked);
-            rc = qw_error_set(err, QW_ERR_NOMEM, "cannot decode a payload");
-            goto out;
-        }
-        job->next = t->jobs;
-        t->jobs = job;
-        t->n_jobs++;
-    }
+    rc = jobs_from_marked(marked, t, err);
     qw_db_res_free(marked);
 out:
     free(in);
     free(meta);
     free(chosen);
     qw_db_res_free(res);
+    return rc;
+}
+
+int qw_queue_recheck_marks(struct qw_db *db, const char *instance_id,
+                           const struct qw_queue_bufs *bufs, struct qw_queue_result *out,
+                           struct qw_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    const char *params[4] = {instance_id, bufs->arr[0].buf, bufs->arr[1].buf, bufs->arr[2].buf};
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "batches_marked", 4, params, &res, err);
+    if (rc == QW_OK)
+        rc = jobs_from_marked(res, out, err);
+    qw_db_res_free(res);
+    if (rc != QW_OK)
+        qw_queue_result_free(out);
     return rc;
 }
 

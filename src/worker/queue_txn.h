@@ -49,6 +49,7 @@ struct qw_queue_result {
 /** Reusable buffers of the queue transaction (the mark's array parameters). */
 struct qw_queue_bufs {
     struct qw_pgarray arr[4]; /* batch ids, service ids, epochs, statuses seen */
+    bool mark_sent;           /* the last attempt sent its mark (arr holds it) */
 };
 
 /** Initialises / frees the buffers. */
@@ -65,6 +66,18 @@ void qw_queue_bufs_free(struct qw_queue_bufs *b);
 QW_MUST_CHECK int qw_queue_txn_run(struct qw_db *db, const struct qw_txn_policy *policy,
                                    const struct qw_queue_params *p, struct qw_queue_bufs *bufs,
                                    struct qw_queue_result *out, struct qw_error *err);
+
+/**
+ * After qw_queue_txn_run() answered QW_ERR_OUTCOME_UNKNOWN (the connection
+ * dropped during COMMIT) with bufs->mark_sent: re-reads by key and epoch
+ * which of the marks it tried did commit (sql/batches_marked.sql). Those
+ * were never posted; `out` receives SUBMIT jobs for them, to hand over as
+ * after a normal queue transaction (nothing else in `out` is set). `db`
+ * must be connected. Errors are the database's; `out` is then empty.
+ */
+QW_MUST_CHECK int qw_queue_recheck_marks(struct qw_db *db, const char *instance_id,
+                                         const struct qw_queue_bufs *bufs,
+                                         struct qw_queue_result *out, struct qw_error *err);
 
 /** Frees the jobs and ids a result still owns; leaves it empty. */
 void qw_queue_result_free(struct qw_queue_result *r);

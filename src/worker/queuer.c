@@ -104,9 +104,23 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
     add_serialization_retries(q, &t.stats);
     qw_log_debug("queue.done", "all=%d jobs=%zu attempts=%d us=%lld", filter == NULL, t.n_jobs,
                  t.stats.attempts, (long long)(qw_clock_mono_us() - began_us));
+    bool recovered = false;
+    if (rc == QW_ERR_OUTCOME_UNKNOWN && q->bufs.mark_sent) {
+        /* The marks may have committed: re-read them by key and epoch, and
+         * post the ones that did (they were never handed over). */
+        rc = qw_db_ok(q->db) ? QW_OK : qw_db_reconnect(q->db, err);
+        if (rc == QW_OK)
+            rc = qw_queue_recheck_marks(q->db, q->w->instance_id, &q->bufs, &t, err);
+        if (rc == QW_OK)
+            qw_log_warn("queue.commit_unknown", "marks_found=%zu action=post", t.n_jobs);
+        recovered = true;
+    }
     if (rc != QW_OK)
         return rc;
-    if (!filter) {
+    if (recovered) {
+        /* Only the recovered marks are known: fetch everything again next. */
+        q->next_retry_ms = 0;
+    } else if (!filter) {
         /* A full fetch knows every waiting service: its overflow replaces the
          * backlog. A partial one adds to it (replacing it forgot services
          * that waited for room until the next full fetch). */
@@ -137,7 +151,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         job = next;
     }
     atomic_store_explicit(&q->w->stats.jobs_busy, (long long)q->svcs.busy, memory_order_relaxed);
-    if (!filter)
+    if (!filter && !recovered)
         atomic_store_explicit(&q->w->stats.ops.delayed, t.n_delayed, memory_order_relaxed);
     /* When the next Delayed/Unknown batch falls due. A full fetch saw every
      * service and sets it; a partial one saw only a few and may only bring
@@ -148,7 +162,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         int64_t in_ms = (t.next_retry_us - t.db_now_us) / 1000 + 1;
         due_ms = qw_clock_mono_ms() + (in_ms > 0 ? in_ms : 0);
     }
-    if (!filter || due_ms < q->next_retry_ms)
+    if (!recovered && (!filter || due_ms < q->next_retry_ms))
         q->next_retry_ms = due_ms;
     qw_queue_result_free(&t);
     return QW_OK;

@@ -54,6 +54,8 @@ struct submitter {
     int64_t first_out_ms;            /* when the oldest waiting outcome was added */
     int64_t flush_retry_at_ms;       /* after a failed flush: not before this */
     int flush_failures;              /* consecutive failed flushes */
+    bool flush_uncertain;            /* a failed flush may have committed (connection lost
+                                        or timed out while it ran): re-read before dropping */
     struct qw_ledger_pause pause;    /* 429 and 401/403 pauses */
     bool stopping;                   /* jobs queue closed: shutting down */
     int64_t grace_deadline_ms;       /* stopping: abandon what is left after this */
@@ -354,6 +356,9 @@ static void apply_outcome(struct submitter *s, const struct qw_outcome_item *ite
         qw_log_error("outcome.refused", "service=%s batch=%.16s sqlstate=%s action=%s",
                      job->service_id, job->batch_id, item->sqlstate,
                      item->refused ? "handed_back" : "recorded_plain");
+    if (item->rechecked)
+        qw_log_info("outcome.recorded_before_reconnect", "service=%s batch=%.16s epoch=%lld",
+                    job->service_id, job->batch_id, (long long)job->epoch);
     if (item->refused) {
         /* Nothing could be written: the batch stays as the database shows it
          * and is followed again from there (adopted, or resubmitted). */
@@ -374,6 +379,7 @@ static void apply_outcome(struct submitter *s, const struct qw_outcome_item *ite
         }
         job->kind = QW_JOB_SUBMIT;
         job->accepted_unrecorded = false;
+        job->adopted_submitting = false;
         start_poll(s, job, s->cfg->dlt_status_wait_s);
         return;
     case QW_AFTER_END_FINAL:
@@ -393,7 +399,8 @@ static void apply_outcome(struct submitter *s, const struct qw_outcome_item *ite
  * service's next batch for submission; the job goes on with it at once,
  * without a trip through the queuer.
  */
-static void continue_job(struct submitter *s, struct qw_job *job, const struct qw_next_batch *nb)
+static void continue_job(struct submitter *s, struct qw_job *job, const struct qw_next_batch *nb,
+                         int64_t checked_ms)
 {
     snprintf(job->batch_id, sizeof(job->batch_id), "%s", nb->batch_id);
     job->epoch = nb->epoch;
@@ -402,9 +409,13 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
     job->accepted_unrecorded = false;
     job->unknown_since_ms = 0;
     job->poll_errors = 0;
+    job->adopted_submitting = false;
     job->chained++;
-    /* The statement checked the claim: it is ours for lease_left_ms more. */
-    job->deadline_ms = now_ms() + nb->lease_left_ms - s->cfg->worker_lease_ms / 10;
+    /* The statement checked the claim: it is ours for lease_left_ms more,
+     * counted from before the statement was sent (a slow flush must not
+     * stretch the lease). */
+    job->deadline_ms =
+        qw_plan_lease_deadline(checked_ms, nb->lease_left_ms, s->cfg->worker_lease_ms);
     if (qw_job_set_payload_hex(job, nb->payload_hex) != QW_OK) {
         /* Cannot decode what the database gave: leave the batch marked; the
          * queuer finds it in flight and follows it (adoption). */
@@ -429,6 +440,7 @@ static void flush_outcomes(struct submitter *s)
     struct qw_error err;
     qw_error_clear(&err);
     int64_t began_us = qw_clock_mono_us();
+    int64_t began_ms = now_ms();
     int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
     if (rc == QW_OK)
         rc = qw_outcome_writer_write(&s->writer, s->db, s->w->instance_id, s->out, s->n_out, &err);
@@ -439,6 +451,14 @@ static void flush_outcomes(struct submitter *s)
         qw_log_error("outcomes.failed", "n=%zu sqlstate=%s error=%s", s->n_out, err.sqlstate,
                      qw_log_quote((char[300]){0}, 300, err.msg));
     }
+    if (rc == QW_OK && s->flush_uncertain) {
+        /* The last attempt may have committed: what it recorded matches
+         * nothing now, and must not be taken for a lost claim. */
+        rc =
+            qw_outcome_writer_recheck(&s->writer, s->db, s->w->instance_id, s->out, s->n_out, &err);
+    }
+    if (rc == QW_ERR_DB_CONN || rc == QW_ERR_TIMEOUT)
+        s->flush_uncertain = true;
     if (rc != QW_OK) {
         /* /readyz turns not-ready while outcomes cannot be written. */
         long long zero = 0;
@@ -462,6 +482,7 @@ static void flush_outcomes(struct submitter *s)
     }
     s->flush_failures = 0;
     s->flush_retry_at_ms = 0;
+    s->flush_uncertain = false;
     atomic_store_explicit(&s->w->stats.outcomes_failing_since_ms, 0, memory_order_relaxed);
     size_t n = s->n_out, rows = 0;
     s->n_out = 0;
@@ -475,7 +496,7 @@ static void flush_outcomes(struct submitter *s)
         if (item->written && item->next_row >= 0) {
             struct qw_next_batch nb;
             qw_outcome_writer_next(item, &nb);
-            continue_job(s, item->job, &nb);
+            continue_job(s, item->job, &nb, began_ms);
         } else {
             apply_outcome(s, item);
         }

@@ -11,6 +11,7 @@
 #include "worker/submitter.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,58 @@ void qw_worker_db_opts(const struct qw_config *cfg, const char *app_name, struct
     };
 }
 
+/*
+ * Registers the instance, refusing a live twin (issue 18): when the id is
+ * held by a registration with a fresh heartbeat, it is taken over only if
+ * that registration is this host's and its process is gone (a restart
+ * after a crash, or a container restarted with the same pid).
+ */
+static int register_instance(struct qw_worker *w, struct qw_db *db, struct qw_error *err)
+{
+    char pid[16], liveness[16];
+    snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    snprintf(liveness, sizeof(liveness), "%d", 2 * w->cfg->worker_lease_ms);
+    char host[64] = "host";
+    gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = '\0';
+    const char *params[] = {w->instance_id, host, pid, QW_VERSION, liveness, "false"};
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "instance_register", 6, params, &res, err);
+    int registered = rc == QW_OK ? qw_db_res_rows(res) : 0;
+    qw_db_res_free(res);
+    if (rc != QW_OK || registered == 1)
+        return rc;
+    const char *lookup[] = {w->instance_id};
+    rc = qw_db_query(db, "instance_lookup", 1, lookup, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    bool ours = false;
+    char other_host[64] = "?";
+    long long other_pid = 0, age_ms = 0;
+    if (qw_db_res_rows(res) == 1) {
+        snprintf(other_host, sizeof(other_host), "%s", qw_db_res_get(res, 0, 0));
+        other_pid = qw_db_res_int(res, 0, 1);
+        age_ms = qw_db_res_int(res, 0, 3);
+        ours = strcmp(other_host, host) == 0 &&
+               (other_pid == getpid() || (kill((pid_t)other_pid, 0) != 0 && errno == ESRCH));
+    }
+    qw_db_res_free(res);
+    if (!ours)
+        return qw_error_set(err, QW_ERR_CONFIG,
+                            "worker.instance_id '%s' is in use by a live worker (host %s, pid "
+                            "%lld, heartbeat %lld ms ago): give every worker its own id, or "
+                            "wait until that one stops",
+                            w->instance_id, other_host, other_pid, age_ms);
+    params[5] = "true";
+    rc = qw_db_query(db, "instance_register", 6, params, NULL, err);
+    if (rc == QW_OK)
+        qw_log_info("instance.taken_over",
+                    "pid=%lld reason=\"earlier process on this host is "
+                    "gone\"",
+                    other_pid);
+    return rc;
+}
+
 static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_error *err)
 {
     struct qw_db_opts opts;
@@ -92,15 +145,8 @@ static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_e
     rc = qw_migrate_check(*db, NULL, err);
     if (rc == QW_OK && w->cfg->worker_listen)
         rc = qw_db_listen(*db, "queuer_work", err);
-    if (rc == QW_OK) {
-        char pid[16];
-        snprintf(pid, sizeof(pid), "%d", (int)getpid());
-        char host[64] = "host";
-        gethostname(host, sizeof(host) - 1);
-        host[sizeof(host) - 1] = '\0';
-        const char *params[] = {w->instance_id, host, pid, QW_VERSION};
-        rc = qw_db_query(*db, "instance_register", 4, params, NULL, err);
-    }
+    if (rc == QW_OK)
+        rc = register_instance(w, *db, err);
     if (rc != QW_OK) {
         qw_db_close(*db);
         *db = NULL;

@@ -7,6 +7,7 @@
 #include "common/hex.h"
 #include "ingest/batchlist.h"
 #include "worker/outcome_writer.h"
+#include "worker/queue_txn.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -300,6 +301,136 @@ static void test_refused_outcome_is_isolated(void **state)
                      1);
 }
 
+/*
+ * Issue 18 item 10: the fence locks only claims that are ours at the
+ * outcome's epoch. A claim row another worker holds and has locked right
+ * now (its claims transaction) must not fail the whole group with NOWAIT.
+ */
+static void test_foreign_locked_claim_does_not_fail_the_group(void **state)
+{
+    struct fixture *f = *state;
+    static const char other_svc[] = "fastp-bbbbb::0002";
+    char other_id[129];
+    qw_batchlist_sample_id(2000, other_id);
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    assert_int_equal(qw_batchlist_sample(other_id, 2000, &payload, &len), 0);
+    char *hex = malloc(2 * len + 1);
+    qw_hex_encode(payload, len, hex);
+    const char *params[] = {other_svc, other_id, hex};
+    struct qw_error err;
+    qw_error_clear(&err);
+    assert_int_equal(qw_db_query_sql(f->db,
+                                     "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3,
+                                     params, NULL, &err),
+                     QW_OK);
+    free(hex);
+    free(payload);
+    /* w2 took the other service over (epoch 4) and its claims transaction holds the row */
+    itest_exec(f->db, "UPDATE queuer.service_id_claims SET claimant = 'w2', claim_epoch = 4, "
+                      "expiry_1 = now() + interval '1 min', expiry_2 = now() + interval '2 min' "
+                      "WHERE service_id = 'fastp-bbbbb::0002'");
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET submitted = true, status = 'Pending' WHERE batch_id = '%s'",
+             other_id);
+    itest_exec(f->db, sql);
+    struct qw_db *w2 = itest_connect(f->conninfo);
+    itest_exec(w2, "BEGIN");
+    itest_exec(w2, "SELECT 1 FROM queuer.service_id_claims WHERE service_id = "
+                   "'fastp-bbbbb::0002' FOR UPDATE");
+
+    struct qw_job mine = {.kind = QW_JOB_SUBMIT, .epoch = 7};
+    snprintf(mine.service_id, sizeof(mine.service_id), "%s", SVC);
+    snprintf(mine.batch_id, sizeof(mine.batch_id), "%s", f->ids[0]);
+    struct qw_job lost = {.kind = QW_JOB_SUBMIT, .epoch = 3};
+    snprintf(lost.service_id, sizeof(lost.service_id), "%s", other_svc);
+    snprintf(lost.batch_id, sizeof(lost.batch_id), "%s", other_id);
+    struct qw_outcome committed = {.expect = QW_EXPECT_PENDING,
+                                   .status = QW_STATUS_COMMITTED,
+                                   .submitted = true,
+                                   .retry_ms = QW_OUTCOME_NO_RETRY,
+                                   .after = QW_AFTER_END_FINAL};
+    struct qw_outcome_item items[2] = {{.job = &mine, .outcome = committed},
+                                       {.job = &lost, .outcome = committed}};
+    struct qw_outcome_writer w;
+    qw_outcome_writer_init(&w);
+    int rc = qw_outcome_writer_write(&w, f->db, "w1", items, 2, &err);
+    itest_exec(w2, "ROLLBACK");
+    qw_db_close(w2);
+    if (rc != QW_OK)
+        fail_msg("a foreign locked claim failed the group: %s (SQLSTATE %s)", err.msg,
+                 err.sqlstate);
+    assert_true(items[0].written);
+    assert_false(items[1].written);
+    qw_outcome_writer_free(&w);
+}
+
+/*
+ * Issue 18 item 9: a write retried after its connection dropped finds the
+ * state it set itself; re-read by key and epoch, it counts as written
+ * instead of a lost claim.
+ */
+static void test_recheck_after_unknown_outcome(void **state)
+{
+    struct fixture *f = *state;
+    struct qw_job job = {.kind = QW_JOB_SUBMIT, .epoch = 7};
+    snprintf(job.service_id, sizeof(job.service_id), "%s", SVC);
+    snprintf(job.batch_id, sizeof(job.batch_id), "%s", f->ids[0]);
+    struct qw_outcome_item item = {.job = &job};
+    item.outcome = (struct qw_outcome){.expect = QW_EXPECT_PENDING,
+                                       .status = QW_STATUS_COMMITTED,
+                                       .submitted = true,
+                                       .retry_ms = QW_OUTCOME_NO_RETRY,
+                                       .go_on = true,
+                                       .after = QW_AFTER_END_FINAL};
+    struct qw_outcome_writer w;
+    qw_outcome_writer_init(&w);
+    struct qw_error err;
+    qw_error_clear(&err);
+    /* the first write commits, but its answer is "lost" */
+    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", &item, 1, &err), QW_OK);
+    assert_true(item.written);
+    /* the retry matches nothing ... */
+    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", &item, 1, &err), QW_OK);
+    assert_false(item.written);
+    /* ... and the re-read finds it was ours */
+    assert_int_equal(qw_outcome_writer_recheck(&w, f->db, "w1", &item, 1, &err), QW_OK);
+    assert_true(item.written);
+    assert_true(item.rechecked);
+    /* another instance's view of it is not ours */
+    item.written = item.rechecked = false;
+    assert_int_equal(qw_outcome_writer_recheck(&w, f->db, "w2", &item, 1, &err), QW_OK);
+    assert_false(item.written);
+    qw_outcome_writer_free(&w);
+
+    /* a mark whose COMMIT answer was lost is found again by key and epoch */
+    struct qw_queue_bufs bufs;
+    qw_queue_bufs_init(&bufs);
+    qw_pgarray_text(&bufs.arr[0], f->ids[1]);
+    qw_pgarray_text(&bufs.arr[0], f->ids[2]);
+    qw_pgarray_text(&bufs.arr[1], SVC);
+    qw_pgarray_text(&bufs.arr[1], SVC);
+    qw_pgarray_int(&bufs.arr[2], 7);
+    qw_pgarray_int(&bufs.arr[2], 7);
+    qw_pgarray_text(&bufs.arr[3], "");
+    qw_pgarray_text(&bufs.arr[3], "");
+    /* the fast path of the write above marked ids[1] (Submitting by w1 at epoch 7) */
+    const char *mark[5] = {"w1", qw_pgarray_finish(&bufs.arr[0]), qw_pgarray_finish(&bufs.arr[1]),
+                           qw_pgarray_finish(&bufs.arr[2]), qw_pgarray_finish(&bufs.arr[3])};
+    (void)mark; /* the literals stay in bufs, as after a real attempt */
+    struct qw_queue_result r;
+    assert_int_equal(qw_queue_recheck_marks(f->db, "w1", &bufs, &r, &err), QW_OK);
+    assert_int_equal(r.n_jobs, 1);
+    assert_string_equal(r.jobs->batch_id, f->ids[1]);
+    assert_int_equal(r.jobs->kind, QW_JOB_SUBMIT);
+    assert_true(r.jobs->payload_len > 0);
+    qw_queue_result_free(&r);
+    assert_int_equal(qw_queue_recheck_marks(f->db, "w2", &bufs, &r, &err), QW_OK);
+    assert_int_equal(r.n_jobs, 0);
+    qw_queue_bufs_free(&bufs);
+}
+
 /* An expectation the statement does not know is an error, not the widest check. */
 static void test_unknown_expectation_is_refused(void **state)
 {
@@ -340,6 +471,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_writer_round_trips_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_expectation_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_outcome_is_isolated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recheck_after_unknown_outcome, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_locked_claim_does_not_fail_the_group, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

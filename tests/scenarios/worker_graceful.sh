@@ -77,7 +77,8 @@ sc_check "w2 exits 0 after SIGTERM" 0 "$SC_RC"
 
 # Second signal: w3's POSTs hang, so its graceful stop would wait 60 s.
 sc_sim_faults '{"fault-hang": 1}'
-sc_worker_start w3 QUEUER_WORKER_SHUTDOWN_GRACE_MS=60000 QUEUER_DLT_REQUEST_TIMEOUT_MS=60000
+sc_worker_start w3 QUEUER_WORKER_SHUTDOWN_GRACE_MS=60000 QUEUER_DLT_REQUEST_TIMEOUT_MS=60000 \
+    QUEUER_WORKER_HARD_EXPIRY_MS=70000
 sc_wait_registered 15 w3
 sc_gen "$SC_DIR/hang.tsv" 3 1 2 hangc
 sc_load_tsv "$SC_DIR/hang.tsv"

@@ -17,13 +17,15 @@
 # expiry (claims are renewed at half the lease) to record the claims and
 # start the poller.
 SC_LEASE_MS=2000
-SC_HARD_MS=6000
+SC_HARD_MS=8000
 sc_begin worker_kill9
 sc_pg_start
 sc_sim_start --commit-delay-ms 50
 sc_sim_pause # commits wait until the end: batches stay Pending
 
-sc_worker_start w1 QUEUER_DLT_REQUEST_TIMEOUT_MS=60000 QUEUER_DLT_UNKNOWN_CONFIRM_MS=300
+# The hanging POSTs must outlast the kill, and end before a takeover
+# (request timeout < hard expiry - lease: 5.9 s).
+sc_worker_start w1 QUEUER_DLT_REQUEST_TIMEOUT_MS=5900 QUEUER_DLT_UNKNOWN_CONFIRM_MS=300
 sc_wait_registered 15 w1
 
 # (a) services whose first batch is accepted and stays Pending.

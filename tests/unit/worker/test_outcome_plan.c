@@ -32,6 +32,7 @@ struct row {
     /* the job and the submitter */
     enum qw_job_kind job_kind;
     bool accepted_unrecorded;
+    bool adopted_submitting;
     int attempts;
     int chained;
     int64_t unknown_since_ms;
@@ -206,6 +207,33 @@ static const struct row rows[] = {
      .submitted = true,
      .retry_lo = NR,
      .retry_hi = NR},
+    /* issue 18 item 5: an adopted batch the database shows mid-submission gets its Pending */
+    {.name = "Pending of an adopted batch still submitting is recorded",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_PENDING,
+     .job_kind = QW_JOB_ADOPT,
+     .adopted_submitting = true,
+     .action = REC,
+     .event = QW_EV_PENDING,
+     .status = QW_STATUS_PENDING,
+     .expect = QW_EXPECT_POSTING,
+     .after = QW_AFTER_POLL,
+     .attempts_add = 1,
+     .submitted = true,
+     .retry_lo = NR,
+     .retry_hi = NR},
+    {.name = "Pending of an adopted batch already Pending: poll on",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_PENDING,
+     .job_kind = QW_JOB_ADOPT,
+     .action = QW_PLAN_POLL,
+     .event = QW_EV_PENDING},
     {.name = "Pending already recorded: poll on",
      .kind = STATUS,
      .outcome = QW_DLT_OK,
@@ -380,6 +408,7 @@ static void check_row(const struct row *t)
         .attempts = t->attempts,
         .chained = t->chained,
         .accepted_unrecorded = t->accepted_unrecorded,
+        .adopted_submitting = t->adopted_submitting,
         .accepted_ms = NOW - 30,
         .unknown_since_ms = t->unknown_since_ms,
     };
@@ -525,6 +554,15 @@ static void test_requeue(void **state)
     assert_null(qw_outcome_expect_name((enum qw_outcome_expect)9));
 }
 
+/* Issue 18 item 7: the fast path's lease deadline counts from before the statement. */
+static void test_lease_deadline(void **state)
+{
+    (void)state;
+    /* a flush sent at t=1000 that returned at t=1900 saying 3000 ms were left */
+    assert_int_equal(qw_plan_lease_deadline(1000, 3000, 3000), 1000 + 3000 - 300);
+    assert_true(qw_plan_lease_deadline(1000, 3000, 3000) < 1900 + 3000 - 300);
+}
+
 /* True when `s` is well-formed UTF-8 (what PostgreSQL accepts as text). */
 static bool utf8_valid(const char *s)
 {
@@ -598,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_poll_errors_grow_and_reset),
         cmocka_unit_test(test_requeue),
         cmocka_unit_test(test_texts_stay_utf8),
+        cmocka_unit_test(test_lease_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
