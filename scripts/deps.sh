@@ -8,7 +8,7 @@ packages=(
     postgresql-15 postgresql-client-15 libpq-dev
     libconfig-dev libcmocka-dev libcurl4-openssl-dev libjansson-dev
     libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev
-    procps iproute2 util-linux
+    procps iproute2 util-linux curl
     docker-compose python3-yaml faketime
 )
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README test command: installs what is needed, builds queuer with
-# --werror, runs the whole suite (unit, integration, scenario tests against
-# private PostgreSQL clusters and the simulator), then builds again with
-# AddressSanitizer + UndefinedBehaviorSanitizer and runs the suite there.
+# --werror, runs the whole suite (unit, integration, scenario, nemesis and
+# hostile tests against private PostgreSQL clusters, the simulator and a
+# hostile ledger), then builds again with AddressSanitizer +
+# UndefinedBehaviorSanitizer and runs the suite there, then with
+# ThreadSanitizer for the worker's threads (unit tests and suite 'tsan').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -48,6 +50,10 @@ run_suite build/ci || status=1
 setup build/asan --werror --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 meson compile -C build/asan
 run_suite build/asan --setup=asan --no-suite scenario || status=1
+
+setup build/tsan --werror --buildtype=debug -Db_sanitize=thread -Db_lundef=false
+meson compile -C build/tsan
+run_suite build/tsan --setup=tsan --suite unit --suite tsan || status=1
 
 echo
 echo "${total_ok} passed, ${total_fail} failed"
