@@ -118,7 +118,7 @@ static const struct key keys[] = {
     INT_KEY("dlt", "connect_timeout_ms", dlt_connect_timeout_ms, 3000, 100, 60000,
             "TCP/TLS connect timeout"),
     INT_KEY("dlt", "request_timeout_ms", dlt_request_timeout_ms, 10000, 100, 600000,
-            "timeout of one whole batch POST"),
+            "timeout of one whole batch POST; must be < worker.hard_expiry_ms - worker.lease_ms"),
     INT_KEY("dlt", "max_in_flight", dlt_max_in_flight, 256, 1, 10000,
             "concurrent HTTP requests to the ledger"),
     INT_KEY("dlt", "max_response_bytes", dlt_max_response_bytes, 1048576, 1024, 67108864,
