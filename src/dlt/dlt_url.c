@@ -23,19 +23,19 @@ static bool all_alnum(const char *s, size_t n)
 
 int qw_dlt_service_id_parse(const char *service_id, struct qw_dlt_service_ref *out)
 {
-    const size_t total = QW_DLT_SERVICE_ID_LEN; /* circuit (11) + "::" + service (4) */
+    const size_t total = QW_SERVICE_ID_LEN; /* circuit (11) + "::" + service (4) */
     if (!service_id || strnlen(service_id, total + 1) != total)
         return QW_ERR_INVALID;
     const char *s = service_id;
     if (!all_alnum(s, 5) || s[5] != '-' || !all_alnum(s + 6, 5))
         return QW_ERR_INVALID;
-    if (s[11] != ':' || s[12] != ':' || !all_alnum(s + 13, QW_DLT_SERVICE_LEN))
+    if (s[11] != ':' || s[12] != ':' || !all_alnum(s + 13, QW_SERVICE_LEN))
         return QW_ERR_INVALID;
     if (out) {
-        memcpy(out->circuit, s, QW_DLT_CIRCUIT_LEN);
-        out->circuit[QW_DLT_CIRCUIT_LEN] = '\0';
-        memcpy(out->service, s + 13, QW_DLT_SERVICE_LEN);
-        out->service[QW_DLT_SERVICE_LEN] = '\0';
+        memcpy(out->circuit, s, QW_CIRCUIT_LEN);
+        out->circuit[QW_CIRCUIT_LEN] = '\0';
+        memcpy(out->service, s + 13, QW_SERVICE_LEN);
+        out->service[QW_SERVICE_LEN] = '\0';
     }
     return QW_OK;
 }
@@ -45,7 +45,7 @@ bool qw_dlt_batch_id_valid(const char *id)
     if (!id)
         return false;
     size_t i = 0;
-    for (; i < QW_DLT_BATCH_ID_LEN; i++) {
+    for (; i < QW_BATCH_ID_LEN; i++) {
         char c = id[i];
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
             return false;
@@ -142,7 +142,7 @@ int qw_dlt_url_statuses(char *buf, size_t cap, const char *base, const char *ser
               append_str(buf, cap, &pos, "batch_statuses?ids=");
     for (size_t i = 0; ok && i < n; i++) {
         ok = qw_dlt_batch_id_valid(ids[i]) && (i == 0 || append_str(buf, cap, &pos, ",")) &&
-             append(buf, cap, &pos, ids[i], QW_DLT_BATCH_ID_LEN);
+             append(buf, cap, &pos, ids[i], QW_BATCH_ID_LEN);
     }
     if (ok) {
         char wait[32];

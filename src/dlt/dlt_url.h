@@ -2,19 +2,17 @@
 #ifndef QW_DLT_DLT_URL_H
 #define QW_DLT_DLT_URL_H
 
+#include "common/batch.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
-#define QW_DLT_CIRCUIT_LEN 11    /* "abcde-fghij" */
-#define QW_DLT_SERVICE_LEN 4     /* "a1b2" */
-#define QW_DLT_SERVICE_ID_LEN 17 /* "abcde-fghij::a1b2" */
-#define QW_DLT_BATCH_ID_LEN 128  /* header_signature: lower-case hex characters */
-#define QW_DLT_MAX_WAIT_S 3600   /* largest long-poll wait a URL may carry, seconds */
+#define QW_DLT_MAX_WAIT_S 3600 /* largest long-poll wait a URL may carry, seconds */
 
 /** The two halves of a service_id `circuit::service`, NUL-terminated. */
 struct qw_dlt_service_ref {
-    char circuit[QW_DLT_CIRCUIT_LEN + 1]; /* [A-Za-z0-9]{5}-[A-Za-z0-9]{5} */
-    char service[QW_DLT_SERVICE_LEN + 1]; /* [A-Za-z0-9]{4} */
+    char circuit[QW_CIRCUIT_LEN + 1]; /* [A-Za-z0-9]{5}-[A-Za-z0-9]{5} */
+    char service[QW_SERVICE_LEN + 1]; /* [A-Za-z0-9]{4} */
 };
 
 /**
