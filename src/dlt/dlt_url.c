@@ -53,26 +53,69 @@ bool qw_dlt_batch_id_valid(const char *id)
     return id[i] == '\0';
 }
 
-bool qw_dlt_base_url_valid(const char *base)
+/* Checks "host[:port]" (the authority, `len` bytes): a host, then nothing or a port 1..65535. */
+static const char *authority_check(const char *auth, size_t len)
+{
+    static const char bad_port[] = "must have a port 1..65535 after the host";
+    const char *end = auth + len;
+    const char *p = auth;
+    if (*p == '[') {
+        p = memchr(auth, ']', len);
+        if (!p || p == auth + 1)
+            return "must have a closing ] after an IPv6 address";
+        p++;
+    } else {
+        while (p < end && *p != ':')
+            p++;
+        if (p == auth)
+            return "must name a host after the scheme";
+    }
+    if (p == end)
+        return NULL;
+    if (*p != ':')
+        return bad_port;
+    p++;
+    size_t digits = (size_t)(end - p);
+    if (digits == 0 || digits > 5)
+        return bad_port;
+    long port = 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return bad_port;
+        port = port * 10 + (*p - '0');
+    }
+    return port >= 1 && port <= 65535 ? NULL : bad_port;
+}
+
+const char *qw_dlt_base_url_check(const char *base)
 {
     if (!base)
-        return false;
+        return "must be set";
     size_t skip;
     if (strncasecmp(base, "http://", 7) == 0)
         skip = 7;
     else if (strncasecmp(base, "https://", 8) == 0)
         skip = 8;
     else
-        return false;
+        return "must start with http:// or https://";
     const char *host = base + skip;
     if (*host == '\0' || *host == '/')
-        return false;
+        return "must name a host after the scheme";
     for (const char *p = base; *p; p++) {
         unsigned char c = (unsigned char)*p;
-        if (c <= 0x20 || c == 0x7f || c == '?' || c == '#' || c == '@')
-            return false;
+        if (c <= 0x20 || c == 0x7f)
+            return "must not contain spaces or control characters";
+        if (c == '@')
+            return "must not contain credentials (user:password@)";
+        if (c == '?' || c == '#')
+            return "must not contain ? or #";
     }
-    return true;
+    return authority_check(host, strcspn(host, "/"));
+}
+
+bool qw_dlt_base_url_valid(const char *base)
+{
+    return qw_dlt_base_url_check(base) == NULL;
 }
 
 /* Length of `base` without its trailing slashes. */

@@ -26,12 +26,18 @@ int qw_dlt_service_id_parse(const char *service_id, struct qw_dlt_service_ref *o
 bool qw_dlt_batch_id_valid(const char *id);
 
 /**
- * True when `base` can be a ledger base URL: starts with http:// or
- * https:// (any case), has a host, holds no whitespace, control
- * characters, '?', '#' or '@' (no user:password in URLs: the token is
- * the credential, and URLs get logged). Trailing slashes are allowed (they are dropped
- * when URLs are built).
+ * Checks a ledger base URL: http:// or https:// (any case), a host (a
+ * name, an IPv4 address or a [bracketed] IPv6 address), an optional port
+ * 1..65535, an optional path; no whitespace, control characters, '?', '#'
+ * or '@' (no user:password in URLs: the token is the credential, and URLs
+ * get logged). Trailing slashes are allowed (they are dropped when URLs are
+ * built). Returns NULL when `base` is acceptable, else a static reason
+ * ("must ..."). The configuration uses the same check, so what `run`
+ * refuses `check-config` refuses too.
  */
+const char *qw_dlt_base_url_check(const char *base);
+
+/** True when qw_dlt_base_url_check() accepts `base`. */
 bool qw_dlt_base_url_valid(const char *base);
 
 /**

@@ -106,6 +106,16 @@ static void test_base_url_valid(void **state)
         {"http://user:pw@host", 0},
         {"http://ho st", 0},
         {"http://host\n", 0},
+        {"http://h/a?b#c", 0},
+        {"http://h:99999", 0},
+        {"http://h:0", 0},
+        {"http://h:65535/x", 1},
+        {"http://h:", 0},
+        {"http://h:80x", 0},
+        {"http://:80", 0},
+        {"http://[::1/x", 0},
+        {"http://[]:80", 0},
+        {"http://[::1]x", 0},
         {"", 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
