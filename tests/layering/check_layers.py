@@ -24,8 +24,8 @@ import sys
 import tempfile
 
 # The layer diagram: a module may include only modules of a lower rank.
-RANK = {'common': 0, 'config': 1, 'db': 1, 'dlt': 1, 'ingest': 2, 'admin': 2,
-        'worker': 3, 'cli': 4}
+RANK = {'common': 0, 'db': 1, 'dlt': 1, 'config': 2, 'ingest': 2, 'admin': 3,
+        'worker': 4, 'cli': 5}
 
 
 def module_command(commands, src, module):
