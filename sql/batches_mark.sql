@@ -1,7 +1,8 @@
 -- Queue: marks the chosen batches as being submitted (submitted = true,
 -- status cleared), fenced by the claim (claimant, epoch, expiry_1 > now(),
--- row locked FOR SHARE) and by the state the queuer saw (compare-and-set),
--- so it is safe at READ COMMITTED. Appends a
+-- row locked) and by the state the queuer saw (compare-and-set), so it is
+-- safe at READ COMMITTED. Sets the claim row's `submitting` in the same
+-- statement (maintenance decides soft expiry from it). Appends a
 -- 'Submitting' history row with the reason. Returns the batches marked
 -- with their payloads; a batch not returned must not be submitted.
 -- $1 instance, $2 batch ids, $3 service ids, $4 epochs, $5 statuses seen ('' = none).
@@ -9,18 +10,19 @@ WITH q AS (
     SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[])
         AS q(batch_id, service_id, epoch, seen)
 ), fence AS MATERIALIZED (
-    -- The claims, locked FOR SHARE: a takeover committed after this
-    -- transaction began is seen (READ COMMITTED re-checks the newest row
-    -- version) and its services are left alone; one still in progress is
-    -- waited for. (IS NOT DISTINCT FROM means = here, as both sides are
-    -- set, but is not indexable: the primary key drives the scan.)
+    -- The claims, locked: a takeover committed after this transaction
+    -- began is seen (READ COMMITTED re-checks the newest row version) and
+    -- its services are left alone; one still in progress is waited for.
+    -- FOR NO KEY UPDATE, as `submitting` is written below. (IS NOT
+    -- DISTINCT FROM means = here, as both sides are set, but is not
+    -- indexable: the primary key drives the scan.)
     SELECT c.service_id, c.claim_epoch
       FROM queuer.service_id_claims c
      WHERE c.service_id = ANY ($3::text[])
        AND c.claimant IS NOT DISTINCT FROM $1
        AND c.expiry_1 > now()
      ORDER BY c.service_id
-       FOR SHARE OF c
+       FOR NO KEY UPDATE OF c
 ), upd AS (
     UPDATE queuer.batches b
        SET submitted = true, status = NULL, status_at = now()
@@ -36,5 +38,10 @@ WITH q AS (
     SELECT upd.batch_id, upd.service_id, nullif(upd.seen, ''), 'Submitting', $1, upd.epoch,
            queuer.submit_reason(nullif(upd.seen, ''), upd.attempts, upd.last_error)
       FROM upd
+), flag AS (
+    UPDATE queuer.service_id_claims c
+       SET submitting = true
+     WHERE c.service_id = ANY (ARRAY(SELECT upd.service_id FROM upd))
+       AND NOT c.submitting
 )
 SELECT upd.batch_id, upd.service_id, upd.epoch, upd.attempts, upd.payload FROM upd

@@ -1,7 +1,7 @@
 -- Records many batch outcomes in one statement (one COMMIT for the group).
 -- Each write is fenced: the service's claim must still be ours, at the
--- job's epoch, with expiry_1 in the future, locked FOR SHARE so a
--- concurrent takeover waits for us or makes us match nothing; and the
+-- job's epoch, with expiry_1 in the future, locked (FOR NO KEY UPDATE) so
+-- a concurrent takeover waits for us or makes us match nothing; and the
 -- batch must be in the state the submitter expects (compare-and-set):
 --   expect 'posting'  : submitted, no status (our POST in progress)
 --   expect 'pending'  : status Pending
@@ -16,7 +16,13 @@
 -- cycle (src/worker/serial.c) is the general rule; this is the same rule
 -- for the one service whose in-flight batch just ended.
 --
--- $1 instance, $2 the outcomes: queuer.outcome[] (migrations/0003), one
+-- The claim row's `submitting` (maintenance decides soft expiry from it)
+-- is rewritten in the same statement where it changes: cleared when the
+-- batch leaves "submitted, no status" and no next batch was marked, set
+-- when a next batch was marked; the common fast path (a batch ends, the
+-- next is marked) leaves it set and writes nothing more.
+--
+-- $1 instance, $2 the outcomes: queuer.outcome[] (migrations/0004), one
 -- element per batch; `ord` below is an element's position (from 1).
 -- Returns one row per outcome written (kind 'w': batch_id, ord) and one
 -- per next batch marked (kind 'n': batch_id, service_id, epoch, attempts,
@@ -41,7 +47,7 @@ WITH o AS (
        AND (c.service_id, c.claim_epoch) IN (SELECT o.service_id, o.epoch FROM o)
        AND c.expiry_1 > now()
      ORDER BY c.service_id
-       FOR SHARE OF c NOWAIT
+       FOR NO KEY UPDATE OF c NOWAIT
 ), upd AS (
     UPDATE queuer.batches b
        SET status = o.status,
@@ -63,7 +69,7 @@ WITH o AS (
                WHEN 'inflight' THEN (b.submitted AND b.status IS NULL) OR b.status = 'Pending'
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
-              f.expiry_1, o.ord
+              f.expiry_1, o.ord, b.submitted AND b.status IS NULL AS submitting
 ), hist AS (
     -- Every sub-statement sees the same snapshot: `old` is the row as it was.
     INSERT INTO queuer.batch_history
@@ -106,6 +112,17 @@ WITH o AS (
     SELECT go.batch_id, go.service_id, go.seen, 'Submitting', $1, go.epoch,
            queuer.submit_reason(go.seen, go.attempts, go.last_error)
       FROM go
+), flag AS (
+    -- at most one batch of a service is in flight: the one just written, or the next marked
+    UPDATE queuer.service_id_claims c
+       SET submitting = s.submitting
+      FROM (SELECT x.service_id, bool_or(x.submitting) AS submitting
+              FROM (SELECT upd.service_id, upd.submitting FROM upd
+                    UNION ALL
+                    SELECT go.service_id, true FROM go) x
+             GROUP BY x.service_id) s
+     WHERE c.service_id = s.service_id
+       AND c.submitting <> s.submitting
 )
 SELECT 'w' AS kind, upd.batch_id, NULL::text AS service_id, NULL::bigint AS epoch,
        NULL::integer AS attempts, NULL::bytea AS payload, NULL::bigint AS lease_left_ms, upd.ord

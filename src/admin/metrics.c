@@ -1,6 +1,6 @@
 /* Prometheus text rendering of a metrics snapshot; see metrics.h. */
 #include "admin/metrics.h"
-#include "admin/strbuf.h"
+#include "common/strbuf.h"
 
 #include <stdio.h>
 

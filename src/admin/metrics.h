@@ -26,7 +26,7 @@
 #ifndef QW_ADMIN_METRICS_H
 #define QW_ADMIN_METRICS_H
 
-#include "admin/histogram.h"
+#include "common/histogram.h"
 
 #include <stddef.h>
 #include <stdint.h>

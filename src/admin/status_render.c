@@ -1,8 +1,8 @@
 /* Pure renderers of the `queuer status` report: table and JSON; see status.h. */
-#include "admin/duration.h"
 #include "admin/status.h"
-#include "admin/strbuf.h"
-#include "admin/table.h"
+#include "common/duration.h"
+#include "common/strbuf.h"
+#include "common/table.h"
 
 #include <stdio.h>
 #include <stdlib.h>

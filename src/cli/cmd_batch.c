@@ -6,9 +6,9 @@
  * read under the lock, refuse batches in flight and append a history row
  * by 'operator:<login role>'. This file only parses, calls and reports.
  */
-#include "admin/strbuf.h"
-#include "admin/table.h"
 #include "cli/cli.h"
+#include "common/strbuf.h"
+#include "common/table.h"
 #include "db/db.h"
 #include "db/migrate.h"
 

@@ -6,9 +6,9 @@
  * became final). Safe while workers run: workers never touch final
  * batches, and no transaction holds locks for longer than one chunk.
  */
-#include "admin/duration.h"
 #include "cli/cli.h"
 #include "common/clock.h"
+#include "common/duration.h"
 #include "db/db.h"
 #include "db/migrate.h"
 

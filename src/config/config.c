@@ -1,6 +1,9 @@
 /* Configuration: one key table drives defaults, file, QUEUER_* overrides, checks and docs. */
 #include "config/config.h"
 #include "common/log.h"
+#include "config/literals.h"
+#include "db/conninfo.h"
+#include "dlt/dlt_url.h"
 
 #include <libconfig.h>
 
@@ -72,7 +75,7 @@ static string_rule_fn rule_conninfo, rule_instance_id, rule_url, rule_listen, ru
 /* The keys, grouped by section (a section's keys are listed together). */
 static const struct key keys[] = {
     STR_KEY("database", "conninfo", db_conninfo, "dbname=queuer", rule_conninfo,
-            "no password in it",
+            "libpq syntax, no password",
             "libpq connection string (keywords or URI); the password comes from the secret"),
     STR_KEY("database", "password_file", db_password_file, "", NULL, "path or empty",
             "file holding the database password (mode 0600); QUEUER_DATABASE_PASSWORD wins"),
@@ -110,7 +113,8 @@ static const struct key keys[] = {
             "cap of that backoff; must be >= worker.txn_backoff_base_ms"),
 
     STR_KEY("dlt", "url", dlt_url, "http://127.0.0.1:8008", rule_url,
-            "http:// or https://, no credentials", "base URL of the Splinter node (scabbard REST)"),
+            "http(s)://host[:port][/path]; port 1..65535; no credentials, ? or #",
+            "base URL of the Splinter node (scabbard REST)"),
     STR_KEY("dlt", "token_file", dlt_token_file, "", NULL, "path or empty",
             "file holding the bearer token (mode 0600); QUEUER_DLT_TOKEN wins"),
     STR_KEY("dlt", "ca_file", dlt_ca_file, "", NULL, "path or empty",
@@ -281,41 +285,13 @@ static const char *escape(char *buf, size_t len, const char *s)
 
 /* ---- string rules ---- */
 
-static bool has_control_chars(const char *s)
-{
-    for (; *s; s++) {
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            return true;
-    }
-    return false;
-}
-
+/* libpq parses it (src/db): whatever libpq would take as a password is refused. */
 static const char *rule_conninfo(const char *value, bool *hide_value)
 {
-    /* Keyword form ("password = x") or URI query ("?password=x"). */
-    for (const char *p = strstr(value, "password"); p; p = strstr(p + 1, "password")) {
-        const char *q = p + strlen("password");
-        while (*q == ' ' || *q == '\t')
-            q++;
-        if (*q == '=') {
-            *hide_value = true;
-            return "must not contain a password; use QUEUER_DATABASE_PASSWORD or "
-                   "database.password_file";
-        }
-    }
-    /* URI form: postgresql://user:secret@host/db */
-    const char *scheme_end = strstr(value, "://");
-    if (scheme_end) {
-        const char *auth = scheme_end + 3;
-        size_t auth_len = strcspn(auth, "/?");
-        const char *at = memchr(auth, '@', auth_len);
-        if (at && memchr(auth, ':', (size_t)(at - auth))) {
-            *hide_value = true;
-            return "must not contain a password; use QUEUER_DATABASE_PASSWORD or "
-                   "database.password_file";
-        }
-    }
-    return NULL;
+    const char *why = qw_db_conninfo_check(value);
+    if (why)
+        *hide_value = true; /* refused strings may hold a password in some spelling */
+    return why;
 }
 
 static const char *rule_instance_id(const char *value, bool *hide_value)
@@ -331,25 +307,14 @@ static const char *rule_instance_id(const char *value, bool *hide_value)
     return NULL;
 }
 
+/* The ledger client's own check (one rule for check-config and run); credentials hidden. */
 static const char *rule_url(const char *value, bool *hide_value)
 {
-    const char *host;
-    if (strncmp(value, "http://", 7) == 0)
-        host = value + 7;
-    else if (strncmp(value, "https://", 8) == 0)
-        host = value + 8;
-    else
-        return "must start with http:// or https://";
-    if (*host == '\0' || *host == '/')
-        return "must name a host after the scheme";
-    if (has_control_chars(value) || strchr(value, ' '))
-        return "must not contain spaces or control characters";
-    size_t auth_len = strcspn(host, "/?#");
-    if (memchr(host, '@', auth_len)) {
+    if (strchr(value, '@')) {
         *hide_value = true;
         return "must not contain credentials; use QUEUER_DLT_TOKEN or dlt.token_file";
     }
-    return NULL;
+    return qw_dlt_base_url_check(value);
 }
 
 static const char *rule_listen(const char *value, bool *hide_value)
@@ -485,24 +450,120 @@ static void setting_where(const config_setting_t *s, const char *path, char *buf
     snprintf(buf, len, "%s:%u", file ? file : path, (unsigned)config_setting_source_line(s));
 }
 
-static int load_file(struct qw_config *cfg, const char *path, struct origin *origins,
-                     struct qw_error *err)
+#define CONFIG_FILE_MAX_BYTES (1024 * 1024)
+#define CONFIG_INCLUDE_MAX_DEPTH 10
+
+/*
+ * Reads the whole configuration file `path` into *text (malloc'd,
+ * NUL-terminated). Opened here first because libconfig only says "file I/O
+ * error"; O_NONBLOCK so a FIFO cannot hang the load (fstat refuses it).
+ */
+static int read_config_text(const char *path, char **text, size_t *len, struct qw_error *err)
 {
-    /* Open it ourselves first: libconfig only says "file I/O error". */
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *text = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
         return qw_error_set(err, QW_ERR_CONFIG, "%s: cannot open configuration file: %s", path,
                             strerror(errno));
+    int rc = QW_OK;
     struct stat st;
-    int stat_rc = fstat(fd, &st);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = qw_error_set(err, QW_ERR_CONFIG, "%s: configuration file is not a regular file", path);
+        goto out;
+    }
+    if (st.st_size > CONFIG_FILE_MAX_BYTES) {
+        rc = qw_error_set(err, QW_ERR_CONFIG, "%s: configuration file is larger than %d bytes",
+                          path, CONFIG_FILE_MAX_BYTES);
+        goto out;
+    }
+    *text = malloc((size_t)st.st_size + 1);
+    if (!*text) {
+        rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory reading %s", path);
+        goto out;
+    }
+    size_t n = 0;
+    while (n < (size_t)st.st_size) {
+        ssize_t got = read(fd, *text + n, (size_t)st.st_size - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            rc = qw_error_set(err, QW_ERR_CONFIG, "%s: cannot read configuration file: %s", path,
+                              strerror(errno));
+            goto out;
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
+    }
+    (*text)[n] = '\0';
+    *len = n;
+out:
+    if (rc != QW_OK) {
+        free(*text);
+        *text = NULL;
+    }
     close(fd);
-    if (stat_rc != 0 || !S_ISREG(st.st_mode))
-        return qw_error_set(err, QW_ERR_CONFIG, "%s: configuration file is not a regular file",
-                            path);
+    return rc;
+}
+
+/* State of the wrapped-integer scan over a file and the files it @includes. */
+struct literal_scan {
+    int depth;            /* @include nesting */
+    struct qw_error *err; /* where the refusal goes */
+};
+
+static int scan_text(const char *path, const char *text, size_t len, struct literal_scan *scan);
+
+/* @include "path": scans the included file too; one libconfig cannot read is left to libconfig. */
+static int scan_include(const char *path, void *arg)
+{
+    struct literal_scan *scan = arg;
+    if (scan->depth >= CONFIG_INCLUDE_MAX_DEPTH)
+        return 0;
+    char *text;
+    size_t len;
+    struct qw_error ignored;
+    if (read_config_text(path, &text, &len, &ignored) != QW_OK)
+        return 0;
+    scan->depth++;
+    int rc = scan_text(path, text, len, scan);
+    scan->depth--;
+    free(text);
+    return rc;
+}
+
+/* Refuses integer literals libconfig would wrap to 32 bits (see config/literals.h). */
+static int scan_text(const char *path, const char *text, size_t len, struct literal_scan *scan)
+{
+    struct qw_config_literal bad;
+    int found = qw_config_find_wrapping_int(text, len, scan_include, scan, &bad);
+    if (found != 1)
+        return found;
+    const struct key *k = find_key(bad.section, bad.name);
+    if (k && k->type == KEY_INT)
+        return qw_error_set(scan->err, QW_ERR_CONFIG,
+                            "%s:%d: %s.%s = %s is out of range %lld..%lld", path, bad.line,
+                            k->section, k->name, bad.text, k->min, k->max);
+    return qw_error_set(scan->err, QW_ERR_CONFIG, "%s:%d: integer %s does not fit in 32 bits", path,
+                        bad.line, bad.text);
+}
+
+static int load_file(struct qw_config *cfg, const char *path, struct origin *origins,
+                     struct qw_error *err)
+{
+    char *text;
+    size_t len;
+    int rc = read_config_text(path, &text, &len, err);
+    if (rc != QW_OK)
+        return rc;
+    struct literal_scan scan = {0, err};
+    rc = scan_text(path, text, len, &scan);
+    free(text);
+    if (rc != QW_OK)
+        return rc;
 
     config_t lc;
     config_init(&lc);
-    int rc = QW_OK;
     if (config_read_file(&lc, path) != CONFIG_TRUE) {
         const char *file = config_error_file(&lc);
         if (config_error_type(&lc) == CONFIG_ERR_PARSE)
@@ -694,7 +755,8 @@ static int read_secret_file(const char *path, char **out, struct qw_error *err)
     int rc = QW_OK;
     char *buf = NULL;
     size_t len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    /* O_NONBLOCK: a FIFO without a writer must not hang the load (fstat refuses it next) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
         return qw_error_set(err, QW_ERR_CONFIG, "%s: cannot open secret file: %s", path,
                             strerror(errno));
@@ -776,7 +838,11 @@ static int load_secrets(struct qw_config *cfg, char *const *envp, struct qw_erro
         char **slot = str_field(cfg, s->offset);
         const char *value = env_lookup(envp, s->env);
         if (value && *value) {
-            int rc = check_secret_text(value, strlen(value), s->env, err);
+            size_t len = strnlen(value, SECRET_MAX_BYTES + 1);
+            if (len > SECRET_MAX_BYTES)
+                return qw_error_set(err, QW_ERR_CONFIG, "%s: secret is larger than %d bytes",
+                                    s->env, SECRET_MAX_BYTES);
+            int rc = check_secret_text(value, len, s->env, err);
             if (rc != QW_OK)
                 return rc;
             *slot = strdup(value);

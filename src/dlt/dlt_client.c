@@ -22,27 +22,27 @@
 
 /* One transfer in flight. Owned by the client; freed after its callback. */
 struct qw_dlt_xfer {
-    struct qw_dlt_xfer *prev, *next;            /* links in the client's transfer list */
-    CURL *easy;                                 /* the curl handle of this transfer */
-    enum qw_dlt_kind kind;                      /* POST or STATUS */
-    void *user;                                 /* the caller's pointer */
-    char service_id[QW_DLT_SERVICE_ID_LEN + 1]; /* copy of the service_id */
-    char *payload;                              /* POST: copy of the request body */
-    size_t payload_len;                         /* POST: bytes in payload */
-    size_t payload_sent;                        /* POST: bytes handed to libcurl so far */
-    size_t max_body;                            /* response cap, bytes */
-    char *body;                                 /* response body so far, NUL-terminated */
-    size_t body_len;                            /* bytes in body */
-    size_t body_cap;                            /* bytes allocated for body */
-    bool too_large;                             /* the body cap was hit */
-    CURLcode result;                            /* libcurl's result once finished */
-    char retry_after[RETRY_AFTER_VALUE_MAX];    /* raw Retry-After value, "" if none */
-    char errbuf[CURL_ERROR_SIZE];               /* libcurl's error text */
-    int64_t start_us;                           /* monotonic start time, microseconds */
-    size_t n_ids;                               /* STATUS: ids asked for */
-    char (*ids)[QW_DLT_BATCH_ID_LEN + 1];       /* STATUS: copies of the ids */
-    const char **id_ptrs;                       /* STATUS: pointers into ids */
-    struct qw_dlt_status *statuses;             /* STATUS: parsed result, n_ids entries */
+    struct qw_dlt_xfer *prev, *next;         /* links in the client's transfer list */
+    CURL *easy;                              /* the curl handle of this transfer */
+    enum qw_dlt_kind kind;                   /* POST or STATUS */
+    void *user;                              /* the caller's pointer */
+    char service_id[QW_SERVICE_ID_LEN + 1];  /* copy of the service_id */
+    char *payload;                           /* POST: copy of the request body */
+    size_t payload_len;                      /* POST: bytes in payload */
+    size_t payload_sent;                     /* POST: bytes handed to libcurl so far */
+    size_t max_body;                         /* response cap, bytes */
+    char *body;                              /* response body so far, NUL-terminated */
+    size_t body_len;                         /* bytes in body */
+    size_t body_cap;                         /* bytes allocated for body */
+    bool too_large;                          /* the body cap was hit */
+    CURLcode result;                         /* libcurl's result once finished */
+    char retry_after[RETRY_AFTER_VALUE_MAX]; /* raw Retry-After value, "" if none */
+    char errbuf[CURL_ERROR_SIZE];            /* libcurl's error text */
+    int64_t start_us;                        /* monotonic start time, microseconds */
+    size_t n_ids;                            /* STATUS: ids asked for */
+    char (*ids)[QW_BATCH_ID_LEN + 1];        /* STATUS: copies of the ids */
+    const char **id_ptrs;                    /* STATUS: pointers into ids */
+    struct qw_dlt_status *statuses;          /* STATUS: parsed result, n_ids entries */
 };
 
 struct qw_dlt_client {
@@ -313,8 +313,8 @@ static struct qw_dlt_xfer *xfer_new(struct qw_dlt_client *c, enum qw_dlt_kind ki
     x->kind = kind;
     x->user = user;
     x->max_body = c->max_response_bytes;
-    memcpy(x->service_id, service_id, QW_DLT_SERVICE_ID_LEN); /* validated by the caller */
-    x->service_id[QW_DLT_SERVICE_ID_LEN] = '\0';
+    memcpy(x->service_id, service_id, QW_SERVICE_ID_LEN); /* validated by the caller */
+    x->service_id[QW_SERVICE_ID_LEN] = '\0';
     x->easy = curl_easy_init();
     if (!x->easy) {
         free(x);
@@ -441,14 +441,14 @@ int qw_dlt_get_statuses(struct qw_dlt_client *c, const char *service_id, const c
         if (!qw_dlt_batch_id_valid(ids[i]))
             return QW_ERR_INVALID;
         for (size_t j = 0; j < i; j++) {
-            if (memcmp(ids[i], ids[j], QW_DLT_BATCH_ID_LEN) == 0)
+            if (memcmp(ids[i], ids[j], QW_BATCH_ID_LEN) == 0)
                 return QW_ERR_INVALID;
         }
     }
     if (c->in_flight >= c->max_in_flight)
         return QW_ERR_BACKPRESSURE;
 
-    size_t url_cap = strlen(c->base_url) + 96 + n * (QW_DLT_BATCH_ID_LEN + 1);
+    size_t url_cap = strlen(c->base_url) + 96 + n * (QW_BATCH_ID_LEN + 1);
     char *url = malloc(url_cap);
     if (!url)
         return QW_ERR_NOMEM;
@@ -471,7 +471,7 @@ int qw_dlt_get_statuses(struct qw_dlt_client *c, const char *service_id, const c
         return QW_ERR_NOMEM;
     }
     for (size_t i = 0; i < n; i++) {
-        memcpy(x->ids[i], ids[i], QW_DLT_BATCH_ID_LEN + 1);
+        memcpy(x->ids[i], ids[i], QW_BATCH_ID_LEN + 1);
         x->id_ptrs[i] = x->ids[i];
     }
     if (curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L) != CURLE_OK ||
@@ -661,7 +661,7 @@ int qw_dlt_cancel_all(struct qw_dlt_client *c, qw_dlt_done_fn *cb, void *cb_arg)
             /* Nothing was reported: say so rather than leave zeroed ids. */
             for (size_t i = 0; i < x->n_ids; i++) {
                 memset(&x->statuses[i], 0, sizeof(x->statuses[i]));
-                memcpy(x->statuses[i].id, x->ids[i], QW_DLT_BATCH_ID_LEN + 1);
+                memcpy(x->statuses[i].id, x->ids[i], QW_BATCH_ID_LEN + 1);
             }
         }
         c->in_callback = true;

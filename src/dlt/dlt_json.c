@@ -154,7 +154,7 @@ static void reset_out(const char *const *ids, size_t n, struct qw_dlt_status *ou
     for (size_t i = 0; i < n; i++) {
         memset(&out[i], 0, sizeof(out[i]));
         if (ids && ids[i] && qw_dlt_batch_id_valid(ids[i]))
-            memcpy(out[i].id, ids[i], QW_DLT_BATCH_ID_LEN + 1);
+            memcpy(out[i].id, ids[i], QW_BATCH_ID_LEN + 1);
     }
 }
 
@@ -169,7 +169,7 @@ static int parse_entry(const json_t *entry, size_t pos, const struct id_slot *sl
     if (!json_is_string(id))
         return fail(err, err_cap, "entry %zu has no string \"id\"", pos);
     const char *id_text = json_string_value(id);
-    if (json_string_length(id) != QW_DLT_BATCH_ID_LEN || !qw_dlt_batch_id_valid(id_text))
+    if (json_string_length(id) != QW_BATCH_ID_LEN || !qw_dlt_batch_id_valid(id_text))
         return fail(err, err_cap, "entry %zu: id is not 128 lower-case hex characters", pos);
 
     struct id_slot key = {id_text, 0};

@@ -29,7 +29,7 @@ enum qw_dlt_status_type {
 
 /** Status of one requested batch id. */
 struct qw_dlt_status {
-    char id[QW_DLT_BATCH_ID_LEN + 1];        /* the requested id */
+    char id[QW_BATCH_ID_LEN + 1];            /* the requested id */
     bool reported;                           /* false: the answer did not mention this id */
     enum qw_dlt_status_type type;            /* meaningful only when reported */
     char message[QW_DLT_STATUS_MESSAGE_MAX]; /* sanitised text of "message", may be "" */

@@ -249,7 +249,7 @@ enum qw_dlt_outcome qw_dlt_classify_status(const struct qw_dlt_response *resp,
         for (size_t i = 0; i < n; i++) {
             memset(&out[i], 0, sizeof(out[i]));
             if (qw_dlt_batch_id_valid(ids[i]))
-                memcpy(out[i].id, ids[i], QW_DLT_BATCH_ID_LEN + 1);
+                memcpy(out[i].id, ids[i], QW_BATCH_ID_LEN + 1);
         }
     }
 

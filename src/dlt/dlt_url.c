@@ -23,19 +23,19 @@ static bool all_alnum(const char *s, size_t n)
 
 int qw_dlt_service_id_parse(const char *service_id, struct qw_dlt_service_ref *out)
 {
-    const size_t total = QW_DLT_SERVICE_ID_LEN; /* circuit (11) + "::" + service (4) */
+    const size_t total = QW_SERVICE_ID_LEN; /* circuit (11) + "::" + service (4) */
     if (!service_id || strnlen(service_id, total + 1) != total)
         return QW_ERR_INVALID;
     const char *s = service_id;
     if (!all_alnum(s, 5) || s[5] != '-' || !all_alnum(s + 6, 5))
         return QW_ERR_INVALID;
-    if (s[11] != ':' || s[12] != ':' || !all_alnum(s + 13, QW_DLT_SERVICE_LEN))
+    if (s[11] != ':' || s[12] != ':' || !all_alnum(s + 13, QW_SERVICE_LEN))
         return QW_ERR_INVALID;
     if (out) {
-        memcpy(out->circuit, s, QW_DLT_CIRCUIT_LEN);
-        out->circuit[QW_DLT_CIRCUIT_LEN] = '\0';
-        memcpy(out->service, s + 13, QW_DLT_SERVICE_LEN);
-        out->service[QW_DLT_SERVICE_LEN] = '\0';
+        memcpy(out->circuit, s, QW_CIRCUIT_LEN);
+        out->circuit[QW_CIRCUIT_LEN] = '\0';
+        memcpy(out->service, s + 13, QW_SERVICE_LEN);
+        out->service[QW_SERVICE_LEN] = '\0';
     }
     return QW_OK;
 }
@@ -45,7 +45,7 @@ bool qw_dlt_batch_id_valid(const char *id)
     if (!id)
         return false;
     size_t i = 0;
-    for (; i < QW_DLT_BATCH_ID_LEN; i++) {
+    for (; i < QW_BATCH_ID_LEN; i++) {
         char c = id[i];
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
             return false;
@@ -53,26 +53,69 @@ bool qw_dlt_batch_id_valid(const char *id)
     return id[i] == '\0';
 }
 
-bool qw_dlt_base_url_valid(const char *base)
+/* Checks "host[:port]" (the authority, `len` bytes): a host, then nothing or a port 1..65535. */
+static const char *authority_check(const char *auth, size_t len)
+{
+    static const char bad_port[] = "must have a port 1..65535 after the host";
+    const char *end = auth + len;
+    const char *p = auth;
+    if (*p == '[') {
+        p = memchr(auth, ']', len);
+        if (!p || p == auth + 1)
+            return "must have a closing ] after an IPv6 address";
+        p++;
+    } else {
+        while (p < end && *p != ':')
+            p++;
+        if (p == auth)
+            return "must name a host after the scheme";
+    }
+    if (p == end)
+        return NULL;
+    if (*p != ':')
+        return bad_port;
+    p++;
+    size_t digits = (size_t)(end - p);
+    if (digits == 0 || digits > 5)
+        return bad_port;
+    long port = 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return bad_port;
+        port = port * 10 + (*p - '0');
+    }
+    return port >= 1 && port <= 65535 ? NULL : bad_port;
+}
+
+const char *qw_dlt_base_url_check(const char *base)
 {
     if (!base)
-        return false;
+        return "must be set";
     size_t skip;
     if (strncasecmp(base, "http://", 7) == 0)
         skip = 7;
     else if (strncasecmp(base, "https://", 8) == 0)
         skip = 8;
     else
-        return false;
+        return "must start with http:// or https://";
     const char *host = base + skip;
     if (*host == '\0' || *host == '/')
-        return false;
+        return "must name a host after the scheme";
     for (const char *p = base; *p; p++) {
         unsigned char c = (unsigned char)*p;
-        if (c <= 0x20 || c == 0x7f || c == '?' || c == '#' || c == '@')
-            return false;
+        if (c <= 0x20 || c == 0x7f)
+            return "must not contain spaces or control characters";
+        if (c == '@')
+            return "must not contain credentials (user:password@)";
+        if (c == '?' || c == '#')
+            return "must not contain ? or #";
     }
-    return true;
+    return authority_check(host, strcspn(host, "/"));
+}
+
+bool qw_dlt_base_url_valid(const char *base)
+{
+    return qw_dlt_base_url_check(base) == NULL;
 }
 
 /* Length of `base` without its trailing slashes. */
@@ -142,7 +185,7 @@ int qw_dlt_url_statuses(char *buf, size_t cap, const char *base, const char *ser
               append_str(buf, cap, &pos, "batch_statuses?ids=");
     for (size_t i = 0; ok && i < n; i++) {
         ok = qw_dlt_batch_id_valid(ids[i]) && (i == 0 || append_str(buf, cap, &pos, ",")) &&
-             append(buf, cap, &pos, ids[i], QW_DLT_BATCH_ID_LEN);
+             append(buf, cap, &pos, ids[i], QW_BATCH_ID_LEN);
     }
     if (ok) {
         char wait[32];

@@ -2,19 +2,17 @@
 #ifndef QW_DLT_DLT_URL_H
 #define QW_DLT_DLT_URL_H
 
+#include "common/batch.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
-#define QW_DLT_CIRCUIT_LEN 11    /* "abcde-fghij" */
-#define QW_DLT_SERVICE_LEN 4     /* "a1b2" */
-#define QW_DLT_SERVICE_ID_LEN 17 /* "abcde-fghij::a1b2" */
-#define QW_DLT_BATCH_ID_LEN 128  /* header_signature: lower-case hex characters */
-#define QW_DLT_MAX_WAIT_S 3600   /* largest long-poll wait a URL may carry, seconds */
+#define QW_DLT_MAX_WAIT_S 3600 /* largest long-poll wait a URL may carry, seconds */
 
 /** The two halves of a service_id `circuit::service`, NUL-terminated. */
 struct qw_dlt_service_ref {
-    char circuit[QW_DLT_CIRCUIT_LEN + 1]; /* [A-Za-z0-9]{5}-[A-Za-z0-9]{5} */
-    char service[QW_DLT_SERVICE_LEN + 1]; /* [A-Za-z0-9]{4} */
+    char circuit[QW_CIRCUIT_LEN + 1]; /* [A-Za-z0-9]{5}-[A-Za-z0-9]{5} */
+    char service[QW_SERVICE_LEN + 1]; /* [A-Za-z0-9]{4} */
 };
 
 /**
@@ -28,12 +26,18 @@ int qw_dlt_service_id_parse(const char *service_id, struct qw_dlt_service_ref *o
 bool qw_dlt_batch_id_valid(const char *id);
 
 /**
- * True when `base` can be a ledger base URL: starts with http:// or
- * https:// (any case), has a host, holds no whitespace, control
- * characters, '?', '#' or '@' (no user:password in URLs: the token is
- * the credential, and URLs get logged). Trailing slashes are allowed (they are dropped
- * when URLs are built).
+ * Checks a ledger base URL: http:// or https:// (any case), a host (a
+ * name, an IPv4 address or a [bracketed] IPv6 address), an optional port
+ * 1..65535, an optional path; no whitespace, control characters, '?', '#'
+ * or '@' (no user:password in URLs: the token is the credential, and URLs
+ * get logged). Trailing slashes are allowed (they are dropped when URLs are
+ * built). Returns NULL when `base` is acceptable, else a static reason
+ * ("must ..."). The configuration uses the same check, so what `run`
+ * refuses `check-config` refuses too.
  */
+const char *qw_dlt_base_url_check(const char *base);
+
+/** True when qw_dlt_base_url_check() accepts `base`. */
 bool qw_dlt_base_url_valid(const char *base);
 
 /**

@@ -12,12 +12,10 @@
 #ifndef QW_INGEST_VALIDATE_H
 #define QW_INGEST_VALIDATE_H
 
+#include "common/batch.h"
 #include "common/err.h"
 
 #include <stddef.h>
-
-#define QW_SERVICE_ID_LEN 17 /* characters in "abcde-fghij::klmn" */
-#define QW_BATCH_ID_LEN 128  /* hex characters in a batch_id */
 
 /**
  * Checks that the `len` bytes at `s` (need not be NUL-terminated; may hold

@@ -8,12 +8,11 @@
 #ifndef QW_WORKER_JOB_H
 #define QW_WORKER_JOB_H
 
+#include "common/batch.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define QW_SERVICE_ID_MAX 24 /* bytes of a service_id with its NUL (17 used) */
-#define QW_BATCH_ID_LEN 128  /* hex characters of a batch_id */
 
 enum qw_job_kind {
     QW_JOB_SUBMIT = 0, /* marked submitted by the queuer: POST it, then follow it */

@@ -16,7 +16,7 @@
 #include "common/backoff.h"
 #include "dlt/dlt_client.h"
 #include "worker/job.h"
-#include "worker/serial.h"
+#include "common/batch.h"
 
 #include <stdbool.h>
 #include <stdint.h>

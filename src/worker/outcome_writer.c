@@ -46,13 +46,13 @@ void qw_outcome_writer_free(struct qw_outcome_writer *w)
     results_free(w);
 }
 
-/* Appends one queuer.outcome element (migrations/0003_outcome_type.sql, column order). */
+/* Appends one queuer.outcome element (migrations/0004_outcome_type.sql, column order). */
 static int append_outcome(struct qw_pgarray *a, const struct qw_outcome_item *item)
 {
     const struct qw_outcome *o = &item->outcome;
     const char *expect = qw_outcome_expect_name(o->expect);
     const char *status = qw_batch_status_name(o->status);
-    if (!expect || strcmp(status, "?") == 0)
+    if (!expect || (unsigned)o->status >= QW_STATUS_COUNT)
         return QW_ERR_INVALID;
     qw_pgarray_row_begin(a);
     qw_pgarray_row_text(a, item->job->batch_id);

@@ -6,9 +6,9 @@
  * with the submitter (then the service is skipped until the job returns).
  */
 #include "worker/queuer.h"
-#include "admin/histogram.h"
 #include "common/backoff.h"
 #include "common/clock.h"
+#include "common/histogram.h"
 #include "common/log.h"
 #include "db/db.h"
 #include "db/pgarray.h"

@@ -8,7 +8,7 @@
 #define QW_WORKER_QUEUER_H
 
 #include "common/err.h"
-#include "worker/worker.h"
+#include "worker/shared.h"
 
 #include <pthread.h>
 

@@ -6,43 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const status_names[] = {
-    [QW_STATUS_NONE] = "",           [QW_STATUS_PENDING] = "Pending",
-    [QW_STATUS_UNKNOWN] = "Unknown", [QW_STATUS_DELAYED] = "Delayed",
-    [QW_STATUS_VALID] = "Valid",     [QW_STATUS_COMMITTED] = "Committed",
-    [QW_STATUS_INVALID] = "Invalid",
-};
-
-#define STATUS_COUNT (sizeof(status_names) / sizeof(status_names[0]))
-
-int qw_batch_status_parse(const char *text, enum qw_batch_status *out)
-{
-    if (!text || !*text) {
-        *out = QW_STATUS_NONE;
-        return 0;
-    }
-    for (size_t i = 1; i < STATUS_COUNT; i++) {
-        if (strcmp(text, status_names[i]) == 0) {
-            *out = (enum qw_batch_status)i;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-const char *qw_batch_status_name(enum qw_batch_status status)
-{
-    if ((unsigned)status >= STATUS_COUNT)
-        return "?";
-    return status_names[status];
-}
-
-bool qw_batch_status_is_final(enum qw_batch_status status)
-{
-    return status == QW_STATUS_VALID || status == QW_STATUS_COMMITTED ||
-           status == QW_STATUS_INVALID;
-}
-
 static int cmp_i64(int64_t a, int64_t b)
 {
     return (a > b) - (a < b);
@@ -79,7 +42,7 @@ static int cmp_chosen_order(const void *pa, const void *pb)
 /* True when a batch in this state means the service has a batch in flight. */
 static bool blocks_service(const struct qw_serial_batch *b)
 {
-    if ((unsigned)b->status >= STATUS_COUNT)
+    if ((unsigned)b->status >= QW_STATUS_COUNT)
         return true; /* unreadable state: submit nothing for this service */
     return b->status == QW_STATUS_PENDING || b->submitted;
 }
@@ -97,7 +60,7 @@ static const struct qw_serial_batch *decide_service(const struct qw_serial_batch
 
     for (size_t i = 0; i < len; i++) {
         const struct qw_serial_batch *b = group[i];
-        if ((unsigned)b->status < STATUS_COUNT && qw_batch_status_is_final(b->status)) {
+        if ((unsigned)b->status < QW_STATUS_COUNT && qw_batch_status_is_final(b->status)) {
             st->ignored++;
             continue;
         }

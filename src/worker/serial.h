@@ -7,36 +7,11 @@
 #ifndef QW_WORKER_SERIAL_H
 #define QW_WORKER_SERIAL_H
 
+#include "common/batch.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/**
- * A batch's status as scabbard and Grid spell it; NONE = never submitted.
- * VALID, COMMITTED and INVALID are final: they end a batch's turn.
- */
-enum qw_batch_status {
-    QW_STATUS_NONE = 0,
-    QW_STATUS_PENDING,
-    QW_STATUS_UNKNOWN,
-    QW_STATUS_DELAYED,
-    QW_STATUS_VALID,
-    QW_STATUS_COMMITTED,
-    QW_STATUS_INVALID,
-};
-
-/**
- * Parses a status as stored in the database ("Pending", ...; NULL or ""
- * = NONE). Returns 0, or -1 for text that is not a status (case matters:
- * DESIGN §2 fixes the spelling).
- */
-int qw_batch_status_parse(const char *text, enum qw_batch_status *out);
-
-/** The database spelling of `status` ("" for NONE, "?" for out-of-range values). */
-const char *qw_batch_status_name(enum qw_batch_status status);
-
-/** True for VALID, COMMITTED and INVALID. */
-bool qw_batch_status_is_final(enum qw_batch_status status);
 
 /**
  * One non-final batch of a claimed service, as fetched in step 4 of the

@@ -18,9 +18,9 @@
  * dropped, never retried.
  */
 #include "worker/submitter.h"
-#include "admin/histogram.h"
 #include "common/backoff.h"
 #include "common/clock.h"
+#include "common/histogram.h"
 #include "common/log.h"
 #include "db/db.h"
 #include "dlt/dlt_client.h"

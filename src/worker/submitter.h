@@ -7,7 +7,7 @@
 #define QW_WORKER_SUBMITTER_H
 
 #include "common/err.h"
-#include "worker/worker.h"
+#include "worker/shared.h"
 
 #include <pthread.h>
 

@@ -1,6 +1,5 @@
 /* `queuer run` process setup: instance, signals, threads; see worker.h. */
 #include "worker/worker.h"
-#include "admin/admin.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "db/db.h"
@@ -8,7 +7,9 @@
 #include "dlt/dlt_client.h"
 #include "worker/job.h"
 #include "worker/queuer.h"
+#include "worker/shared.h"
 #include "worker/submitter.h"
+#include "worker/worker_admin.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -22,15 +23,6 @@
 
 /* The worker the signal handler stops; set once before threads start. */
 static struct qw_worker *signal_worker;
-
-void qw_worker_wake(struct qw_worker *w)
-{
-    int saved = errno;
-    uint64_t one = 1;
-    ssize_t n = write(w->wake_fd, &one, sizeof(one));
-    (void)n;
-    errno = saved;
-}
 
 /* Only sets a flag and writes the wake fd: async-signal-safe. */
 static void on_signal(int sig)
@@ -67,20 +59,6 @@ static void make_instance_id(const struct qw_config *cfg, char *out, size_t len)
     host[sizeof(host) - 1] = '\0';
     uint64_t r = (uint64_t)qw_clock_wall_ms() * 2654435761u ^ (uint64_t)getpid();
     snprintf(out, len, "%.40s-%d-%04x", host, (int)getpid(), (unsigned)(r & 0xffff));
-}
-
-void qw_worker_db_opts(const struct qw_config *cfg, const char *app_name, struct qw_db_opts *opts)
-{
-    int half_lease = cfg->worker_lease_ms / 2;
-    *opts = (struct qw_db_opts){
-        .conninfo = cfg->db_conninfo,
-        .password = cfg->db_password,
-        .app_name = app_name,
-        .connect_timeout_s = cfg->db_connect_timeout_s,
-        .query_timeout_ms = cfg->db_query_timeout_ms,
-        .idle_in_txn_timeout_ms = half_lease > 500 ? half_lease : 500,
-        .lock_timeout_ms = half_lease / 2 > 250 ? half_lease / 2 : 250,
-    };
 }
 
 /*
@@ -128,9 +106,7 @@ static int register_instance(struct qw_worker *w, struct qw_db *db, struct qw_er
     params[5] = "true";
     rc = qw_db_query(db, "instance_register", 6, params, NULL, err);
     if (rc == QW_OK)
-        qw_log_info("instance.taken_over",
-                    "pid=%lld reason=\"earlier process on this host is "
-                    "gone\"",
+        qw_log_info("instance.taken_over", "pid=%lld reason=\"its process on this host is gone\"",
                     other_pid);
     return rc;
 }
@@ -190,9 +166,9 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
         if (install_signals() != 0)
             rc = qw_error_set(err, QW_ERR_IO, "cannot install signal handlers");
     }
-    struct qw_admin *admin = NULL;
+    struct qw_worker_admin *admin = NULL;
     if (rc == QW_OK)
-        rc = qw_admin_start(cfg, w, &w->stats.ops, &admin, err);
+        rc = qw_worker_admin_start(cfg, w, &w->stats.ops, &admin, err);
     pthread_t submitter;
     if (rc == QW_OK)
         rc = qw_submitter_start(w, &submitter, err);
@@ -220,7 +196,7 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
                     (long)(ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000),
                     (long)(ru.ru_stime.tv_sec * 1000 + ru.ru_stime.tv_usec / 1000), ru.ru_maxrss);
     }
-    qw_admin_stop(admin);
+    qw_worker_admin_stop(admin);
     qw_db_close(db);
     if (w->jobs)
         qw_handoff_destroy(w->jobs, (void (*)(void *))qw_job_free);

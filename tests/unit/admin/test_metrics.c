@@ -1,5 +1,5 @@
 /* Unit tests: histogram buckets and the Prometheus renderer (src/admin/metrics.c). */
-#include "admin/histogram.h"
+#include "common/histogram.h"
 #include "admin/metrics.h"
 
 #include <setjmp.h>

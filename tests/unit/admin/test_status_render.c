@@ -1,7 +1,7 @@
 /* Unit tests: `queuer status` table and JSON rendering from data (src/admin/status_render.c). */
 #include "admin/status.h"
-#include "admin/strbuf.h"
-#include "admin/table.h"
+#include "common/strbuf.h"
+#include "common/table.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

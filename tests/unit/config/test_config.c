@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #ifndef QW_SOURCE_ROOT
@@ -282,6 +283,54 @@ static const struct file_error_case file_errors[] = {
     {"database = { conninfo = \"postgresql://q:hunter2@db/q\"; };\n",
      ":1: database.conninfo must not contain a password; use QUEUER_DATABASE_PASSWORD or "
      "database.password_file",
+     NULL},
+    /* libconfig 1.5 wraps integer literals to 32 bits: 4294997296 would load as 30000 */
+    {"worker = {\n  lease_ms = 4294997296;\n};\n",
+     ":2: worker.lease_ms = 4294997296 is out of range 100..3600000", NULL},
+    {"ingest = { high = 0xFFFFFFFF; };\n",
+     ":1: ingest.high = 0xFFFFFFFF is out of range -1..1000000", NULL},
+    {"worker = { cycle_ms = -4294966296; };\n",
+     ":1: worker.cycle_ms = -4294966296 is out of range 10..600000", NULL},
+    {"# 4294997296 in a comment is fine\nworker = { instance_id = \"x\"; };\n"
+     "dlt = {\n url = \"http://h\";\n max_attempts = 99999999999999999999999;\n};\n",
+     ":5: dlt.max_attempts = 99999999999999999999999 is out of range 0..1000000", NULL},
+    /* the URL rules are the ledger client's own: what run refuses, check-config refuses */
+    {"dlt = { url = \"http://h/a?b#c\"; };\n",
+     ":1: dlt.url = \"http://h/a?b#c\" must not contain ? or #", NULL},
+    {"dlt = { url = \"http://h:99999\"; };\n",
+     ":1: dlt.url = \"http://h:99999\" must have a port 1..65535 after the host", NULL},
+    {"dlt = { url = \"http://h:\"; };\n",
+     ":1: dlt.url = \"http://h:\" must have a port 1..65535 after the host", NULL},
+    {"dlt = { url = \"http://[::1/x\"; };\n",
+     ":1: dlt.url = \"http://[::1/x\" must have a closing ] after an IPv6 address", NULL},
+    /* libpq parses the conninfo: every spelling of a password is refused, and never echoed */
+    {"database = { conninfo = \"postgresql:///queuer?pass%77ord=hunter2\"; };\n",
+     ":1: database.conninfo must not contain a password; use QUEUER_DATABASE_PASSWORD or "
+     "database.password_file",
+     NULL},
+    {"database = { conninfo = \"host=db password\\n=hunter2\"; };\n",
+     ":1: database.conninfo must not contain a password; use QUEUER_DATABASE_PASSWORD or "
+     "database.password_file",
+     NULL},
+    {"database = { conninfo = \"host=db\\fpassword\\x0b=\\rhunter2\"; };\n",
+     ":1: database.conninfo must not contain a password; use QUEUER_DATABASE_PASSWORD or "
+     "database.password_file",
+     NULL},
+    {"database = { conninfo = \"host=db sslpassword=hunter2\"; };\n",
+     ":1: database.conninfo must not contain a password; use QUEUER_DATABASE_PASSWORD or "
+     "database.password_file",
+     NULL},
+    {"database = { conninfo = \"postgresql://%71:hunter2@db/q\"; };\n",
+     ":1: database.conninfo must not contain a password; use QUEUER_DATABASE_PASSWORD or "
+     "database.password_file",
+     NULL},
+    {"database = { conninfo = \"host=db pasword=hunter2\"; };\n",
+     ":1: database.conninfo is not a valid libpq connection string (key=value pairs or a "
+     "postgresql:// URI)",
+     NULL},
+    {"database = { conninfo = \"host=db password = 'hunter2\"; };\n",
+     ":1: database.conninfo is not a valid libpq connection string (key=value pairs or a "
+     "postgresql:// URI)",
      NULL},
     {"worker = { instance_id = \"has space\"; };\n",
      ":1: worker.instance_id = \"has space\" may only contain A-Z a-z 0-9 . _ : -", NULL},
@@ -626,12 +675,92 @@ static void test_secret_file_errors(void **state)
     char *const env2[] = {E("QUEUER_DLT_TOKEN_FILE=/"), NULL};
     assert_int_equal(qw_config_load(&cfg, NULL, env2, &err), QW_ERR_CONFIG);
     assert_string_equal(err.msg, "/: secret file is not a regular file");
+    /* the 64 KiB limit holds for values from the environment too */
+    char *big = malloc(sizeof("QUEUER_DLT_TOKEN=") + 65537);
+    assert_non_null(big);
+    strcpy(big, "QUEUER_DLT_TOKEN=");
+    memset(big + strlen(big), 'a', 65537);
+    big[sizeof("QUEUER_DLT_TOKEN=") - 1 + 65537] = '\0';
+    char *const env_big[] = {big, NULL};
+    assert_int_equal(qw_config_load(&cfg, NULL, env_big, &err), QW_ERR_CONFIG);
+    assert_string_equal(err.msg, "QUEUER_DLT_TOKEN: secret is larger than 65536 bytes");
+    big[sizeof("QUEUER_DLT_TOKEN=") - 1 + 65536] = '\0';
+    assert_int_equal(qw_config_load(&cfg, NULL, env_big, &err), QW_OK);
+    qw_config_free(&cfg);
+    free(big);
     /* a token with a newline from the environment would break the HTTP header */
     char *const env3[] = {E("QUEUER_DLT_TOKEN=hunter2\nX-Evil: 1"), NULL};
     assert_int_equal(qw_config_load(&cfg, NULL, env3, &err), QW_ERR_CONFIG);
     assert_string_equal(err.msg,
                         "QUEUER_DLT_TOKEN: secret must be one line without control characters");
     assert_config_empty(&cfg);
+}
+
+/* A FIFO (or any non-regular file) as a secret or config file is refused at once, not waited on. */
+static void test_fifo_does_not_hang(void **state)
+{
+    (void)state;
+    const char *dir = getenv("TMPDIR");
+    char fifo[512];
+    snprintf(fifo, sizeof(fifo), "%s/qwcfg-fifo.%d", dir && *dir ? dir : "/tmp", (int)getpid());
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(10); /* before the fix open() blocked forever waiting for a writer */
+    char var[600];
+    snprintf(var, sizeof(var), "QUEUER_DATABASE_PASSWORD_FILE=%s", fifo);
+    char *const env[] = {var, NULL};
+    struct qw_config cfg;
+    struct qw_error err;
+    assert_int_equal(qw_config_load(&cfg, NULL, env, &err), QW_ERR_CONFIG);
+    char want[700];
+    snprintf(want, sizeof(want), "%s: secret file is not a regular file", fifo);
+    assert_string_equal(err.msg, want);
+    assert_config_empty(&cfg);
+    snprintf(var, sizeof(var), "QUEUER_DLT_TOKEN_FILE=%s", fifo);
+    assert_int_equal(qw_config_load(&cfg, NULL, env, &err), QW_ERR_CONFIG);
+    assert_string_equal(err.msg, want);
+    assert_int_equal(qw_config_load(&cfg, fifo, no_env, &err), QW_ERR_CONFIG);
+    snprintf(want, sizeof(want), "%s: configuration file is not a regular file", fifo);
+    assert_string_equal(err.msg, want);
+    alarm(0);
+    unlink(fifo);
+}
+
+/* check-config never prints a password: a conninfo holding one does not load at all. */
+static void test_env_conninfo_password(void **state)
+{
+    (void)state;
+    static const char *const vars[] = {
+        "QUEUER_DATABASE_CONNINFO=postgresql:///queuer?pass%77ord=hunter2",
+        "QUEUER_DATABASE_CONNINFO=postgres://u:hunter2@h/q",
+        "QUEUER_DATABASE_CONNINFO=dbname=q\tpassword\t=\thunter2",
+        "QUEUER_DATABASE_CONNINFO=dbname=q password='hunter2' host=h",
+    };
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        char *const env[] = {(char *)(uintptr_t)vars[i], NULL};
+        struct qw_config cfg;
+        struct qw_error err;
+        if (qw_config_load(&cfg, NULL, env, &err) != QW_ERR_CONFIG)
+            fail_msg("%s: loaded", vars[i]);
+        assert_string_equal(err.msg, "QUEUER_DATABASE_CONNINFO: database.conninfo must not "
+                                     "contain a password; use QUEUER_DATABASE_PASSWORD or "
+                                     "database.password_file");
+    }
+    /* ordinary conninfo strings still load: keywords, URIs, passfile is a path not a secret */
+    static const char *const good[] = {
+        "QUEUER_DATABASE_CONNINFO=host=/tmp port=5433 dbname=q user=u passfile=/x",
+        "QUEUER_DATABASE_CONNINFO=postgresql://u@h:5432/q?sslmode=require",
+        "QUEUER_DATABASE_CONNINFO=postgresql:///queuer?host=/run/pg",
+        "QUEUER_DATABASE_CONNINFO=",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char *const env[] = {(char *)(uintptr_t)good[i], NULL};
+        struct qw_config cfg;
+        struct qw_error err;
+        if (qw_config_load(&cfg, NULL, env, &err) != QW_OK)
+            fail_msg("%s: %s", good[i], err.msg);
+        qw_config_free(&cfg);
+    }
 }
 
 static void test_print_redacts_secrets(void **state)
@@ -764,6 +893,8 @@ int main(void)
         cmocka_unit_test(test_secrets_from_env),
         cmocka_unit_test(test_secrets_from_files),
         cmocka_unit_test(test_secret_file_errors),
+        cmocka_unit_test(test_fifo_does_not_hang),
+        cmocka_unit_test(test_env_conninfo_password),
         cmocka_unit_test(test_print_redacts_secrets),
         cmocka_unit_test(test_every_key_documented),
     };

@@ -32,12 +32,12 @@
 
 /* What the callback saw. */
 struct seen {
-    int n;                                      /* callbacks so far */
-    struct qw_dlt_result last;                  /* copy of the latest result (pointers cleared) */
-    char message[QW_DLT_MESSAGE_MAX];           /* its message */
-    char service_id[QW_DLT_SERVICE_ID_LEN + 1]; /* its service_id */
-    struct qw_dlt_status statuses[8];           /* its statuses (first 8) */
-    int users[16];                              /* user pointers seen, as ints */
+    int n;                                  /* callbacks so far */
+    struct qw_dlt_result last;              /* copy of the latest result (pointers cleared) */
+    char message[QW_DLT_MESSAGE_MAX];       /* its message */
+    char service_id[QW_SERVICE_ID_LEN + 1]; /* its service_id */
+    struct qw_dlt_status statuses[8];       /* its statuses (first 8) */
+    int users[16];                          /* user pointers seen, as ints */
 };
 
 struct fixture {

@@ -15,10 +15,10 @@
 #define SID "abcde-12345::a1B2"
 
 /* 128 hex characters built from one repeated digit. */
-static void make_id(char out[QW_DLT_BATCH_ID_LEN + 1], char digit)
+static void make_id(char out[QW_BATCH_ID_LEN + 1], char digit)
 {
-    memset(out, digit, QW_DLT_BATCH_ID_LEN);
-    out[QW_DLT_BATCH_ID_LEN] = '\0';
+    memset(out, digit, QW_BATCH_ID_LEN);
+    out[QW_BATCH_ID_LEN] = '\0';
 }
 
 static void test_service_id_table(void **state)
@@ -62,7 +62,7 @@ static void test_service_id_table(void **state)
 static void test_batch_id_valid(void **state)
 {
     (void)state;
-    char id[QW_DLT_BATCH_ID_LEN + 2];
+    char id[QW_BATCH_ID_LEN + 2];
     make_id(id, 'a');
     assert_true(qw_dlt_batch_id_valid(id));
     make_id(id, '9');
@@ -106,6 +106,16 @@ static void test_base_url_valid(void **state)
         {"http://user:pw@host", 0},
         {"http://ho st", 0},
         {"http://host\n", 0},
+        {"http://h/a?b#c", 0},
+        {"http://h:99999", 0},
+        {"http://h:0", 0},
+        {"http://h:65535/x", 1},
+        {"http://h:", 0},
+        {"http://h:80x", 0},
+        {"http://:80", 0},
+        {"http://[::1/x", 0},
+        {"http://[]:80", 0},
+        {"http://[::1]x", 0},
         {"", 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -166,7 +176,7 @@ static void test_url_batches_cap(void **state)
 static void test_url_statuses(void **state)
 {
     (void)state;
-    char a[QW_DLT_BATCH_ID_LEN + 1], b[QW_DLT_BATCH_ID_LEN + 1];
+    char a[QW_BATCH_ID_LEN + 1], b[QW_BATCH_ID_LEN + 1];
     make_id(a, 'a');
     make_id(b, '0');
     const char *ids[] = {a, b};
@@ -193,7 +203,7 @@ static void test_url_statuses(void **state)
 static void test_url_statuses_rejects(void **state)
 {
     (void)state;
-    char a[QW_DLT_BATCH_ID_LEN + 1], bad[QW_DLT_BATCH_ID_LEN + 1];
+    char a[QW_BATCH_ID_LEN + 1], bad[QW_BATCH_ID_LEN + 1];
     make_id(a, 'a');
     make_id(bad, 'a');
     bad[10] = '&'; /* would inject a query parameter */
@@ -221,17 +231,17 @@ static void test_url_statuses_many_ids(void **state)
 {
     (void)state;
     enum { N = 100 };
-    static char store[N][QW_DLT_BATCH_ID_LEN + 1];
+    static char store[N][QW_BATCH_ID_LEN + 1];
     const char *ids[N];
     for (int i = 0; i < N; i++) {
         make_id(store[i], "0123456789abcdef"[i % 16]);
         ids[i] = store[i];
     }
-    static char buf[N * (QW_DLT_BATCH_ID_LEN + 1) + 128];
+    static char buf[N * (QW_BATCH_ID_LEN + 1) + 128];
     assert_int_equal(qw_dlt_url_statuses(buf, sizeof(buf), "http://h", SID, ids, N, 5), QW_OK);
     size_t len = strlen(buf);
     assert_int_equal(len, strlen("http://h/scabbard/abcde-12345/a1B2/batch_statuses?ids=") +
-                              N * QW_DLT_BATCH_ID_LEN + (N - 1) + strlen("&wait=5"));
+                              N * QW_BATCH_ID_LEN + (N - 1) + strlen("&wait=5"));
     /* a buffer far too small for 100 ids */
     char small[512];
     assert_int_equal(qw_dlt_url_statuses(small, sizeof(small), "http://h", SID, ids, N, 5),

@@ -5,8 +5,8 @@
  * a renderer checks once at the end (as curl's dynbuf does). A hard size
  * cap bounds what any renderer can produce.
  */
-#ifndef QW_ADMIN_STRBUF_H
-#define QW_ADMIN_STRBUF_H
+#ifndef QW_COMMON_STRBUF_H
+#define QW_COMMON_STRBUF_H
 
 #include <stdbool.h>
 #include <stddef.h>

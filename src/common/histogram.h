@@ -10,8 +10,8 @@
  * count is the sum of its buckets, so it is always self-consistent, as
  * Prometheus requires.
  */
-#ifndef QW_ADMIN_HISTOGRAM_H
-#define QW_ADMIN_HISTOGRAM_H
+#ifndef QW_COMMON_HISTOGRAM_H
+#define QW_COMMON_HISTOGRAM_H
 
 #include <stdatomic.h>
 #include <stdint.h>

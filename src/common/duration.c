@@ -1,5 +1,5 @@
 /* Parsing and formatting of operator durations; see duration.h. */
-#include "admin/duration.h"
+#include "common/duration.h"
 #include "common/err.h"
 
 #include <stdio.h>

@@ -2,8 +2,8 @@
  * Durations as operators type and read them: "7d", "12h", "30m", "45s",
  * "2w", or a sum such as "1d12h". Pure functions, no I/O.
  */
-#ifndef QW_ADMIN_DURATION_H
-#define QW_ADMIN_DURATION_H
+#ifndef QW_COMMON_DURATION_H
+#define QW_COMMON_DURATION_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* Fixed-bucket atomic histogram; see histogram.h. */
-#include "admin/histogram.h"
+#include "common/histogram.h"
 
 #include <string.h>
 

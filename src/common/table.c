@@ -1,5 +1,5 @@
 /* Plain-text tables for CLI output; see table.h. */
-#include "admin/table.h"
+#include "common/table.h"
 #include "common/err.h"
 
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* Growable text buffer with a sticky failure flag; see strbuf.h. */
-#include "admin/strbuf.h"
+#include "common/strbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

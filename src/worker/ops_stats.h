@@ -2,14 +2,14 @@
  * Measurements for operators that the worker threads record and the admin
  * server reads: histograms and the few gauges struct qw_worker_stats does
  * not hold. The worker embeds one struct qw_ops_stats (zero-filled memory
- * is its valid initial state) and passes it to qw_admin_start(). Every
+ * is its valid initial state) and passes it to qw_worker_admin_start(). Every
  * field is an atomic: writers use relaxed stores/adds, the admin thread
  * relaxed loads.
  */
-#ifndef QW_ADMIN_OPS_STATS_H
-#define QW_ADMIN_OPS_STATS_H
+#ifndef QW_WORKER_OPS_STATS_H
+#define QW_WORKER_OPS_STATS_H
 
-#include "admin/histogram.h"
+#include "common/histogram.h"
 
 #include <stdatomic.h>
 

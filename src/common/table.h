@@ -2,10 +2,10 @@
  * Plain-text tables for CLI output: a header row and data rows, each
  * column padded to its widest cell, two spaces of indent. Pure.
  */
-#ifndef QW_ADMIN_TABLE_H
-#define QW_ADMIN_TABLE_H
+#ifndef QW_COMMON_TABLE_H
+#define QW_COMMON_TABLE_H
 
-#include "admin/strbuf.h"
+#include "common/strbuf.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
--- 0004: an audited way back for a batch marked Invalid by mistake.
+-- 0005: an audited way back for a batch marked Invalid by mistake.
 --
 -- Until issue 18 any HTTP 400 made a batch final Invalid, including a
 -- proxy's or a misconfigured TLS port's HTML "Bad Request" that never came

@@ -1,4 +1,4 @@
--- 0003: the row type of the grouped outcome write.
+-- 0004: the row type of the grouped outcome write.
 --
 -- sql/outcomes_record.sql takes one array of queuer.outcome (one element
 -- per batch outcome) instead of twelve parallel arrays matched by

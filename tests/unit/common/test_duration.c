@@ -1,5 +1,5 @@
-/* Unit tests: operator duration parsing and formatting (src/admin/duration.c). */
-#include "admin/duration.h"
+/* Unit tests: operator duration parsing and formatting (src/common/duration.c). */
+#include "common/duration.h"
 #include "common/err.h"
 
 #include <setjmp.h>

@@ -1,18 +1,18 @@
-/* The worker's admin server: hooks over struct qw_worker; see admin.h. */
-#include "admin/admin.h"
+/* The worker's admin server: hooks over struct qw_worker; see worker_admin.h. */
+#include "worker/worker_admin.h"
 #include "admin/admin_http.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "config/config.h"
 #include "db/db.h"
-#include "worker/worker.h"
+#include "worker/shared.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define READY_DB_TIMEOUT_MS 2000 /* /readyz: the database must answer within this */
 
-struct qw_admin {
+struct qw_worker_admin {
     const struct qw_config *cfg; /* read-only */
     struct qw_worker *w;         /* read through atomics only */
     struct qw_ops_stats *ops;    /* may be NULL */
@@ -26,7 +26,7 @@ static int64_t load(atomic_llong *v)
 
 static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
 {
-    struct qw_admin *a = ctx;
+    struct qw_worker_admin *a = ctx;
     struct qw_worker_stats *st = &a->w->stats;
     out->instance_id = a->w->instance_id;
     out->version = QW_VERSION;
@@ -76,7 +76,7 @@ static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
 /* A fresh connection per ping: the worker's connections stay with their threads. */
 static int db_ping(void *ctx, struct qw_error *err)
 {
-    struct qw_admin *a = ctx;
+    struct qw_worker_admin *a = ctx;
     const struct qw_config *cfg = a->cfg;
     struct qw_db_opts opts = {
         .conninfo = cfg->db_conninfo,
@@ -93,15 +93,16 @@ static int db_ping(void *ctx, struct qw_error *err)
     return rc;
 }
 
-int qw_admin_start(const struct qw_config *cfg, struct qw_worker *w, struct qw_ops_stats *ops,
-                   struct qw_admin **out, struct qw_error *err)
+int qw_worker_admin_start(const struct qw_config *cfg, struct qw_worker *w,
+                          struct qw_ops_stats *ops, struct qw_worker_admin **out,
+                          struct qw_error *err)
 {
     *out = NULL;
     if (!cfg->admin_listen || strcmp(cfg->admin_listen, "off") == 0) {
         qw_log_info("admin.off", "listen=off");
         return QW_OK;
     }
-    struct qw_admin *a = calloc(1, sizeof(*a));
+    struct qw_worker_admin *a = calloc(1, sizeof(*a));
     if (!a)
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
     a->cfg = cfg;
@@ -132,15 +133,10 @@ int qw_admin_start(const struct qw_config *cfg, struct qw_worker *w, struct qw_o
     return QW_OK;
 }
 
-void qw_admin_stop(struct qw_admin *a)
+void qw_worker_admin_stop(struct qw_worker_admin *a)
 {
     if (!a)
         return;
     qw_admin_http_stop(a->http);
     free(a);
-}
-
-int qw_admin_port(const struct qw_admin *a)
-{
-    return a ? qw_admin_http_port(a->http) : 0;
 }

@@ -5,15 +5,15 @@
  * its own short-lived database connection for /readyz, so it never touches
  * the worker threads' connections.
  */
-#ifndef QW_ADMIN_ADMIN_H
-#define QW_ADMIN_ADMIN_H
+#ifndef QW_WORKER_WORKER_ADMIN_H
+#define QW_WORKER_WORKER_ADMIN_H
 
-#include "admin/ops_stats.h"
 #include "common/err.h"
+#include "worker/ops_stats.h"
 
 struct qw_config;
 struct qw_worker;
-struct qw_admin;
+struct qw_worker_admin;
 
 /**
  * Starts the admin server on cfg->admin_listen; with "off" nothing starts,
@@ -27,13 +27,11 @@ struct qw_admin;
  * Call from the thread that starts the worker, before other threads read
  * `out`.
  */
-int qw_admin_start(const struct qw_config *cfg, struct qw_worker *w, struct qw_ops_stats *ops,
-                   struct qw_admin **out, struct qw_error *err);
+int qw_worker_admin_start(const struct qw_config *cfg, struct qw_worker *w,
+                          struct qw_ops_stats *ops, struct qw_worker_admin **out,
+                          struct qw_error *err);
 
 /** Stops the server and frees it; NULL is ignored. */
-void qw_admin_stop(struct qw_admin *a);
-
-/** The bound port, 0 for NULL (for logs and tests). */
-int qw_admin_port(const struct qw_admin *a);
+void qw_worker_admin_stop(struct qw_worker_admin *a);
 
 #endif

@@ -1,0 +1,267 @@
+/*
+ * Integration: soft expiry never frees a claim whose service has a batch
+ * mid-submission, whatever the isolation levels of the statements racing
+ * (issue 18 item 6). Marks and outcomes run at READ COMMITTED, maintenance
+ * SERIALIZABLE; SSI does not see the READ COMMITTED writes, so the old
+ * maintenance, deciding from a NOT EXISTS over batches in its snapshot,
+ * freed the claim when its snapshot predated the mark's COMMIT and its row
+ * lock came after it. These tests force exactly that interleaving with two
+ * sessions (the maintenance transaction takes its snapshot with a first
+ * statement, as a slow start would) and check the claim stays with its
+ * holder; they also check how the statements keep the claim row's
+ * `submitting` in step with the batches.
+ */
+#include "itest.h"
+#include "common/hex.h"
+#include "ingest/batchlist.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SVC "softx-aaaaa::0001"
+#define LEASE_MS 1000 /* expiry_1 of the claim under test, ms from setup */
+
+struct fixture {
+    char *conninfo;
+    struct qw_db *a;  /* the holder's session: marks and outcomes */
+    struct qw_db *b;  /* another worker's maintenance */
+    char ids[3][129]; /* the service's batches, oldest first */
+};
+
+static void enqueue(struct qw_db *db, const char *id, uint64_t seed)
+{
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    assert_int_equal(qw_batchlist_sample(id, seed, &payload, &len), 0);
+    char *hex = malloc(2 * len + 1);
+    qw_hex_encode(payload, len, hex);
+    const char *params[] = {SVC, id, hex};
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3, params,
+                        NULL, &err) != QW_OK)
+        fail_msg("enqueue: %s", err.msg);
+    free(hex);
+    free(payload);
+}
+
+/* Three batches, none submitted; w1 holds the claim at epoch 3 for LEASE_MS
+ * (soft) and an hour (hard). */
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    f->conninfo = itest_db_create("soft_expiry", 1);
+    f->a = itest_connect(f->conninfo);
+    f->b = itest_connect(f->conninfo);
+    for (int i = 0; i < 3; i++) {
+        qw_batchlist_sample_id(3000 + (uint64_t)i, f->ids[i]);
+        enqueue(f->a, f->ids[i], 3000 + (uint64_t)i);
+    }
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 3, "
+             "expiry_1 = now() + interval '%d ms', expiry_2 = now() + interval '1 h'",
+             LEASE_MS);
+    itest_exec(f->a, sql);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    qw_db_close(f->a);
+    qw_db_close(f->b);
+    free(f->conninfo);
+    free(f);
+    return 0;
+}
+
+static void query(struct qw_db *db, const char *name, int n, const char *const *params,
+                  int want_rows)
+{
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(db, name, n, params, &res, &err) != QW_OK)
+        fail_msg("%s: %s", name, err.msg);
+    int rows = qw_db_res_rows(res);
+    qw_db_res_free(res);
+    if (rows != want_rows)
+        fail_msg("%s(%s): %d rows, expected %d", name, n > 1 ? params[1] : "", rows, want_rows);
+}
+
+/* Marks ids[k] for w1 at epoch 3 (batches_mark, as the queuer does). */
+static void mark(struct fixture *f, int k, int want_rows)
+{
+    char ids[160];
+    snprintf(ids, sizeof(ids), "{%s}", f->ids[k]);
+    const char *params[] = {"w1", ids, "{" SVC "}", "{3}", "{\"\"}"};
+    query(f->a, "batches_mark", 5, params, want_rows);
+}
+
+/* Records `status` (with `submitted` after) for ids[k], expected in state
+ * `expect`, may continue with the next batch when `go_on`. */
+static void record(struct fixture *f, int k, const char *expect, const char *status,
+                   const char *submitted, int go_on, int want_rows)
+{
+    /* one queuer.outcome (migrations/0004): batch, service, epoch, expect,
+     * status ("" = none: an empty field is NULL), submitted, attempts_add,
+     * retry_ms, last_error, detail, posted, go_on */
+    char outcomes[512];
+    snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",3,%s,%s,%s,0,,,test,f,%s)\"}", f->ids[k],
+             expect, status, submitted, go_on ? "t" : "f");
+    const char *params[] = {"w1", outcomes};
+    query(f->a, "outcomes_record", 2, params, want_rows);
+}
+
+static void set_batch(struct fixture *f, int k, const char *assignments)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET %s WHERE batch_id = '%s'", assignments,
+             f->ids[k]);
+    itest_exec(f->a, sql);
+}
+
+static int64_t submitting(struct fixture *f)
+{
+    return itest_scalar(f->b, "SELECT submitting::int FROM queuer.service_id_claims");
+}
+
+/* Waits (on the database clock) until the claim's expiry_1 has passed. */
+static void wait_soft_expiry(struct fixture *f)
+{
+    for (int i = 0; i < 200; i++) {
+        if (itest_scalar(f->b, "SELECT (clock_timestamp() > expiry_1)::int "
+                               "FROM queuer.service_id_claims") == 1)
+            return;
+        usleep(20 * 1000);
+    }
+    fail_msg("expiry_1 did not pass");
+}
+
+/*
+ * The race: the holder's statement (already run in an open READ COMMITTED
+ * transaction on f->a, before expiry_1) puts a batch mid-submission; the
+ * other worker's SERIALIZABLE maintenance takes its snapshot after expiry_1
+ * but before the holder's COMMIT, and runs its statement after it. The
+ * maintenance must free nothing (or fail to serialize and be re-run); a
+ * re-run on a fresh snapshot must free nothing either, until expiry_2.
+ */
+static void race_maintenance(struct fixture *f)
+{
+    wait_soft_expiry(f);
+    itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    itest_exec(f->b, "SELECT 1"); /* the snapshot: after expiry_1, before the COMMIT */
+    itest_exec(f->a, "COMMIT");
+
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    int rc = qw_db_query(f->b, "claims_maintain", 0, NULL, &res, &err);
+    if (rc == QW_OK) {
+        int freed = qw_db_res_rows(res);
+        qw_db_res_free(res);
+        rc = qw_db_exec(f->b, "COMMIT", &err);
+        assert_int_equal(rc, QW_OK);
+        assert_int_equal(freed, 0);
+    } else {
+        /* a serialization failure: the claims transaction is re-run */
+        assert_int_equal(rc, QW_ERR_SERIALIZATION);
+        itest_exec(f->b, "ROLLBACK");
+    }
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant = 'w1' AND claim_epoch = 3"),
+                     1);
+
+    /* The re-run, on a snapshot that sees the batch mid-submission. */
+    itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    query(f->b, "claims_maintain", 0, NULL, 0);
+    itest_exec(f->b, "COMMIT");
+    /* Hard expiry frees it, mid-submission or not. */
+    itest_exec(f->b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
+    itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    query(f->b, "claims_maintain", 0, NULL, 1);
+    itest_exec(f->b, "COMMIT");
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant IS NULL AND claim_epoch = 4"),
+                     1);
+}
+
+/* The queuer's mark races soft expiry. */
+static void test_mark_races_soft_expiry(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->a, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    mark(f, 0, 1);
+    race_maintenance(f);
+}
+
+/* The fast path (a Pending batch ends, the next is marked) races soft expiry. */
+static void test_fast_path_races_soft_expiry(void **state)
+{
+    struct fixture *f = *state;
+    set_batch(f, 0, "submitted = true, status = 'Pending', attempts = 1");
+    itest_exec(f->a, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    record(f, 0, "pending", "Committed", "t", 1, 2); /* written + next marked */
+    race_maintenance(f);
+}
+
+/* Without a batch mid-submission, soft expiry frees the claim. */
+static void test_soft_expiry_frees_an_idle_claim(void **state)
+{
+    struct fixture *f = *state;
+    set_batch(f, 0, "submitted = true, status = 'Pending', attempts = 1");
+    wait_soft_expiry(f);
+    itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    query(f->b, "claims_maintain", 0, NULL, 1);
+    itest_exec(f->b, "COMMIT");
+}
+
+/* `submitting` follows the batches through every kind of write. */
+static void test_submitting_follows_the_batches(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->a, "UPDATE queuer.service_id_claims SET expiry_1 = now() + interval '1 h', "
+                     "expiry_2 = now() + interval '2 h'");
+    assert_int_equal(submitting(f), 0);
+    mark(f, 0, 1);
+    assert_int_equal(submitting(f), 1);
+    record(f, 0, "posting", "Pending", "t", 1, 1); /* accepted: no longer mid-submission */
+    assert_int_equal(submitting(f), 0);
+    record(f, 0, "pending", "Committed", "t", 1, 2); /* ends, ids[1] marked */
+    assert_int_equal(submitting(f), 1);
+    record(f, 1, "posting", "Committed", "t", 0, 1); /* ends, nothing marked */
+    assert_int_equal(submitting(f), 0);
+    mark(f, 2, 1);
+    assert_int_equal(submitting(f), 1);
+    record(f, 2, "posting", "", "f", 0, 1); /* handed back before its POST */
+    assert_int_equal(submitting(f), 0);
+    mark(f, 2, 1);
+    record(f, 2, "posting", "Delayed", "f", 0, 1);
+    assert_int_equal(submitting(f), 0);
+    /* a stale epoch writes nothing, not even the flag */
+    set_batch(f, 2, "status = NULL, retry_at = NULL");
+    mark(f, 2, 1);
+    itest_exec(f->a, "UPDATE queuer.service_id_claims SET claim_epoch = 4");
+    record(f, 2, "posting", "Committed", "t", 0, 0);
+    assert_int_equal(submitting(f), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fast_path_races_soft_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_soft_expiry_frees_an_idle_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_submitting_follows_the_batches, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
