@@ -6,9 +6,10 @@
 --   expect 'posting'  : submitted, no status (our POST in progress)
 --   expect 'pending'  : status Pending
 --   expect 'inflight' : either of the above (adopted batches)
+-- (queuer.outcome_expect is an enum: any other value is refused.)
 --
 -- Fast path: when a batch's turn ends (Committed, Valid, Invalid) and the
--- outcome may continue ($13), the service's oldest remaining non-final
+-- outcome may continue (go_on), the service's oldest remaining non-final
 -- batch is marked for submission in the same statement when DESIGN §4
 -- allows it (no status and not submitted, or Unknown/Delayed and due),
 -- so the next POST needs no further round trip or COMMIT. The queuer's
@@ -21,33 +22,30 @@
 -- when a next batch was marked; the common fast path (a batch ends, the
 -- next is marked) leaves it set and writes nothing more.
 --
--- Returns one row per outcome written (kind 'w': batch_id) and one per
--- next batch marked (kind 'n': batch_id, service_id, epoch, attempts,
--- payload, and the claim's lease left in ms, as checked by this statement). An outcome not returned means "claim lost, drop it".
--- $1 instance, then parallel arrays: $2 batch ids, $3 service ids, $4 epochs,
--- $5 expect, $6 new status ('' = none), $7 submitted after, $8 attempts to
--- add, $9 retry_at in ms from now (NULL = none, -1 = never: parked),
--- $10 last_error ('' = keep), $11 history detail, $12 posted (sets
--- last_submitted_at), $13 may continue with the service's next batch.
+-- $1 instance, $2 the outcomes: queuer.outcome[] (migrations/0004_outcome_type.sql), one
+-- element per batch; `ord` below is an element's position (from 1).
+-- Returns one row per outcome written (kind 'w': batch_id, ord) and one
+-- per next batch marked (kind 'n': batch_id, service_id, epoch, attempts,
+-- payload, the claim's lease left in ms as checked by this statement, and
+-- the ord of the outcome whose job goes on with it). An outcome not
+-- returned means "claim lost, drop it".
 WITH o AS (
-    SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-                         $7::boolean[], $8::integer[], $9::bigint[], $10::text[], $11::text[],
-                         $12::boolean[], $13::boolean[])
+    SELECT * FROM unnest($2::queuer.outcome[]) WITH ORDINALITY
         AS o(batch_id, service_id, epoch, expect, status, submitted, attempts_add, retry_ms,
-             last_error, detail, posted, go_on)
+             last_error, detail, posted, go_on, ord)
 ), fence AS (
     -- (IS NOT DISTINCT FROM means = here but is not indexable: the primary
     -- key drives the scan; claims of others are neither matched nor locked)
     SELECT c.service_id, c.claim_epoch, c.expiry_1, c.claimant
       FROM queuer.service_id_claims c
-     WHERE c.service_id = ANY ($3::text[])
+     WHERE c.service_id = ANY (ARRAY(SELECT o.service_id FROM o))
        AND c.claimant IS NOT DISTINCT FROM $1
        AND c.expiry_1 > now()
      ORDER BY c.service_id
        FOR NO KEY UPDATE OF c NOWAIT
 ), upd AS (
     UPDATE queuer.batches b
-       SET status = nullif(o.status, ''),
+       SET status = o.status,
            submitted = o.submitted,
            attempts = b.attempts + o.attempts_add,
            last_submitted_at = CASE WHEN o.posted THEN now() ELSE b.last_submitted_at END,
@@ -55,7 +53,7 @@ WITH o AS (
                            WHEN o.retry_ms < 0 THEN 'infinity'::timestamptz
                            ELSE now() + o.retry_ms * interval '1 millisecond' END,
            status_at = now(),
-           last_error = CASE WHEN o.last_error = '' THEN b.last_error ELSE o.last_error END
+           last_error = coalesce(o.last_error, b.last_error)
       FROM o JOIN fence f ON f.service_id = o.service_id AND f.claim_epoch = o.epoch
                              AND f.claimant = $1
      WHERE b.batch_id = o.batch_id
@@ -63,21 +61,21 @@ WITH o AS (
        AND CASE o.expect
                WHEN 'posting' THEN b.submitted AND b.status IS NULL
                WHEN 'pending' THEN b.status = 'Pending'
-               ELSE (b.submitted AND b.status IS NULL) OR b.status = 'Pending'
+               WHEN 'inflight' THEN (b.submitted AND b.status IS NULL) OR b.status = 'Pending'
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
-              f.expiry_1, b.submitted AND b.status IS NULL AS submitting
+              f.expiry_1, b.submitted AND b.status IS NULL AS submitting, o.ord
 ), hist AS (
     -- Every sub-statement sees the same snapshot: `old` is the row as it was.
     INSERT INTO queuer.batch_history
            (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
     SELECT upd.batch_id, upd.service_id,
            coalesce(old.status, CASE WHEN old.submitted THEN 'Submitting' END),
-           coalesce(upd.to_status, 'Requeued'), $1, upd.epoch, nullif(upd.detail, '')
+           coalesce(upd.to_status, 'Requeued'), $1, upd.epoch, upd.detail
       FROM upd JOIN queuer.batches old ON old.batch_id = upd.batch_id
 ), nxt AS (
     SELECT n.batch_id, n.service_id, upd.epoch, n.status AS seen, n.submitted, n.retry_at,
-           n.attempts, n.last_error, upd.expiry_1
+           n.attempts, n.last_error, upd.expiry_1, upd.ord
       FROM upd
      CROSS JOIN LATERAL (
            SELECT x.batch_id, x.service_id, x.status, x.submitted, x.retry_at, x.attempts,
@@ -102,7 +100,7 @@ WITH o AS (
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nxt.seen
     RETURNING b.batch_id, b.service_id, nxt.epoch, nxt.seen, b.attempts, b.payload, nxt.last_error,
-              (extract(epoch FROM nxt.expiry_1 - now()) * 1000)::bigint AS lease_left_ms
+              (extract(epoch FROM nxt.expiry_1 - now()) * 1000)::bigint AS lease_left_ms, nxt.ord
 ), go_hist AS (
     INSERT INTO queuer.batch_history
            (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
@@ -122,8 +120,9 @@ WITH o AS (
        AND c.submitting <> s.submitting
 )
 SELECT 'w' AS kind, upd.batch_id, NULL::text AS service_id, NULL::bigint AS epoch,
-       NULL::integer AS attempts, NULL::bytea AS payload, NULL::bigint AS lease_left_ms
+       NULL::integer AS attempts, NULL::bytea AS payload, NULL::bigint AS lease_left_ms, upd.ord
   FROM upd
 UNION ALL
-SELECT 'n', go.batch_id, go.service_id, go.epoch, go.attempts, go.payload, go.lease_left_ms
+SELECT 'n', go.batch_id, go.service_id, go.epoch, go.attempts, go.payload, go.lease_left_ms,
+       go.ord
   FROM go

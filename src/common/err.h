@@ -9,6 +9,12 @@
 
 #include <stddef.h>
 
+/**
+ * Marks a function whose result must be checked (a fallible call whose
+ * failure the caller has to decide about), as curl marks CURLcode.
+ */
+#define QW_MUST_CHECK __attribute__((warn_unused_result))
+
 enum qw_rc {
     QW_OK = 0,
     QW_ERR_NOMEM = -1,           /* allocation failed */

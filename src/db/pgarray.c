@@ -88,6 +88,65 @@ void qw_pgarray_bool(struct qw_pgarray *a, int v)
     put(a, v ? "t" : "f", 1);
 }
 
+void qw_pgarray_row_begin(struct qw_pgarray *a)
+{
+    separator(a);
+    a->row_fields = 0;
+    put(a, "\"(", 2);
+}
+
+static void row_separator(struct qw_pgarray *a)
+{
+    if (a->row_fields++ > 0)
+        put(a, ",", 1);
+}
+
+/* Appends one character of the row text, escaped for the array element. */
+static void put_in_element(struct qw_pgarray *a, char ch)
+{
+    if (ch == '"' || ch == '\\')
+        put(a, "\\", 1);
+    put(a, &ch, 1);
+}
+
+void qw_pgarray_row_text(struct qw_pgarray *a, const char *text)
+{
+    row_separator(a);
+    if (!text)
+        return; /* an empty field is NULL */
+    put_in_element(a, '"');
+    for (const char *p = text; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            put_in_element(a, '\\');
+        put_in_element(a, *p);
+    }
+    put_in_element(a, '"');
+}
+
+void qw_pgarray_row_int(struct qw_pgarray *a, int64_t v)
+{
+    char num[32];
+    int n = snprintf(num, sizeof(num), "%" PRId64, v);
+    row_separator(a);
+    put(a, num, (size_t)n);
+}
+
+void qw_pgarray_row_bool(struct qw_pgarray *a, int v)
+{
+    row_separator(a);
+    put(a, v ? "t" : "f", 1);
+}
+
+void qw_pgarray_row_null(struct qw_pgarray *a)
+{
+    row_separator(a);
+}
+
+void qw_pgarray_row_end(struct qw_pgarray *a)
+{
+    put(a, ")\"", 2);
+}
+
 const char *qw_pgarray_finish(struct qw_pgarray *a)
 {
     put(a, "}", 1);

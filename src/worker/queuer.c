@@ -1,6 +1,7 @@
 /*
- * Queuer thread: claims, fetch, one-round serial choice, fenced marking,
- * handoff. The database is the truth; the local service map only
+ * Queuer thread: the loop of the worker cycle. Claims (claims.c), then the
+ * queue transaction (fetch, adopt, choose, mark: queue_txn.c), then the
+ * handoff of the jobs to the submitter. The database is the truth; the local service map only
  * remembers each held service's claim epoch and whether a job of it is
  * with the submitter (then the service is skipped until the job returns).
  */
@@ -14,7 +15,7 @@
 #include "db/txn.h"
 #include "worker/claims.h"
 #include "worker/job.h"
-#include "worker/serial.h"
+#include "worker/queue_txn.h"
 #include "worker/svcmap.h"
 
 #include <poll.h>
@@ -42,7 +43,7 @@ struct queuer {
     char **dirty;                      /* services to fetch again now (jobs came back) */
     size_t n_dirty;                    /* entries in dirty */
     size_t cap_dirty;                  /* allocated entries */
-    struct qw_pgarray arr[4];          /* reusable array parameters of the mark */
+    struct qw_queue_bufs bufs;         /* reusable parameters of the queue transaction */
     struct qw_pgarray filter;          /* services of a partial fetch */
     char **backlog;                    /* services chosen but left out for want of room,
                                           started as jobs come back (ids owned) */
@@ -52,204 +53,6 @@ struct queuer {
     bool notified_all;                 /* ... and for a full fetch (a big load: no names) */
     int cycles_since_full;             /* claims cycles since the last full fetch */
 };
-
-/* One fetched row, with its strings owned by the fetch result. */
-struct fetched {
-    const char *service_id; /* from the result */
-    int64_t epoch;          /* claim epoch */
-    int attempts;           /* attempts so far */
-};
-
-/* What one fetch-and-queue transaction produced; reset on every attempt. */
-struct queue_txn {
-    struct queuer *q;      /* owner */
-    const char *filter;    /* text[] literal or NULL for all services */
-    struct qw_job *jobs;   /* jobs to hand over after COMMIT (list) */
-    size_t n_jobs;         /* entries in jobs */
-    int64_t next_retry_us; /* from the serial choice, database clock */
-    int64_t db_now_us;     /* database clock at fetch */
-    char **overflow;       /* chosen services beyond the room we had (ids owned) */
-    size_t n_overflow;     /* entries in overflow */
-    long long n_delayed;   /* fetched oldest batches that are Delayed */
-};
-
-static void free_job_list(struct qw_job *list)
-{
-    while (list) {
-        struct qw_job *next = list->next;
-        qw_job_free(list);
-        list = next;
-    }
-}
-
-static void free_ids(char **ids, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(ids[i]);
-    free(ids);
-}
-
-static struct qw_job *new_job(enum qw_job_kind kind, const char *service_id, const char *batch_id,
-                              int64_t epoch, int attempts)
-{
-    struct qw_job *job = calloc(1, sizeof(*job));
-    if (!job)
-        return NULL;
-    job->kind = kind;
-    snprintf(job->service_id, sizeof(job->service_id), "%s", service_id);
-    snprintf(job->batch_id, sizeof(job->batch_id), "%s", batch_id);
-    job->epoch = epoch;
-    job->attempts = attempts;
-    return job;
-}
-
-/* The service's entry if we hold it at `epoch` and no job of it is out. */
-static struct qw_svc *usable(struct queuer *q, const char *service_id, int64_t epoch)
-{
-    struct qw_svc *s = qw_svcmap_get(&q->svcs, service_id);
-    if (!s || !s->held || s->busy || s->draining || s->epoch != epoch)
-        return NULL;
-    return s;
-}
-
-static int queue_body(void *conn, void *arg, struct qw_error *err)
-{
-    struct qw_db *db = conn;
-    struct queue_txn *t = arg;
-    struct queuer *q = t->q;
-    free_job_list(t->jobs);
-    t->jobs = NULL;
-    t->n_jobs = 0;
-    free_ids(t->overflow, t->n_overflow);
-    t->overflow = NULL;
-    t->n_overflow = 0;
-    t->next_retry_us = 0;
-    t->n_delayed = 0;
-
-    const char *params[] = {q->w->instance_id, t->filter};
-    struct qw_db_res *res = NULL;
-    int rc = t->filter ? qw_db_query(db, "batches_fetch_some", 2, params, &res, err)
-                       : qw_db_query(db, "batches_fetch", 1, params, &res, err);
-    if (rc != QW_OK)
-        return rc;
-    int n = qw_db_res_rows(res);
-    struct qw_serial_batch *in = calloc((size_t)n + 1, sizeof(*in));
-    struct fetched *meta = calloc((size_t)n + 1, sizeof(*meta));
-    size_t *chosen = calloc((size_t)n + 1, sizeof(*chosen));
-    if (!in || !meta || !chosen) {
-        rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    size_t m = 0;
-    for (int i = 0; i < n; i++) {
-        const char *svc = qw_db_res_get(res, i, 0);
-        int64_t epoch = qw_db_res_int(res, i, 1);
-        if (!usable(q, svc, epoch))
-            continue;
-        enum qw_batch_status status;
-        if (qw_batch_status_parse(qw_db_res_get(res, i, 5), &status) != 0)
-            status = (enum qw_batch_status)99; /* blocks the service */
-        if (status == QW_STATUS_DELAYED)
-            t->n_delayed++;
-        in[m] = (struct qw_serial_batch){
-            .service_id = svc,
-            .batch_id = qw_db_res_get(res, i, 2),
-            .created_at_us = qw_db_res_int(res, i, 3),
-            .submitted = qw_db_res_get(res, i, 4)[0] == 't',
-            .status = status,
-            .retry_at_us = qw_db_res_int(res, i, 6),
-        };
-        meta[m] = (struct fetched){svc, epoch, (int)qw_db_res_int(res, i, 7)};
-        m++;
-        t->db_now_us = qw_db_res_int(res, i, 8);
-    }
-
-    /* Batches in flight that no job of ours follows: adopt them. */
-    const struct qw_config *cfg = q->cfg;
-    long room = (long)cfg->dlt_max_in_flight - (long)q->svcs.busy;
-    for (size_t i = 0; i < m && room > 0; i++) {
-        bool in_flight = (in[i].submitted && in[i].status == QW_STATUS_NONE) ||
-                         in[i].status == QW_STATUS_PENDING;
-        if (!in_flight)
-            continue;
-        struct qw_job *job = new_job(QW_JOB_ADOPT, in[i].service_id, in[i].batch_id, meta[i].epoch,
-                                     meta[i].attempts);
-        if (!job) {
-            rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-            goto out;
-        }
-        job->next = t->jobs;
-        t->jobs = job;
-        t->n_jobs++;
-        room--;
-    }
-
-    size_t n_chosen = 0;
-    struct qw_serial_stats stats;
-    rc = qw_serial_choose(in, m, t->db_now_us, NULL, chosen, &n_chosen, &stats);
-    if (rc != QW_OK) {
-        rc = qw_error_set(err, rc, "serial queuing failed");
-        goto out;
-    }
-    t->next_retry_us = stats.next_retry_us;
-    size_t fit = (size_t)(room > 0 ? room : 0);
-    if (n_chosen > fit) {
-        /* No room for all: remember the rest, to start as jobs come back. */
-        t->overflow = calloc(n_chosen - fit, sizeof(*t->overflow));
-        for (size_t i = fit; t->overflow && i < n_chosen; i++) {
-            t->overflow[t->n_overflow] = strdup(in[chosen[i]].service_id);
-            if (t->overflow[t->n_overflow])
-                t->n_overflow++;
-        }
-        n_chosen = fit;
-    }
-    if (n_chosen == 0)
-        goto out;
-
-    for (int i = 0; i < 4; i++)
-        qw_pgarray_reset(&q->arr[i]);
-    for (size_t i = 0; i < n_chosen; i++) {
-        const struct qw_serial_batch *b = &in[chosen[i]];
-        qw_pgarray_text(&q->arr[0], b->batch_id);
-        qw_pgarray_text(&q->arr[1], b->service_id);
-        qw_pgarray_int(&q->arr[2], meta[chosen[i]].epoch);
-        qw_pgarray_text(&q->arr[3], qw_batch_status_name(b->status));
-    }
-    const char *mark[5] = {q->w->instance_id, qw_pgarray_finish(&q->arr[0]),
-                           qw_pgarray_finish(&q->arr[1]), qw_pgarray_finish(&q->arr[2]),
-                           qw_pgarray_finish(&q->arr[3])};
-    if (!mark[1] || !mark[2] || !mark[3] || !mark[4]) {
-        rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    struct qw_db_res *marked = NULL;
-    rc = qw_db_query(db, "batches_mark", 5, mark, &marked, err);
-    if (rc != QW_OK)
-        goto out;
-    for (int i = 0; i < qw_db_res_rows(marked); i++) {
-        struct qw_job *job =
-            new_job(QW_JOB_SUBMIT, qw_db_res_get(marked, i, 1), qw_db_res_get(marked, i, 0),
-                    qw_db_res_int(marked, i, 2), (int)qw_db_res_int(marked, i, 3));
-        if (job && qw_job_set_payload_hex(job, qw_db_res_get(marked, i, 4)) != QW_OK)
-            job->payload_len = 0;
-        if (!job || job->payload_len == 0) {
-            qw_job_free(job);
-            qw_db_res_free(marked);
-            rc = qw_error_set(err, QW_ERR_NOMEM, "cannot decode a payload");
-            goto out;
-        }
-        job->next = t->jobs;
-        t->jobs = job;
-        t->n_jobs++;
-    }
-    qw_db_res_free(marked);
-out:
-    free(in);
-    free(meta);
-    free(chosen);
-    qw_db_res_free(res);
-    return rc;
-}
 
 static void add_serialization_retries(struct queuer *q, const struct qw_txn_stats *st)
 {
@@ -261,30 +64,33 @@ static void add_serialization_retries(struct queuer *q, const struct qw_txn_stat
 /* Fetch + queue for all held services (filter NULL) or the listed ones. */
 static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error *err)
 {
-    struct queue_txn t = {.q = q, .filter = filter};
-    struct qw_txn_stats st = {0};
+    struct qw_queue_params p = {
+        .instance_id = q->w->instance_id,
+        .filter = filter,
+        .svcs = &q->svcs,
+        .max_in_flight = q->cfg->dlt_max_in_flight,
+    };
+    struct qw_queue_result t;
     int64_t began_us = qw_clock_mono_us();
-    int rc = qw_txn_run(&qw_txn_db_ops, q->db, &q->queue_policy, queue_body, &t, &st, err);
-    add_serialization_retries(q, &st);
+    int rc = qw_queue_txn_run(q->db, &q->queue_policy, &p, &q->bufs, &t, err);
+    add_serialization_retries(q, &t.stats);
     qw_log_debug("queue.done", "all=%d jobs=%zu attempts=%d us=%lld", filter == NULL, t.n_jobs,
-                 st.attempts, (long long)(qw_clock_mono_us() - began_us));
-    if (rc != QW_OK) {
-        free_job_list(t.jobs);
-        free_ids(t.overflow, t.n_overflow);
+                 t.stats.attempts, (long long)(qw_clock_mono_us() - began_us));
+    if (rc != QW_OK)
         return rc;
-    }
     if (!filter || t.n_overflow > 0) {
         /* A full fetch knows every waiting service: its overflow replaces the
          * backlog. (A partial one rarely overflows; its rest then does too.) */
-        free_ids(q->backlog, q->n_backlog);
+        qw_queue_free_ids(q->backlog, q->n_backlog);
         q->backlog = t.overflow;
         q->n_backlog = t.n_overflow;
         q->backlog_head = 0;
-    } else {
-        free_ids(t.overflow, t.n_overflow);
+        t.overflow = NULL;
+        t.n_overflow = 0;
     }
     int64_t deadline = q->lease_deadline_ms;
     struct qw_job *job = t.jobs;
+    t.jobs = NULL;
     while (job) {
         struct qw_job *next = job->next;
         job->next = NULL;
@@ -308,6 +114,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
     } else {
         q->next_retry_ms = INT64_MAX;
     }
+    qw_queue_result_free(&t);
     return QW_OK;
 }
 
@@ -665,8 +472,7 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
     const struct qw_config *cfg = w->cfg;
     if (qw_svcmap_init(&q.svcs) != 0)
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < 4; i++)
-        qw_pgarray_init(&q.arr[i]);
+    qw_queue_bufs_init(&q.bufs);
     qw_pgarray_init(&q.filter);
     qw_rng_seed(&q.rng, (uint64_t)qw_clock_mono_us() ^ (uint64_t)getpid());
     const struct qw_txn_hooks hooks = {
@@ -695,10 +501,9 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
     clear_dirty(&q);
     free(q.dirty);
     qw_claims_result_free(&q.claims);
-    free_ids(q.backlog, q.n_backlog);
+    qw_queue_free_ids(q.backlog, q.n_backlog);
     qw_svcmap_free(&q.svcs);
-    for (int i = 0; i < 4; i++)
-        qw_pgarray_free(&q.arr[i]);
+    qw_queue_bufs_free(&q.bufs);
     qw_pgarray_free(&q.filter);
     return QW_OK;
 }

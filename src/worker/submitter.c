@@ -1,5 +1,7 @@
 /*
- * Submitter thread: POST, status monitor and grouped outcome writes.
+ * Submitter thread: POST, status polls and grouped outcome writes; the
+ * adapter around the pure decisions of outcome.h and monitor.h (what an
+ * answer means) and the outcome writer (outcome_writer.h).
  *
  * DESIGN. The thread owns a ledger client (libcurl multi), a database
  * connection and every job popped from w->jobs until it hands the job
@@ -21,9 +23,10 @@
 #include "common/histogram.h"
 #include "common/log.h"
 #include "db/db.h"
-#include "db/pgarray.h"
 #include "dlt/dlt_client.h"
 #include "worker/job.h"
+#include "worker/outcome.h"
+#include "worker/outcome_writer.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -32,55 +35,27 @@
 
 #define OUTCOME_GROUP_FULL 256 /* flush at once when this many outcomes wait */
 #define OUTCOME_GROUP_AGE_MS 2 /* flush a group at most this old */
-#define NO_RETRY INT64_MIN     /* retry_at NULL */
-#define RETRY_NEVER (-1)       /* retry_at infinity: parked for an operator */
-#define MAX_CHAINED 32         /* fast-path batches per job before the queuer looks again */
-#define FIRST_POLL_WAIT_S 1    /* long-poll wait, seconds, before Pending is written */
-
-enum after_record {
-    AFTER_POLL = 0,      /* recorded Pending: follow its status */
-    AFTER_END_FINAL,     /* the batch's turn is over */
-    AFTER_END_RETRY,     /* Delayed / Unknown: the queuer resubmits when due */
-    AFTER_END_ABANDONED, /* handed back unfinished (before POST, or stopping) */
-};
-
-struct outcome {
-    struct qw_job *job;      /* the job this outcome is about */
-    const char *expect;      /* "posting", "pending" or "inflight" */
-    const char *status;      /* new status, "" = none */
-    bool submitted;          /* submitted flag after the write */
-    int attempts_add;        /* added to attempts */
-    int64_t retry_ms;        /* retry_at = now() + ms; NO_RETRY or RETRY_NEVER */
-    char last_error[256];    /* "" = keep the stored one */
-    char detail[256];        /* history detail */
-    bool posted;             /* sets last_submitted_at */
-    bool go_on;              /* a final outcome may continue with the service's next batch */
-    enum after_record after; /* what happens once it is written */
-};
 
 struct submitter {
-    struct qw_worker *w;         /* shared state */
-    const struct qw_config *cfg; /* read-only */
-    struct qw_db *db;            /* owned connection */
-    struct qw_dlt_client *dlt;   /* owned ledger client */
-    struct qw_rng rng;           /* this thread's PRNG */
-    struct qw_job *waiting;      /* jobs waiting to POST or to poll again */
-    struct qw_job *overflow;     /* finished jobs the done queue refused */
-    struct outcome *out;         /* outcomes waiting to be written */
-    size_t n_out;                /* entries in out */
-    size_t cap_out;              /* room in out: one per job we can own */
-    int64_t first_out_ms;        /* when the oldest waiting outcome was added */
-    int64_t flush_retry_at_ms;   /* after a failed flush: not before this */
-    int flush_failures;          /* consecutive failed flushes */
-    int64_t pause_until_ms;      /* no POST before this (429 back pressure) */
-    int pause_count;             /* consecutive 429s */
-    int64_t auth_until_ms;       /* no POST before this (credentials refused) */
-    int auth_count;              /* consecutive 401/403 */
-    bool stopping;               /* jobs queue closed: shutting down */
-    int64_t grace_deadline_ms;   /* stopping: abandon what is left after this */
-    int owned;                   /* jobs owned and not yet handed back */
-    int posting;                 /* POSTs in flight */
-    struct qw_pgarray arr[12];   /* reusable parameter builders */
+    struct qw_worker *w;             /* shared state */
+    const struct qw_config *cfg;     /* read-only */
+    struct qw_db *db;                /* owned connection */
+    struct qw_dlt_client *dlt;       /* owned ledger client */
+    struct qw_rng rng;               /* this thread's PRNG */
+    struct qw_job *waiting;          /* jobs waiting to POST or to poll again */
+    struct qw_job *overflow;         /* finished jobs the done queue refused */
+    struct qw_outcome_item *out;     /* outcomes waiting to be written */
+    size_t n_out;                    /* entries in out */
+    size_t cap_out;                  /* room in out: one per job we can own */
+    int64_t first_out_ms;            /* when the oldest waiting outcome was added */
+    int64_t flush_retry_at_ms;       /* after a failed flush: not before this */
+    int flush_failures;              /* consecutive failed flushes */
+    struct qw_ledger_pause pause;    /* 429 and 401/403 pauses */
+    bool stopping;                   /* jobs queue closed: shutting down */
+    int64_t grace_deadline_ms;       /* stopping: abandon what is left after this */
+    int owned;                       /* jobs owned and not yet handed back */
+    int posting;                     /* POSTs in flight */
+    struct qw_outcome_writer writer; /* the grouped write */
 };
 
 static void flush_outcomes(struct submitter *s);
@@ -127,8 +102,8 @@ static void retry_overflow(struct submitter *s)
     }
 }
 
-static struct outcome *add_outcome(struct submitter *s, struct qw_job *job, const char *expect,
-                                   const char *status, enum after_record after)
+/* Queues `o` for the grouped write; the job waits until it is written. */
+static void add_outcome(struct submitter *s, struct qw_job *job, const struct qw_outcome *o)
 {
     if (s->n_out == s->cap_out) {
         /* Cannot happen (a job has at most one outcome waiting and the queuer
@@ -143,63 +118,8 @@ static struct outcome *add_outcome(struct submitter *s, struct qw_job *job, cons
     }
     if (s->n_out == 0)
         s->first_out_ms = now_ms();
-    struct outcome *o = &s->out[s->n_out++];
-    memset(o, 0, sizeof(*o));
-    o->job = job;
-    o->expect = expect;
-    o->status = status;
-    o->retry_ms = NO_RETRY;
-    o->after = after;
+    s->out[s->n_out++] = (struct qw_outcome_item){.job = job, .outcome = *o, .next_row = -1};
     job->state = QW_JOB_RECORDING;
-    return o;
-}
-
-/* The state the database shows for a job we follow (compare-and-set). */
-static const char *expect_for(const struct qw_job *job)
-{
-    if (job->kind == QW_JOB_ADOPT)
-        return "inflight";
-    return job->accepted_unrecorded ? "posting" : "pending";
-}
-
-/*
- * A status outcome for a batch whose 202 was not written yet also records
- * the POST: one attempt, last_submitted_at, and the acceptance in the
- * history detail.
- */
-static struct outcome *add_status_outcome(struct submitter *s, struct qw_job *job,
-                                          const char *status, enum after_record after,
-                                          const char *what)
-{
-    struct outcome *o = add_outcome(s, job, expect_for(job), status, after);
-    if (job->accepted_unrecorded) {
-        o->attempts_add = 1;
-        o->posted = true;
-        snprintf(o->detail, sizeof(o->detail),
-                 "accepted by the ledger (HTTP 202), then %s after %lld ms", what,
-                 (long long)(now_ms() - job->accepted_ms));
-    } else {
-        snprintf(o->detail, sizeof(o->detail), "%s", what);
-    }
-    return o;
-}
-
-/*
- * Whether a job whose batch is ending may go on with its service's next
- * batch (fast path). Not while stopping, and not forever: after
- * MAX_CHAINED batches it goes back to the queuer, which then applies what
- * only it knows (a claim to drain for rebalancing, a fresh lease deadline).
- */
-static bool may_go_on(const struct submitter *s, const struct qw_job *job)
-{
-    return !s->stopping && job->chained < MAX_CHAINED;
-}
-
-/* Records Pending for an accepted batch before we let go of it or wait long. */
-static void record_pending(struct submitter *s, struct qw_job *job, enum after_record after)
-{
-    struct outcome *o = add_status_outcome(s, job, "Pending", after, "ledger reports Pending");
-    o->submitted = true;
 }
 
 static void start_poll(struct submitter *s, struct qw_job *job, int wait_s)
@@ -226,227 +146,154 @@ static void start_post(struct submitter *s, struct qw_job *job)
     push_waiting(s, job, QW_JOB_WAITING, now_ms() + 5);
 }
 
-/* Gives a not-yet-posted job back to the database (submitted = false). */
-static void requeue(struct submitter *s, struct qw_job *job, const char *why)
-{
-    struct outcome *o = add_outcome(s, job, "posting", "", AFTER_END_ABANDONED);
-    snprintf(o->detail, sizeof(o->detail), "handed back before POST: %s", why);
-}
-
-static void on_post_done(struct submitter *s, struct qw_job *job, const struct qw_dlt_result *r)
+static struct qw_plan_ctx plan_ctx(const struct submitter *s, struct qw_rng *rng)
 {
     const struct qw_config *cfg = s->cfg;
+    return (struct qw_plan_ctx){
+        .now_ms = now_ms(),
+        .stopping = s->stopping,
+        .max_attempts = cfg->dlt_max_attempts,
+        .retry_base_ms = cfg->dlt_retry_base_ms,
+        .retry_max_ms = cfg->dlt_retry_max_ms,
+        .pause_base_ms = cfg->dlt_pause_base_ms,
+        .pause_max_ms = cfg->dlt_pause_max_ms,
+        .status_wait_s = cfg->dlt_status_wait_s,
+        .unknown_confirm_ms = cfg->dlt_unknown_confirm_ms,
+        .rng = rng,
+    };
+}
+
+/* Counts and logs what a plan says happened (the adapter side of outcome.h). */
+static void count_and_log(struct submitter *s, const struct qw_job *job,
+                          const struct qw_dlt_result *r, const struct qw_plan *p)
+{
     struct qw_worker_stats *st = &s->w->stats;
-    s->posting--;
-    if (r->outcome != QW_DLT_ABANDONED)
-        qw_histogram_observe_us(&s->w->stats.ops.ledger_latency, r->latency_us);
     char quoted[300];
-    switch (r->outcome) {
-    case QW_DLT_ACCEPTED: {
+    switch (p->event) {
+    case QW_EV_POST_ACCEPTED:
         atomic_fetch_add_explicit(&st->posts_accepted, 1, memory_order_relaxed);
-        s->pause_count = 0;
-        s->auth_count = 0;
-        /* Follow it at once; Pending is written only if the first answer says so. */
-        job->accepted_unrecorded = true;
-        job->accepted_ms = now_ms();
         qw_log_debug("batch.accepted", "service=%s batch=%.16s latency_us=%lld", job->service_id,
                      job->batch_id, (long long)r->latency_us);
-        if (s->stopping)
-            record_pending(s, job, AFTER_END_ABANDONED);
-        else
-            start_poll(s, job, FIRST_POLL_WAIT_S);
         return;
-    }
-    case QW_DLT_BACKPRESSURE: {
+    case QW_EV_POST_BACKPRESSURE:
         atomic_fetch_add_explicit(&st->posts_backpressure, 1, memory_order_relaxed);
-        /* Answers to POSTs sent together arrive together: they grow the pause
-         * once, not once each. */
-        if (now_ms() >= s->pause_until_ms)
-            s->pause_count++;
-        int64_t pause =
-            qw_backoff_pause_429(s->pause_count - 1, cfg->dlt_pause_base_ms, cfg->dlt_pause_max_ms,
-                                 r->retry_after_ms > 0 ? r->retry_after_ms : 0, &s->rng);
-        int64_t until = now_ms() + pause;
-        if (until > s->pause_until_ms) {
-            s->pause_until_ms = until;
+        if (p->pause_grew) {
             atomic_store(&st->paused, 1);
             qw_log_info("ledger.paused", "reason=429 pause_ms=%lld consecutive=%d",
-                        (long long)pause, s->pause_count);
+                        (long long)p->pause_ms, s->pause.pause_count);
         }
-        struct outcome *o = add_outcome(s, job, "posting", "Delayed", AFTER_END_RETRY);
-        o->retry_ms = pause;
-        o->posted = true;
-        snprintf(o->last_error, sizeof(o->last_error), "ledger back pressure (HTTP 429)");
-        snprintf(o->detail, sizeof(o->detail), "HTTP 429: retry in %lld ms", (long long)pause);
         return;
-    }
-    case QW_DLT_INVALID: {
+    case QW_EV_POST_INVALID:
         atomic_fetch_add_explicit(&st->posts_invalid, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&st->final_invalid, 1, memory_order_relaxed);
-        struct outcome *o = add_outcome(s, job, "posting", "Invalid", AFTER_END_FINAL);
-        o->attempts_add = 1;
-        o->posted = true;
-        o->go_on = may_go_on(s, job);
-        snprintf(o->last_error, sizeof(o->last_error), "rejected by the ledger (HTTP 400): %s",
-                 r->message ? r->message : "");
-        snprintf(o->detail, sizeof(o->detail), "%s", o->last_error);
         qw_log_warn("batch.invalid", "service=%s batch=%.16s message=%s", job->service_id,
                     job->batch_id, qw_log_quote(quoted, sizeof(quoted), r->message));
         return;
-    }
-    case QW_DLT_AUTH: {
+    case QW_EV_POST_AUTH:
         atomic_fetch_add_explicit(&st->posts_auth, 1, memory_order_relaxed);
-        /* Refusals of POSTs sent together count once and are logged once. */
-        bool first = now_ms() >= s->auth_until_ms;
-        if (first)
-            s->auth_until_ms = now_ms() + qw_backoff_ceiling_ms(s->auth_count++, 1000, 60000);
-        int64_t pause = s->auth_until_ms - now_ms();
-        if (first)
+        if (p->pause_grew)
             qw_log_error("ledger.auth_refused",
                          "http_status=%ld pause_ms=%lld hint=\"check dlt.token_file or "
                          "QUEUER_DLT_TOKEN; submissions stop until the ledger accepts it\"",
-                         r->http_status, (long long)pause);
-        /* Not the batch's fault: no attempt burnt, it waits for the next try. */
-        push_waiting(s, job, QW_JOB_WAITING, s->auth_until_ms);
+                         r->http_status, (long long)p->pause_ms);
         return;
-    }
-    case QW_DLT_RETRY:
-    case QW_DLT_OK: {
+    case QW_EV_POST_RETRY:
+    case QW_EV_POST_EXHAUSTED:
         atomic_fetch_add_explicit(&st->posts_retry, 1, memory_order_relaxed);
-        int attempts = job->attempts + 1;
-        bool exhausted = cfg->dlt_max_attempts > 0 && attempts >= cfg->dlt_max_attempts;
-        struct outcome *o = add_outcome(s, job, "posting", "Delayed", AFTER_END_RETRY);
-        o->attempts_add = 1;
-        o->posted = true;
-        snprintf(o->last_error, sizeof(o->last_error), "POST failed (%s, HTTP %ld): %s",
-                 qw_dlt_transport_name(r->transport), r->http_status, r->message ? r->message : "");
-        if (exhausted) {
-            o->retry_ms = RETRY_NEVER;
-            snprintf(o->detail, sizeof(o->detail),
-                     "gave up after %d attempts (dlt.max_attempts); parked until an operator "
-                     "retries or cancels it",
-                     attempts);
+        if (p->event == QW_EV_POST_EXHAUSTED)
             qw_log_error("batch.exhausted", "service=%s batch=%.16s attempts=%d", job->service_id,
-                         job->batch_id, attempts);
-        } else {
-            o->retry_ms = qw_backoff_exponential_jitter(job->attempts, cfg->dlt_retry_base_ms,
-                                                        cfg->dlt_retry_max_ms, &s->rng);
-            snprintf(o->detail, sizeof(o->detail), "%.200s; retry in %lld ms", o->last_error,
-                     (long long)o->retry_ms);
-        }
+                         job->batch_id, job->attempts + 1);
         qw_log_debug("batch.post_failed", "service=%s batch=%.16s http_status=%ld transport=%s",
                      job->service_id, job->batch_id, r->http_status,
                      qw_dlt_transport_name(r->transport));
         return;
-    }
-    case QW_DLT_ABANDONED:
-        hand_back(s, job, QW_JOB_END_ABANDONED);
+    case QW_EV_COMMITTED:
+        atomic_fetch_add_explicit(&st->final_committed, 1, memory_order_relaxed);
+        return;
+    case QW_EV_VALID:
+        atomic_fetch_add_explicit(&st->final_valid, 1, memory_order_relaxed);
+        return;
+    case QW_EV_INVALID:
+        atomic_fetch_add_explicit(&st->final_invalid, 1, memory_order_relaxed);
+        qw_log_warn("batch.invalid", "service=%s batch=%.16s message=%s", job->service_id,
+                    job->batch_id, qw_log_quote(quoted, sizeof(quoted), r->statuses[0].message));
+        return;
+    case QW_EV_UNKNOWN_CONFIRMED:
+        atomic_fetch_add_explicit(&st->unknown_confirmed, 1, memory_order_relaxed);
+        qw_log_info("batch.unknown", "service=%s batch=%.16s confirmed_after_ms=%lld",
+                    job->service_id, job->batch_id, (long long)p->unknown_ms);
+        return;
+    case QW_EV_NONE:
+    case QW_EV_ABANDONED:
+    case QW_EV_POLL_FAILED:
+    case QW_EV_PENDING:
+    case QW_EV_UNKNOWN_SEEN:
         return;
     }
 }
 
-static void on_status_done(struct submitter *s, struct qw_job *job, const struct qw_dlt_result *r)
+/* Carries out a plan: the job's new state, then its next step. */
+static void apply_plan(struct submitter *s, struct qw_job *job, const struct qw_plan *p)
 {
-    const struct qw_config *cfg = s->cfg;
-    struct qw_worker_stats *st = &s->w->stats;
-    if (r->outcome == QW_DLT_ABANDONED || s->stopping) {
-        /* The batch stays Pending (or in flight) for the next owner to follow;
-         * an acceptance not yet written is written first. */
-        if (job->accepted_unrecorded)
-            record_pending(s, job, AFTER_END_ABANDONED);
-        else
-            hand_back(s, job, QW_JOB_END_ABANDONED);
+    job->accepted_unrecorded = p->accepted_unrecorded;
+    job->accepted_ms = p->accepted_ms;
+    job->unknown_since_ms = p->unknown_since_ms;
+    job->poll_errors = p->poll_errors;
+    switch (p->action) {
+    case QW_PLAN_RECORD:
+        add_outcome(s, job, &p->outcome);
+        return;
+    case QW_PLAN_POLL:
+        start_poll(s, job, p->wait_s);
+        return;
+    case QW_PLAN_POLL_AT:
+        push_waiting(s, job, QW_JOB_POLL_WAIT, p->at_ms);
+        return;
+    case QW_PLAN_POST_AT:
+        push_waiting(s, job, QW_JOB_WAITING, p->at_ms);
+        return;
+    case QW_PLAN_HAND_BACK:
+        hand_back(s, job, QW_JOB_END_ABANDONED);
         return;
     }
-    if (r->outcome != QW_DLT_OK || r->n_statuses != 1 || !r->statuses[0].reported) {
-        int64_t delay = qw_backoff_exponential_jitter(job->poll_errors++, 50, 5000, &s->rng);
-        push_waiting(s, job, QW_JOB_POLL_WAIT, now_ms() + delay);
-        return;
-    }
-    job->poll_errors = 0;
-    const struct qw_dlt_status *ds = &r->statuses[0];
-    char quoted[300];
-    switch (ds->type) {
-    case QW_DLT_STATUS_PENDING:
-        job->unknown_since_ms = 0;
-        if (job->accepted_unrecorded)
-            record_pending(s, job, AFTER_POLL);
-        else
-            start_poll(s, job, cfg->dlt_status_wait_s);
-        return;
-    case QW_DLT_STATUS_COMMITTED:
-    case QW_DLT_STATUS_VALID: {
-        bool committed = ds->type == QW_DLT_STATUS_COMMITTED;
-        atomic_fetch_add_explicit(committed ? &st->final_committed : &st->final_valid, 1,
-                                  memory_order_relaxed);
-        struct outcome *o =
-            add_status_outcome(s, job, committed ? "Committed" : "Valid", AFTER_END_FINAL,
-                               committed ? "ledger reports Committed" : "ledger reports Valid");
-        o->submitted = true;
-        o->go_on = may_go_on(s, job);
-        return;
-    }
-    case QW_DLT_STATUS_INVALID: {
-        atomic_fetch_add_explicit(&st->final_invalid, 1, memory_order_relaxed);
-        char what[256];
-        snprintf(what, sizeof(what), "ledger reports Invalid: %.200s", ds->message);
-        struct outcome *o = add_status_outcome(s, job, "Invalid", AFTER_END_FINAL, what);
-        o->submitted = true;
-        o->go_on = may_go_on(s, job);
-        snprintf(o->last_error, sizeof(o->last_error), "%s", what);
-        qw_log_warn("batch.invalid", "service=%s batch=%.16s message=%s", job->service_id,
-                    job->batch_id, qw_log_quote(quoted, sizeof(quoted), ds->message));
-        return;
-    }
-    case QW_DLT_STATUS_UNKNOWN:
-        break;
-    }
-    /* Unknown: scabbard forgets (status memory of 100, restarts), so confirm first. */
-    int64_t t = now_ms();
-    if (job->unknown_since_ms == 0) {
-        job->unknown_since_ms = t;
-        push_waiting(s, job, QW_JOB_POLL_WAIT, t + cfg->dlt_unknown_confirm_ms);
-        return;
-    }
-    if (t - job->unknown_since_ms < cfg->dlt_unknown_confirm_ms) {
-        push_waiting(s, job, QW_JOB_POLL_WAIT, job->unknown_since_ms + cfg->dlt_unknown_confirm_ms);
-        return;
-    }
-    atomic_fetch_add_explicit(&st->unknown_confirmed, 1, memory_order_relaxed);
-    char what[160];
-    snprintf(what, sizeof(what),
-             "ledger reported Unknown for %lld ms (confirmed); resubmission follows",
-             (long long)(t - job->unknown_since_ms));
-    struct outcome *o = add_status_outcome(s, job, "Unknown", AFTER_END_RETRY, what);
-    o->submitted = false;
-    o->retry_ms = 0;
-    snprintf(o->last_error, sizeof(o->last_error), "ledger does not know the batch");
-    qw_log_info("batch.unknown", "service=%s batch=%.16s confirmed_after_ms=%lld", job->service_id,
-                job->batch_id, (long long)(t - job->unknown_since_ms));
 }
 
 static void on_transfer_done(const struct qw_dlt_result *r, void *arg)
 {
     struct submitter *s = arg;
     struct qw_job *job = r->user;
-    if (r->kind == QW_DLT_KIND_POST)
-        on_post_done(s, job, r);
-    else
-        on_status_done(s, job, r);
+    if (r->kind == QW_DLT_KIND_POST) {
+        s->posting--;
+        if (r->outcome != QW_DLT_ABANDONED)
+            qw_histogram_observe_us(&s->w->stats.ops.ledger_latency, r->latency_us);
+    }
+    struct qw_plan_ctx ctx = plan_ctx(s, &s->rng);
+    struct qw_plan plan;
+    qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
+    count_and_log(s, job, r, &plan);
+    apply_plan(s, job, &plan);
+}
+
+/* Gives a not-yet-posted job back to the database (submitted = false). */
+static void requeue(struct submitter *s, struct qw_job *job, const char *why)
+{
+    struct qw_plan plan;
+    qw_plan_requeue(&plan, job, why);
+    apply_plan(s, job, &plan);
 }
 
 /* After a successful write: move each job on, or drop it if its write matched nothing. */
-static void apply_outcome(struct submitter *s, struct outcome *o, bool written)
+static void apply_outcome(struct submitter *s, const struct qw_outcome_item *item)
 {
-    struct qw_job *job = o->job;
-    if (!written) {
+    struct qw_job *job = item->job;
+    if (!item->written) {
         qw_log_info("claim.lost", "service=%s batch=%.16s epoch=%lld action=drop", job->service_id,
                     job->batch_id, (long long)job->epoch);
         hand_back(s, job, QW_JOB_END_LOST);
         return;
     }
-    switch (o->after) {
-    case AFTER_POLL:
+    switch (item->outcome.after) {
+    case QW_AFTER_POLL:
         if (s->stopping) {
             hand_back(s, job, QW_JOB_END_ABANDONED);
             return;
@@ -455,13 +302,13 @@ static void apply_outcome(struct submitter *s, struct outcome *o, bool written)
         job->accepted_unrecorded = false;
         start_poll(s, job, s->cfg->dlt_status_wait_s);
         return;
-    case AFTER_END_FINAL:
+    case QW_AFTER_END_FINAL:
         hand_back(s, job, QW_JOB_END_FINAL);
         return;
-    case AFTER_END_RETRY:
+    case QW_AFTER_END_RETRY:
         hand_back(s, job, QW_JOB_END_RETRY_LATER);
         return;
-    case AFTER_END_ABANDONED:
+    case QW_AFTER_END_ABANDONED:
         hand_back(s, job, QW_JOB_END_ABANDONED);
         return;
     }
@@ -469,23 +316,22 @@ static void apply_outcome(struct submitter *s, struct outcome *o, bool written)
 
 /*
  * Fast path: the statement that ended the job's batch also marked the
- * service's next batch for submission (row `row` of the result); the job
- * goes on with it at once, without a trip through the queuer.
+ * service's next batch for submission; the job goes on with it at once,
+ * without a trip through the queuer.
  */
-static void continue_job(struct submitter *s, struct qw_job *job, const struct qw_db_res *res,
-                         int row)
+static void continue_job(struct submitter *s, struct qw_job *job, const struct qw_next_batch *nb)
 {
-    snprintf(job->batch_id, sizeof(job->batch_id), "%s", qw_db_res_get(res, row, 1));
-    job->epoch = qw_db_res_int(res, row, 3);
-    job->attempts = (int)qw_db_res_int(res, row, 4);
+    snprintf(job->batch_id, sizeof(job->batch_id), "%s", nb->batch_id);
+    job->epoch = nb->epoch;
+    job->attempts = nb->attempts;
     job->kind = QW_JOB_SUBMIT;
     job->accepted_unrecorded = false;
     job->unknown_since_ms = 0;
     job->poll_errors = 0;
     job->chained++;
     /* The statement checked the claim: it is ours for lease_left_ms more. */
-    job->deadline_ms = now_ms() + qw_db_res_int(res, row, 6) - s->cfg->worker_lease_ms / 10;
-    if (qw_job_set_payload_hex(job, qw_db_res_get(res, row, 5)) != QW_OK) {
+    job->deadline_ms = now_ms() + nb->lease_left_ms - s->cfg->worker_lease_ms / 10;
+    if (qw_job_set_payload_hex(job, nb->payload_hex) != QW_OK) {
         /* Cannot decode what the database gave: leave the batch marked; the
          * queuer finds it in flight and follows it (adoption). */
         qw_log_error("batch.payload_unreadable", "service=%s batch=%.16s", job->service_id,
@@ -496,56 +342,33 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
     push_waiting(s, job, QW_JOB_WAITING, 0);
 }
 
+static bool transient(int rc)
+{
+    return rc == QW_ERR_DB_CONN || rc == QW_ERR_TIMEOUT || rc == QW_ERR_SERIALIZATION;
+}
+
 /* Writes the waiting outcomes in one fenced statement. */
 static void flush_outcomes(struct submitter *s)
 {
     if (s->n_out == 0)
         return;
-    for (int i = 0; i < 12; i++)
-        qw_pgarray_reset(&s->arr[i]);
-    for (size_t i = 0; i < s->n_out; i++) {
-        const struct outcome *o = &s->out[i];
-        qw_pgarray_text(&s->arr[0], o->job->batch_id);
-        qw_pgarray_text(&s->arr[1], o->job->service_id);
-        qw_pgarray_int(&s->arr[2], o->job->epoch);
-        qw_pgarray_text(&s->arr[3], o->expect);
-        qw_pgarray_text(&s->arr[4], o->status);
-        qw_pgarray_bool(&s->arr[5], o->submitted);
-        qw_pgarray_int(&s->arr[6], o->attempts_add);
-        if (o->retry_ms == NO_RETRY)
-            qw_pgarray_text(&s->arr[7], NULL);
-        else
-            qw_pgarray_int(&s->arr[7], o->retry_ms);
-        qw_pgarray_text(&s->arr[8], o->last_error);
-        qw_pgarray_text(&s->arr[9], o->detail);
-        qw_pgarray_bool(&s->arr[10], o->posted);
-        qw_pgarray_bool(&s->arr[11], o->go_on);
-    }
-    const char *params[13] = {s->w->instance_id};
-    for (int i = 0; i < 12; i++) {
-        params[i + 1] = qw_pgarray_finish(&s->arr[i]);
-        if (!params[i + 1]) {
-            qw_log_error("outcomes.nomem", "n=%zu", s->n_out);
-            s->flush_retry_at_ms = now_ms() + 100;
-            return;
-        }
-    }
     struct qw_error err;
     qw_error_clear(&err);
-    struct qw_db_res *res = NULL;
     int64_t began_us = qw_clock_mono_us();
     int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
     if (rc == QW_OK)
-        rc = qw_db_query(s->db, "outcomes_record", 13, params, &res, &err);
+        rc = qw_outcome_writer_write(&s->writer, s->db, s->w->instance_id, s->out, s->n_out, &err);
     qw_log_debug("outcomes.flushed", "n=%zu rc=%d us=%lld", s->n_out, rc,
                  (long long)(qw_clock_mono_us() - began_us));
-    if (rc != QW_OK && rc != QW_ERR_DB_CONN && rc != QW_ERR_TIMEOUT && rc != QW_ERR_SERIALIZATION) {
+    if (rc != QW_OK && !transient(rc)) {
         /* Not a transient failure: say so, and keep retrying (nothing is dropped). */
         qw_log_error("outcomes.failed", "n=%zu sqlstate=%s error=%s", s->n_out, err.sqlstate,
                      qw_log_quote((char[300]){0}, 300, err.msg));
     }
     if (rc == QW_ERR_SERIALIZATION) {
-        /* A claim row is being renewed right now (NOWAIT): try again at once. */
+        /* A claim row of the group is locked by another transaction (NOWAIT
+         * answered 55P03: a claims transaction renewing or taking it over):
+         * try again after a short jittered pause. */
         s->flush_retry_at_ms =
             now_ms() + qw_backoff_full_jitter(s->flush_failures++, 1, 20, &s->rng);
         return;
@@ -560,29 +383,23 @@ static void flush_outcomes(struct submitter *s)
     }
     s->flush_failures = 0;
     s->flush_retry_at_ms = 0;
-    int rows = qw_db_res_rows(res);
-    atomic_fetch_add_explicit(&s->w->stats.flushes, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->w->stats.outcomes, (long long)rows, memory_order_relaxed);
-    size_t n = s->n_out;
+    size_t n = s->n_out, rows = 0;
     s->n_out = 0;
+    for (size_t i = 0; i < n; i++)
+        rows += (size_t)s->out[i].written + (s->out[i].next_row >= 0);
+    atomic_fetch_add_explicit(&s->w->stats.flushes, 1, memory_order_relaxed);
+    /* rows written: outcomes, and next batches marked on the way */
+    atomic_fetch_add_explicit(&s->w->stats.outcomes, (long long)rows, memory_order_relaxed);
     for (size_t i = 0; i < n; i++) {
-        struct outcome *o = &s->out[i];
-        bool written = false;
-        int next = -1;
-        for (int j = 0; j < rows && !written; j++)
-            written = qw_db_res_get(res, j, 0)[0] == 'w' &&
-                      strcmp(qw_db_res_get(res, j, 1), o->job->batch_id) == 0;
-        for (int j = 0; written && o->go_on && j < rows && next < 0; j++) {
-            if (qw_db_res_get(res, j, 0)[0] == 'n' &&
-                strcmp(qw_db_res_get(res, j, 2), o->job->service_id) == 0)
-                next = j;
+        const struct qw_outcome_item *item = &s->out[i];
+        if (item->written && item->next_row >= 0) {
+            struct qw_next_batch nb;
+            qw_outcome_writer_next(&s->writer, item->next_row, &nb);
+            continue_job(s, item->job, &nb);
+        } else {
+            apply_outcome(s, item);
         }
-        if (next >= 0)
-            continue_job(s, o->job, res, next);
-        else
-            apply_outcome(s, o, written);
     }
-    qw_db_res_free(res);
 }
 
 static bool flush_due(const struct submitter *s, int64_t t)
@@ -597,7 +414,7 @@ static bool flush_due(const struct submitter *s, int64_t t)
 static int64_t run_waiting(struct submitter *s, int64_t t)
 {
     int64_t next = INT64_MAX;
-    bool paused = t < s->pause_until_ms || t < s->auth_until_ms;
+    bool paused = t < s->pause.pause_until_ms || t < s->pause.auth_until_ms;
     if (!paused && atomic_load(&s->w->stats.paused))
         atomic_store(&s->w->stats.paused, 0);
     struct qw_job **link = &s->waiting;
@@ -611,8 +428,9 @@ static int64_t run_waiting(struct submitter *s, int64_t t)
         }
         int64_t due = job->next_at_ms;
         if (is_post && paused) {
-            int64_t until =
-                s->pause_until_ms > s->auth_until_ms ? s->pause_until_ms : s->auth_until_ms;
+            int64_t until = s->pause.pause_until_ms > s->pause.auth_until_ms
+                                ? s->pause.pause_until_ms
+                                : s->pause.auth_until_ms;
             due = due > until ? due : until;
         }
         if (due > t) {
@@ -705,18 +523,22 @@ static void submitter_loop(struct submitter *s)
     }
 }
 
+static void submitter_free(struct submitter *s)
+{
+    qw_dlt_client_free(s->dlt);
+    qw_db_close(s->db);
+    qw_outcome_writer_free(&s->writer);
+    free(s->out);
+    free(s);
+}
+
 static void *submitter_main(void *arg)
 {
     struct submitter *s = arg;
     qw_log_set_thread("submitter");
     submitter_loop(s);
     qw_log_info("submitter.stopped", "outcomes_pending=%zu", s->n_out);
-    qw_dlt_client_free(s->dlt);
-    qw_db_close(s->db);
-    for (int i = 0; i < 12; i++)
-        qw_pgarray_free(&s->arr[i]);
-    free(s->out);
-    free(s);
+    submitter_free(s);
     return NULL;
 }
 
@@ -730,8 +552,7 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     s->cfg = cfg;
     s->cap_out = (size_t)cfg->dlt_max_in_flight + (size_t)cfg->worker_queue_capacity + 16;
     s->out = calloc(s->cap_out, sizeof(*s->out));
-    for (int i = 0; i < 12; i++)
-        qw_pgarray_init(&s->arr[i]);
+    qw_outcome_writer_init(&s->writer);
     qw_rng_seed(&s->rng, (uint64_t)qw_clock_mono_us() ^ 0x5bd1e995u);
     struct qw_db_opts dbo;
     qw_worker_db_opts(cfg, "queuer-submitter", &dbo);
@@ -750,13 +571,7 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     }
     if (rc == QW_OK && pthread_create(thread, NULL, submitter_main, s) != 0)
         rc = qw_error_set(err, QW_ERR_IO, "cannot start the submitter thread");
-    if (rc != QW_OK) {
-        qw_dlt_client_free(s->dlt);
-        qw_db_close(s->db);
-        for (int i = 0; i < 12; i++)
-            qw_pgarray_free(&s->arr[i]);
-        free(s->out);
-        free(s);
-    }
+    if (rc != QW_OK)
+        submitter_free(s);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include "itest.h"
 #include "common/hex.h"
 #include "ingest/batchlist.h"
+#include "worker/outcome_writer.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -76,18 +77,17 @@ static int teardown(void **state)
 /* Records `status` for ids[0] (expect pending) at `epoch`; returns the result. */
 static struct qw_db_res *record(struct fixture *f, const char *status, long epoch, int go_on)
 {
-    char ids[160], epochs[32], statuses[32], go[8];
-    snprintf(ids, sizeof(ids), "{%s}", f->ids[0]);
-    snprintf(epochs, sizeof(epochs), "{%ld}", epoch);
-    snprintf(statuses, sizeof(statuses), "{%s}", status);
-    snprintf(go, sizeof(go), "{%s}", go_on ? "t" : "f");
-    const char *params[] = {"w1",  ids,   "{" SVC "}", epochs,   "{pending}",     statuses,
-                            "{t}", "{0}", "{NULL}",    "{\"\"}", "{\"by test\"}", "{f}",
-                            go};
+    /* one queuer.outcome: batch, service, epoch, expect, status, submitted,
+     * attempts_add, retry_ms, last_error, detail, posted, go_on */
+    char outcomes[512];
+    snprintf(outcomes, sizeof(outcomes),
+             "{\"(%s," SVC ",%ld,pending,%s,t,0,,,\\\"by test\\\",f,%s)\"}", f->ids[0], epoch,
+             status, go_on ? "t" : "f");
+    const char *params[] = {"w1", outcomes};
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_db_query(f->db, "outcomes_record", 13, params, &res, &err) != QW_OK)
+    if (qw_db_query(f->db, "outcomes_record", 2, params, &res, &err) != QW_OK)
         fail_msg("outcomes_record: %s", err.msg);
     return res;
 }
@@ -213,6 +213,74 @@ static void test_stale_epoch_writes_nothing(void **state)
                      0);
 }
 
+/* The writer's row literal carries any text: the database stores exactly what was sent. */
+static void test_writer_round_trips_text(void **state)
+{
+    struct fixture *f = *state;
+    static const char nasty[] = "a\"b\\c,(d) {e} 'f'; NULL \xe5\x8f\x96\xe5\xbc\x95";
+    struct qw_job job = {.kind = QW_JOB_SUBMIT, .epoch = 7};
+    snprintf(job.service_id, sizeof(job.service_id), "%s", SVC);
+    snprintf(job.batch_id, sizeof(job.batch_id), "%s", f->ids[0]);
+    struct qw_outcome_item item = {.job = &job};
+    item.outcome = (struct qw_outcome){.expect = QW_EXPECT_PENDING,
+                                       .status = QW_STATUS_INVALID,
+                                       .submitted = true,
+                                       .retry_ms = QW_OUTCOME_NO_RETRY,
+                                       .after = QW_AFTER_END_FINAL};
+    snprintf(item.outcome.last_error, sizeof(item.outcome.last_error), "%s", nasty);
+    snprintf(item.outcome.detail, sizeof(item.outcome.detail), "detail: %s", nasty);
+    struct qw_outcome_writer w;
+    qw_outcome_writer_init(&w);
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_outcome_writer_write(&w, f->db, "w1", &item, 1, &err) != QW_OK)
+        fail_msg("write: %s", err.msg);
+    assert_true(item.written);
+    assert_int_equal(item.next_row, -1);
+    qw_outcome_writer_free(&w);
+    const char *params[] = {f->ids[0], nasty};
+    struct qw_db_res *res = NULL;
+    assert_int_equal(
+        qw_db_query_sql(f->db,
+                        "SELECT (b.last_error = $2)::int, (h.detail = 'detail: ' || $2)::int "
+                        "FROM queuer.batches b JOIN queuer.batch_history h USING (batch_id) "
+                        "WHERE b.batch_id = $1 AND h.to_status = 'Invalid'",
+                        2, params, &res, &err),
+        QW_OK);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    assert_int_equal(qw_db_res_int(res, 0, 0), 1);
+    assert_int_equal(qw_db_res_int(res, 0, 1), 1);
+    qw_db_res_free(res);
+}
+
+/* An expectation the statement does not know is an error, not the widest check. */
+static void test_unknown_expectation_is_refused(void **state)
+{
+    struct fixture *f = *state;
+    char outcomes[512];
+    snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",7,anything,Committed,t,0,,,,f,f)\"}",
+             f->ids[0]);
+    const char *params[] = {"w1", outcomes};
+    struct qw_error err;
+    qw_error_clear(&err);
+    assert_int_equal(qw_db_query(f->db, "outcomes_record", 2, params, NULL, &err), QW_ERR_DB);
+    assert_string_equal(err.sqlstate, "22P02"); /* invalid input value for enum */
+    assert_int_equal(
+        COUNT(f, "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s' AND status = 'Pending'",
+              f->ids[0]),
+        1);
+    /* and the writer refuses an out-of-range expectation before sending anything */
+    struct qw_job job = {.epoch = 7};
+    snprintf(job.service_id, sizeof(job.service_id), "%s", SVC);
+    snprintf(job.batch_id, sizeof(job.batch_id), "%s", f->ids[0]);
+    struct qw_outcome_item item = {.job = &job};
+    item.outcome.expect = (enum qw_outcome_expect)42;
+    struct qw_outcome_writer w;
+    qw_outcome_writer_init(&w);
+    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", &item, 1, &err), QW_ERR_INVALID);
+    qw_outcome_writer_free(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -222,6 +290,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_next_delayed_due_is_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_final_marks_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_epoch_writes_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writer_round_trips_text, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_expectation_is_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

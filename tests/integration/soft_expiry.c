@@ -112,25 +112,13 @@ static void mark(struct fixture *f, int k, int want_rows)
 static void record(struct fixture *f, int k, const char *expect, const char *status,
                    const char *submitted, int go_on, int want_rows)
 {
-    char ids[160], expects[32], statuses[32], subs[8];
-    snprintf(ids, sizeof(ids), "{%s}", f->ids[k]);
-    snprintf(expects, sizeof(expects), "{%s}", expect);
-    snprintf(statuses, sizeof(statuses), "{\"%s\"}", status);
-    snprintf(subs, sizeof(subs), "{%s}", submitted);
-    const char *params[] = {"w1",
-                            ids,
-                            "{" SVC "}",
-                            "{3}",
-                            expects,
-                            statuses,
-                            subs,
-                            "{0}",
-                            "{NULL}",
-                            "{\"\"}",
-                            "{\"test\"}",
-                            "{f}",
-                            go_on ? "{t}" : "{f}"};
-    query(f->a, "outcomes_record", 13, params, want_rows);
+    /* one queuer.outcome: batch, service, epoch, expect, status ("" = none),
+     * submitted, attempts_add, retry_ms, last_error, detail, posted, go_on */
+    char outcomes[512];
+    snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",3,%s,%s,%s,0,,,test,f,%s)\"}", f->ids[k],
+             expect, status, submitted, go_on ? "t" : "f");
+    const char *params[] = {"w1", outcomes};
+    query(f->a, "outcomes_record", 2, params, want_rows);
 }
 
 static void set_batch(struct fixture *f, int k, const char *assignments)

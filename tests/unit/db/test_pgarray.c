@@ -44,6 +44,29 @@ static void test_escaping(void **state)
     qw_pgarray_free(&a);
 }
 
+static void test_row_elements(void **state)
+{
+    (void)state;
+    struct qw_pgarray a;
+    qw_pgarray_init(&a);
+    qw_pgarray_row_begin(&a);
+    qw_pgarray_row_text(&a, "a\"b\\c,(d)");
+    qw_pgarray_row_int(&a, -7);
+    qw_pgarray_row_null(&a);
+    qw_pgarray_row_text(&a, "");
+    qw_pgarray_row_text(&a, NULL);
+    qw_pgarray_row_bool(&a, 1);
+    qw_pgarray_row_end(&a);
+    qw_pgarray_row_begin(&a);
+    qw_pgarray_row_bool(&a, 0);
+    qw_pgarray_row_end(&a);
+    /* row level: ("a""b\\c,(d)",-7,,"",,t) with " and \ escaped once more for the array */
+    assert_string_equal(qw_pgarray_finish(&a),
+                        "{\"(\\\"a\\\\\\\"b\\\\\\\\c,(d)\\\",-7,,\\\"\\\",,t)\",\"(f)\"}");
+    assert_int_equal(a.count, 2);
+    qw_pgarray_free(&a);
+}
+
 static void test_reset_reuses(void **state)
 {
     (void)state;
@@ -64,9 +87,8 @@ static void test_reset_reuses(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_mixed_elements),
-        cmocka_unit_test(test_escaping),
+        cmocka_unit_test(test_empty),        cmocka_unit_test(test_mixed_elements),
+        cmocka_unit_test(test_escaping),     cmocka_unit_test(test_row_elements),
         cmocka_unit_test(test_reset_reuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
