@@ -22,7 +22,7 @@
 -- when a next batch was marked; the common fast path (a batch ends, the
 -- next is marked) leaves it set and writes nothing more.
 --
--- $1 instance, $2 the outcomes: queuer.outcome[] (migrations/0004), one
+-- $1 instance, $2 the outcomes: queuer.outcome[] (migrations/0004_outcome_type.sql), one
 -- element per batch; `ord` below is an element's position (from 1).
 -- Returns one row per outcome written (kind 'w': batch_id, ord) and one
 -- per next batch marked (kind 'n': batch_id, service_id, epoch, attempts,
@@ -69,7 +69,7 @@ WITH o AS (
                WHEN 'inflight' THEN (b.submitted AND b.status IS NULL) OR b.status = 'Pending'
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
-              f.expiry_1, o.ord, b.submitted AND b.status IS NULL AS submitting
+              f.expiry_1, b.submitted AND b.status IS NULL AS submitting, o.ord
 ), hist AS (
     -- Every sub-statement sees the same snapshot: `old` is the row as it was.
     INSERT INTO queuer.batch_history

@@ -112,9 +112,8 @@ static void mark(struct fixture *f, int k, int want_rows)
 static void record(struct fixture *f, int k, const char *expect, const char *status,
                    const char *submitted, int go_on, int want_rows)
 {
-    /* one queuer.outcome (migrations/0004): batch, service, epoch, expect,
-     * status ("" = none: an empty field is NULL), submitted, attempts_add,
-     * retry_ms, last_error, detail, posted, go_on */
+    /* one queuer.outcome: batch, service, epoch, expect, status ("" = none),
+     * submitted, attempts_add, retry_ms, last_error, detail, posted, go_on */
     char outcomes[512];
     snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",3,%s,%s,%s,0,,,test,f,%s)\"}", f->ids[k],
              expect, status, submitted, go_on ? "t" : "f");
