@@ -113,10 +113,15 @@ e2e_drain() {
 }
 
 # Stops workers and simulator, then runs qw-check; its figures land in FIG[].
-# Fails the test when qw-check reports a violation or cannot run.
+# Fails the test when qw-check reports a violation or cannot run, or when a
+# worker's log holds a sanitizer report (the ASan and TSan runs).
 e2e_check() {
     qw_workers_stop "$E2E_DIR/workers"
     qw_sim_stop
+    if grep -lE 'WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:' \
+        "$E2E_DIR"/workers/*.log 2>/dev/null; then
+        e2e_fail "sanitizer report in the worker log(s) above"
+    fi
     local rc=0
     "$QW_CHECK_BIN" --events "$QW_SIM_LOG" --kv "$E2E_DIR/check.kv" || rc=$?
     [ -f "$E2E_DIR/check.kv" ] || e2e_fail "qw-check produced no figures (exit $rc)"
