@@ -429,7 +429,8 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
 
 static bool transient(int rc)
 {
-    return rc == QW_ERR_DB_CONN || rc == QW_ERR_TIMEOUT || rc == QW_ERR_SERIALIZATION;
+    return rc == QW_ERR_DB_CONN || rc == QW_ERR_TIMEOUT || rc == QW_ERR_SERIALIZATION ||
+           rc == QW_ERR_OUTCOME_UNKNOWN;
 }
 
 /* Writes the waiting outcomes in one fenced statement. */
@@ -457,7 +458,7 @@ static void flush_outcomes(struct submitter *s)
         rc =
             qw_outcome_writer_recheck(&s->writer, s->db, s->w->instance_id, s->out, s->n_out, &err);
     }
-    if (rc == QW_ERR_DB_CONN || rc == QW_ERR_TIMEOUT)
+    if (rc == QW_ERR_DB_CONN || rc == QW_ERR_TIMEOUT || rc == QW_ERR_OUTCOME_UNKNOWN)
         s->flush_uncertain = true;
     if (rc != QW_OK) {
         /* /readyz turns not-ready while outcomes cannot be written. */
