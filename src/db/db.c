@@ -48,10 +48,16 @@ static void db_drop(struct qw_db *db)
     db->nprepared = 0;
 }
 
+/*
+ * Errors that call for another connection. 25006 (read-only transaction):
+ * the server we are on no longer takes writes (a primary demoted under a
+ * pooler or a proxy that kept the client connection); reconnecting lets a
+ * multi-host conninfo with target_session_attrs=read-write find the primary.
+ */
 static int is_conn_sqlstate(const char *st)
 {
     return st && (strncmp(st, "08", 2) == 0 || strcmp(st, "57P01") == 0 ||
-                  strcmp(st, "57P02") == 0 || strcmp(st, "57P03") == 0);
+                  strcmp(st, "57P02") == 0 || strcmp(st, "57P03") == 0 || strcmp(st, "25006") == 0);
 }
 
 static int classify_sqlstate(const char *st)

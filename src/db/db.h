@@ -12,7 +12,8 @@
  * Statements are referred to by the name of their embedded file in sql/
  * and prepared on first use per connection. Errors are classified:
  * 40001/40P01 and 55P03 (lock not available, from NOWAIT) ->
- * QW_ERR_SERIALIZATION (re-run it), class 08 and 57P0x -> QW_ERR_DB_CONN,
+ * QW_ERR_SERIALIZATION (re-run it), class 08, 57P0x and 25006 (read-only
+ * transaction: this server is not the primary any more) -> QW_ERR_DB_CONN,
  * QU429 -> QW_ERR_BACKPRESSURE, QU409 -> QW_ERR_DUPLICATE, QU400/QU413 ->
  * QW_ERR_INVALID, anything else -> QW_ERR_DB, with the SQLSTATE and the
  * server's message in struct qw_error. Messages never contain the conninfo.
