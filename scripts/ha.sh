@@ -10,6 +10,7 @@
 #   scripts/ha.sh status        patronictl list
 #   scripts/ha.sh conninfo      the multi-host libpq conninfo for workers (read-write)
 #   scripts/ha.sh primary-pids  "PATRONI_PID POSTMASTER_PID" of the current primary
+#   scripts/ha.sh sync-pids     the same for the synchronous standby
 #   scripts/ha.sh heal          start every node that is down, wait until all have
 #                               rejoined (pg_rewind where needed) and a sync standby exists
 #   scripts/ha.sh switchover    planned switchover to the synchronous standby; waits
@@ -460,10 +461,15 @@ cmd_down() {
     fi
 }
 
-cmd_primary_pids() {
+# cmd_node_pids primary|sync: "PATRONI_PID POSTMASTER_PID" of that node.
+cmd_node_pids() {
     ha_load_env
     local i dir
-    i=$(ha_primary_index) || ha_die "no primary"
+    if [ "$1" = primary ]; then
+        i=$(ha_primary_index) || ha_die "no primary"
+    else
+        i=$(ha_sync_index) || ha_die "no synchronous standby"
+    fi
     dir=$HA_DIR/${HA_NODES[$i]}
     echo "$(cat "$dir/patroni.pid") $(head -1 "$dir/data/postmaster.pid")"
 }
@@ -510,7 +516,8 @@ conninfo)
     ha_load_env
     ha_conninfo
     ;;
-primary-pids) cmd_primary_pids ;;
+primary-pids) cmd_node_pids primary ;;
+sync-pids) cmd_node_pids sync ;;
 heal) cmd_heal ;;
 switchover) cmd_switchover ;;
 deps) ha_deps ;;

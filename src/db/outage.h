@@ -11,8 +11,8 @@
  *   db.restored           warn, at the first success afterwards, with the
  *                         outage's duration and the number of failed attempts.
  *
- * Reconnects back off with exponential jitter from 50 ms up to 500 ms, so a
- * dead server is not hammered and a new primary is found within half a
+ * Reconnects back off with exponential jitter from 50 ms up to 250 ms, so a
+ * dead server is not hammered and a new primary is found within a quarter of a
  * second of accepting writes. An outage ends at the owner's first success
  * (a statement that worked, not a mere reconnect: a connection to a server
  * that is being demoted is not the end of it).
@@ -34,7 +34,7 @@
 struct qw_db;
 
 #define QW_OUTAGE_RETRY_BASE_MS 50     /* first reconnect backoff ceiling */
-#define QW_OUTAGE_RETRY_MAX_MS 500     /* reconnect backoff cap */
+#define QW_OUTAGE_RETRY_MAX_MS 250     /* reconnect backoff cap */
 #define QW_OUTAGE_REMIND_MS 30000      /* first "still unavailable" line after this */
 #define QW_OUTAGE_REMIND_MAX_MS 600000 /* reminder interval cap */
 
