@@ -15,7 +15,8 @@
 #                               rejoined (pg_rewind where needed) and a sync standby exists
 #   scripts/ha.sh switchover    planned switchover to the synchronous standby; waits
 #                               for the new primary and a synchronous standby
-#   scripts/ha.sh deps          only install the Debian packages (patroni, etcd-server)
+#   scripts/ha.sh deps          only install the Debian packages (patroni, etcd-server,
+#                               pgbouncer for tests/ha/pgbouncer.sh)
 #   scripts/ha.sh wait-primary [SECS]  wait until a primary accepts writes
 #
 # Replication: Patroni's `synchronous_mode: true` (QW_HA_SYNC=strict for
@@ -57,12 +58,12 @@ ha_die() {
 
 # ---- packages ------------------------------------------------------------------
 
-# Installs patroni and etcd-server when missing (apt-get, as scripts/deps.sh
+# Installs patroni, etcd-server and pgbouncer when missing (apt-get, as scripts/deps.sh
 # does), then makes sure the distribution's own services are neither running
 # nor enabled: this script runs its own, as an unprivileged user.
 ha_deps() {
     local p missing=() sudo=""
-    for p in patroni etcd-server postgresql-15 curl python3; do
+    for p in patroni etcd-server pgbouncer postgresql-15 curl python3; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
             missing+=("$p")
     done
@@ -82,7 +83,7 @@ ha_deps() {
 ha_default_services_off() {
     local svc sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo
-    for svc in etcd patroni; do
+    for svc in etcd patroni pgbouncer; do
         if [ -d /run/systemd/system ]; then
             $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || true
         elif [ -x "/etc/init.d/$svc" ]; then
