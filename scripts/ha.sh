@@ -320,16 +320,17 @@ ha_node_start() {
     ha_spawn "$dir/patroni.pid" "$dir/patroni.log" patroni "$dir/patroni.yml"
 }
 
-# ha_api NODE-INDEX PATH: the HTTP status of a Patroni REST GET.
+# ha_api_code NODE-INDEX PATH: the HTTP status of a Patroni REST GET.
 ha_api_code() {
     curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:${HA_API_PORTS[$1]}$2" 2>/dev/null || true
 }
 
-# Prints the index of the node that is primary, or fails.
-ha_primary_index() {
+# ha_role_index CHECK: the index of the first node whose Patroni answers 200
+# to GET /CHECK (primary, sync, replica), or fails.
+ha_role_index() {
     local i
     for i in 0 1 2; do
-        if [ "$(ha_api_code "$i" /primary)" = 200 ]; then
+        if [ "$(ha_api_code "$i" "/$1")" = 200 ]; then
             echo "$i"
             return 0
         fi
@@ -337,15 +338,12 @@ ha_primary_index() {
     return 1
 }
 
+ha_primary_index() {
+    ha_role_index primary
+}
+
 ha_sync_index() {
-    local i
-    for i in 0 1 2; do
-        if [ "$(ha_api_code "$i" /sync)" = 200 ]; then
-            echo "$i"
-            return 0
-        fi
-    done
-    return 1
+    ha_role_index sync
 }
 
 ha_conninfo() {

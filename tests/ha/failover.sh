@@ -24,8 +24,8 @@
 #
 # Exit 77 (skipped) when the packages (patroni, etcd-server) cannot be
 # installed. QW_HA_FIGURES=FILE also writes the figures table to FILE.
-# shellcheck source=tests/scenarios/lib_scenario.sh
-. "$(dirname "$0")/../scenarios/lib_scenario.sh"
+# shellcheck source=tests/ha/lib_ha.sh
+. "$(dirname "$0")/lib_ha.sh"
 
 HA_SH=$SC_SOURCE_ROOT/scripts/ha.sh
 GAP_NODE_LOSS_MS=12000 # target with Patroni's ttl at 10 s
@@ -34,13 +34,7 @@ WARN_PER_OUTAGE=6      # warn lines per worker per fault ("a handful")
 SERVICES=24
 FEED_MS=250
 
-if ! "$HA_SH" deps >/tmp/qw-ha-deps.$$ 2>&1; then
-    echo "SKIP: the HA packages (patroni, etcd-server) cannot be installed here:"
-    tail -5 /tmp/qw-ha-deps.$$
-    rm -f /tmp/qw-ha-deps.$$
-    exit 77
-fi
-rm -f /tmp/qw-ha-deps.$$
+ha_require_packages patroni etcd
 
 sc_begin ha_failover
 export QW_HA_DIR=$SC_DIR/ha

@@ -11,16 +11,9 @@
 # straight to PostgreSQL (migrate takes a session advisory lock).
 #
 # Exit 77 (skipped) when pgbouncer cannot be installed.
-# shellcheck source=tests/scenarios/lib_scenario.sh
-. "$(dirname "$0")/../scenarios/lib_scenario.sh"
-
-if ! "$SC_SOURCE_ROOT/scripts/ha.sh" deps >/tmp/qw-pgb-deps.$$ 2>&1 || ! command -v pgbouncer >/dev/null; then
-    echo "SKIP: pgbouncer cannot be installed here:"
-    tail -5 /tmp/qw-pgb-deps.$$
-    rm -f /tmp/qw-pgb-deps.$$
-    exit 77
-fi
-rm -f /tmp/qw-pgb-deps.$$
+# shellcheck source=tests/ha/lib_ha.sh
+. "$(dirname "$0")/lib_ha.sh"
+ha_require_packages pgbouncer
 
 sc_begin pgbouncer_txn
 PGB_PID=
