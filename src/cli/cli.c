@@ -54,6 +54,7 @@ int qw_cli_connect(const struct qw_config *cfg, const char *app, struct qw_db **
         .app_name = app,
         .connect_timeout_s = cfg->db_connect_timeout_s,
         .query_timeout_ms = cfg->db_query_timeout_ms,
+        .unprepared = !cfg->db_prepared_statements,
     };
     struct qw_error err;
     qw_error_clear(&err);

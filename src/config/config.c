@@ -83,6 +83,9 @@ static const struct key keys[] = {
             "seconds to wait for a database connection"),
     INT_KEY("database", "query_timeout_ms", db_query_timeout_ms, 10000, 100, 600000,
             "client-side deadline per statement; a hung server cannot hang a worker"),
+    BOOL_KEY("database", "prepared_statements", db_prepared_statements, 1,
+             "prepare each statement once per connection; turn off behind a transaction-pooling "
+             "PgBouncer older than 1.21"),
 
     STR_KEY("worker", "instance_id", worker_instance_id, "", rule_instance_id,
             "empty or 1..64 of A-Z a-z 0-9 . _ : -",

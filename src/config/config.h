@@ -28,10 +28,12 @@
 
 struct qw_config {
     /* [database] */
-    char *db_conninfo;        /* libpq conninfo without password; default "dbname=queuer" */
-    char *db_password_file;   /* path of a private file holding the password, or "" */
-    int db_connect_timeout_s; /* seconds, 1..300, default 5 */
-    int db_query_timeout_ms;  /* client-side deadline per statement, 100..600000, default 10000 */
+    char *db_conninfo;          /* libpq conninfo without password; default "dbname=queuer" */
+    char *db_password_file;     /* path of a private file holding the password, or "" */
+    int db_connect_timeout_s;   /* seconds, 1..300, default 5 */
+    int db_query_timeout_ms;    /* client-side deadline per statement, 100..600000, default 10000 */
+    int db_prepared_statements; /* bool: named prepared statements (off behind a transaction
+                                   pooler without prepared-statement support), default 1 */
 
     /* [worker] */
     char *worker_instance_id;  /* "" = generated as <host>-<pid>-<random> */

@@ -23,6 +23,7 @@ struct qw_db {
     int query_timeout_ms;                     /* deadline per call */
     int idle_in_txn_timeout_ms;               /* server setting, 0 = leave default */
     int lock_timeout_ms;                      /* server setting, 0 = leave default */
+    int unprepared;                           /* send statement text, never prepare by name */
     char listen[QW_DB_MAX_LISTEN][64];        /* channels to re-LISTEN */
     int nlisten;                              /* used entries of listen */
     const char *prepared[QW_DB_MAX_PREPARED]; /* statement names prepared on conn */
@@ -48,10 +49,16 @@ static void db_drop(struct qw_db *db)
     db->nprepared = 0;
 }
 
+/*
+ * Errors that call for another connection. 25006 (read-only transaction):
+ * the server we are on no longer takes writes (a primary demoted under a
+ * pooler or a proxy that kept the client connection); reconnecting lets a
+ * multi-host conninfo with target_session_attrs=read-write find the primary.
+ */
 static int is_conn_sqlstate(const char *st)
 {
     return st && (strncmp(st, "08", 2) == 0 || strcmp(st, "57P01") == 0 ||
-                  strcmp(st, "57P02") == 0 || strcmp(st, "57P03") == 0);
+                  strcmp(st, "57P02") == 0 || strcmp(st, "57P03") == 0 || strcmp(st, "25006") == 0);
 }
 
 static int classify_sqlstate(const char *st)
@@ -306,6 +313,7 @@ int qw_db_connect(struct qw_db **out, const struct qw_db_opts *opts, struct qw_e
     db->query_timeout_ms = opts->query_timeout_ms > 0 ? opts->query_timeout_ms : 10000;
     db->idle_in_txn_timeout_ms = opts->idle_in_txn_timeout_ms;
     db->lock_timeout_ms = opts->lock_timeout_ms;
+    db->unprepared = opts->unprepared;
     if (!db->conninfo || !db->app_name || (opts->password && !db->password)) {
         qw_db_close(db);
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
@@ -405,6 +413,12 @@ int qw_db_query(struct qw_db *db, const char *name, int nparams, const char *con
         *res = NULL;
     if (!db->conn)
         return conn_error(db, err);
+    if (db->unprepared) {
+        const char *text = qw_statement_text(name);
+        if (!text)
+            return qw_error_set(err, QW_ERR_INVALID, "no embedded statement named %s", name);
+        return qw_db_query_sql(db, text, nparams, params, res, err);
+    }
     if (!is_prepared(db, name)) {
         const char *text = qw_statement_text(name);
         if (!text)

@@ -10,9 +10,11 @@
  * setup (LISTEN channels; prepared statements are re-prepared lazily).
  *
  * Statements are referred to by the name of their embedded file in sql/
- * and prepared on first use per connection. Errors are classified:
+ * and prepared on first use per connection (or, with `unprepared`, sent
+ * as text each time). Errors are classified:
  * 40001/40P01 and 55P03 (lock not available, from NOWAIT) ->
- * QW_ERR_SERIALIZATION (re-run it), class 08 and 57P0x -> QW_ERR_DB_CONN,
+ * QW_ERR_SERIALIZATION (re-run it), class 08, 57P0x and 25006 (read-only
+ * transaction: this server is not the primary any more) -> QW_ERR_DB_CONN,
  * QU429 -> QW_ERR_BACKPRESSURE, QU409 -> QW_ERR_DUPLICATE, QU400/QU413 ->
  * QW_ERR_INVALID, anything else -> QW_ERR_DB, with the SQLSTATE and the
  * server's message in struct qw_error. Messages never contain the conninfo.
@@ -39,6 +41,9 @@ struct qw_db_opts {
                                    long (a frozen client cannot hold locks), 0 = off */
     int lock_timeout_ms;        /* a statement waiting this long for a lock fails with
                                    55P03 (retried as a serialization failure), 0 = off */
+    int unprepared;             /* non-zero: qw_db_query() sends the statement text each time
+                                   (unnamed statement) instead of preparing it by name, for
+                                   transaction poolers that cannot carry named statements */
 };
 
 /**

@@ -11,6 +11,7 @@
 #include "common/histogram.h"
 #include "common/log.h"
 #include "db/db.h"
+#include "db/outage.h"
 #include "db/pgarray.h"
 #include "db/txn.h"
 #include "worker/claims.h"
@@ -42,6 +43,7 @@ struct queuer {
     struct qw_svcmap svcs;             /* services we hold */
     struct qw_claims_result claims;    /* last claims transaction */
     struct qw_rng rng;                 /* for backoff */
+    struct qw_outage outage;           /* this connection's outages: log lines, reconnects */
     struct qw_txn_policy policy;       /* claims: SERIALIZABLE, retried */
     struct qw_txn_policy queue_policy; /* fetch + mark: READ COMMITTED, fenced per row */
     int64_t lease_deadline_ms;         /* monotonic: our claims surely valid until */
@@ -372,22 +374,20 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
     struct qw_error err;
     qw_error_clear(&err);
     int r;
-    if (q->cfg->worker_listen) {
+    if (q->cfg->worker_listen && qw_db_ok(q->db)) {
         r = qw_db_wait_notify(q->db, (int)timeout, q->w->wake_fd, on_notify, q, &err);
     } else {
-        /* Polling only (e.g. behind a transaction pooler): sleep on the wake fd. */
+        /* Polling only (e.g. behind a transaction pooler), or waiting for the
+         * next reconnect during an outage: sleep on the wake fd. */
         struct pollfd pfd = {.fd = q->w->wake_fd, .events = POLLIN};
         r = poll(&pfd, 1, (int)timeout) > 0 ? 2 : 0;
     }
     if (r == 2)
         drain_wake_fd(q->w->wake_fd);
     if (r < 0) {
-        /* Lost the connection while idle: reconnect (LISTEN again) and run a
-         * full cycle, since notifications sent meanwhile are gone. */
-        qw_log_warn("db.lost", "error=%s", qw_log_quote((char[300]){0}, 300, err.msg));
-        qw_error_clear(&err);
-        if (qw_db_reconnect(q->db, &err) != QW_OK)
-            qw_clock_sleep_ms(qw_backoff_full_jitter(2, 50, 1000, &q->rng));
+        /* Lost the connection while idle: once reconnected (LISTEN again) run
+         * a claims cycle, since notifications sent meanwhile are gone. */
+        qw_outage_note_failure(&q->outage, &err, qw_clock_mono_ms(), &q->rng);
         q->notified = true;
     }
     take_done(q);
@@ -411,11 +411,37 @@ static void announce_released(struct queuer *q)
                      qw_log_quote((char[300]){0}, 300, err.msg));
 }
 
+/* During an outage: sleeps until the next reconnect may be tried (or a
+ * wake-up), taking finished jobs back meanwhile. */
+static void wait_for_reconnect(struct queuer *q)
+{
+    int64_t timeout = q->outage.retry_at_ms - qw_clock_mono_ms();
+    struct pollfd pfd = {.fd = q->w->wake_fd, .events = POLLIN};
+    if (timeout > 0 && poll(&pfd, 1, (int)timeout) > 0)
+        drain_wake_fd(q->w->wake_fd);
+    take_done(q);
+}
+
 static void log_failure(const char *event, const struct qw_error *err)
 {
     char quoted[600];
     qw_log_warn(event, "error=%s sqlstate=%s", qw_log_quote(quoted, sizeof(quoted), err->msg),
                 err->sqlstate);
+}
+
+/*
+ * A failure that left the connection unusable belongs to an outage: logged
+ * when it begins and ends, reconnects paced (top of queuer_loop). Anything
+ * else is logged as `event`. Returns true for an outage.
+ */
+static bool note_failure(struct queuer *q, const char *event, const struct qw_error *err)
+{
+    if (qw_db_ok(q->db)) {
+        log_failure(event, err);
+        return false;
+    }
+    qw_outage_note_failure(&q->outage, err, qw_clock_mono_ms(), &q->rng);
+    return true;
 }
 
 /*
@@ -451,6 +477,11 @@ static void queuer_loop(struct queuer *q)
         qw_error_clear(&err);
         int64_t t = qw_clock_mono_ms();
         int rc = QW_OK;
+        if (qw_outage_reconnect(&q->outage, q->db, t, &q->rng) != QW_OK) {
+            wait_for_reconnect(q);
+            notified = true; /* a claims cycle as soon as it is back */
+            continue;
+        }
         if (t >= next_cycle || notified) {
             bool woken = notified;
             notified = false;
@@ -479,20 +510,19 @@ static void queuer_loop(struct queuer *q)
                                         qw_clock_mono_us() - cycle_began_us);
                 atomic_store_explicit(&q->w->stats.ops.last_cycle_ok_ms,
                                       (long long)qw_clock_mono_ms(), memory_order_relaxed);
+                qw_outage_note_success(&q->outage, qw_clock_mono_ms());
+            } else if (note_failure(q, "cycle.failed", &err)) {
+                /* The reconnect is paced instead; the cycle runs once it succeeds. */
+                next_cycle = t;
             } else {
-                log_failure("cycle.failed", &err);
                 next_cycle =
                     t + qw_backoff_full_jitter(failures++, 50, cfg->worker_cycle_ms, &q->rng);
-                if (!qw_db_ok(q->db))
-                    qw_db_reconnect(q->db, &err);
             }
         } else if (q->n_dirty > 0 || t >= q->next_retry_ms) {
             rc = queue_now(q, t >= q->next_retry_ms, &err);
             if (rc != QW_OK) {
-                log_failure("queue.failed", &err);
+                note_failure(q, "queue.failed", &err);
                 q->next_retry_ms = t + 100;
-                if (!qw_db_ok(q->db))
-                    qw_db_reconnect(q->db, &err);
             }
         }
         if (wait_for_work(q, next_cycle))
@@ -545,6 +575,7 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
     qw_queue_bufs_init(&q.bufs);
     qw_pgarray_init(&q.filter);
     qw_rng_seed(&q.rng, (uint64_t)qw_clock_mono_us() ^ (uint64_t)getpid());
+    qw_outage_init(&q.outage, "queuer");
     const struct qw_txn_hooks hooks = {
         .now_ms = hook_now_ms,
         .sleep_ms = hook_sleep_ms,

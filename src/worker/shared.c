@@ -24,6 +24,7 @@ void qw_worker_db_opts(const struct qw_config *cfg, const char *app_name, struct
         .app_name = app_name,
         .connect_timeout_s = cfg->db_connect_timeout_s,
         .query_timeout_ms = cfg->db_query_timeout_ms,
+        .unprepared = !cfg->db_prepared_statements,
         .idle_in_txn_timeout_ms = half_lease > 500 ? half_lease : 500,
         .lock_timeout_ms = half_lease / 2 > 250 ? half_lease / 2 : 250,
     };

@@ -23,6 +23,7 @@
 #include "common/histogram.h"
 #include "common/log.h"
 #include "db/db.h"
+#include "db/outage.h"
 #include "dlt/dlt_client.h"
 #include "worker/job.h"
 #include "worker/outcome.h"
@@ -46,6 +47,7 @@ struct submitter {
     struct qw_db *db;                /* owned connection */
     struct qw_dlt_client *dlt;       /* owned ledger client */
     struct qw_rng rng;               /* this thread's PRNG */
+    struct qw_outage outage;         /* this connection's outages: log lines, reconnect pacing */
     struct qw_job *waiting;          /* jobs waiting to POST or to poll again */
     struct qw_job *overflow;         /* finished jobs the done queue refused */
     struct qw_outcome_item *out;     /* outcomes waiting to be written */
@@ -473,6 +475,12 @@ static void flush_outcomes(struct submitter *s)
             now_ms() + qw_backoff_full_jitter(s->flush_failures++, 1, 20, &s->rng);
         return;
     }
+    if (rc != QW_OK && !qw_db_ok(s->db)) {
+        /* Part of an outage: logged when it begins and ends, retries paced. */
+        s->flush_retry_at_ms =
+            now_ms() + qw_outage_note_failure(&s->outage, &err, now_ms(), &s->rng);
+        return;
+    }
     if (rc != QW_OK) {
         int64_t delay = qw_backoff_full_jitter(s->flush_failures++, 50, 2000, &s->rng);
         if (s->flush_failures == 1 || s->flush_failures % 20 == 0)
@@ -481,6 +489,7 @@ static void flush_outcomes(struct submitter *s)
         s->flush_retry_at_ms = now_ms() + delay;
         return;
     }
+    qw_outage_note_success(&s->outage, now_ms());
     s->flush_failures = 0;
     s->flush_retry_at_ms = 0;
     s->flush_uncertain = false;
@@ -656,6 +665,7 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     s->out = calloc(s->cap_out, sizeof(*s->out));
     qw_outcome_writer_init(&s->writer);
     qw_rng_seed(&s->rng, (uint64_t)qw_clock_mono_us() ^ 0x5bd1e995u);
+    qw_outage_init(&s->outage, "submitter");
     struct qw_db_opts dbo;
     qw_worker_db_opts(cfg, "queuer-submitter", &dbo);
     int rc = s->out ? qw_db_connect(&s->db, &dbo, err) : QW_ERR_NOMEM;

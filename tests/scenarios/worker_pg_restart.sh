@@ -55,7 +55,7 @@ restart immediate
 sc_wait_all_final 60
 for w in w1 w2; do
     sc_worker_alive $w || sc_fail "$w exited"
-    n=$(grep -cE 'level=(warn|error) .*event=(cycle\.failed|queue\.failed|db\.lost|outcomes\.retry)' \
+    n=$(grep -cE 'level=(warn|error) .*event=db\.unavailable' \
         "$SC_DIR/$w.log")
     sc_check_num "$w logged the lost database connection" "$n" ">=" 1
 done
