@@ -9,6 +9,9 @@
 #   scripts/cluster.sh status                          processes and batch counts
 #   scripts/cluster.sh load FILE|-                     enqueue a TSV workload
 #   scripts/cluster.sh psql [ARGS...]                  psql on the cluster's database
+#   scripts/cluster.sh env                             shell exports to use queuer by hand
+#                                                      on the cluster: eval "$(scripts/cluster.sh env)"
+#   scripts/cluster.sh clean                           stop, then remove the state directory
 #   scripts/cluster.sh topology                        the topology, one key=value a line
 #   scripts/cluster.sh compose-secrets [DIR]           env files for docker-compose.yml
 #                                                      (default .cluster/compose)
@@ -258,6 +261,33 @@ qwc_status() {
                        AS status, count(*) FROM queuer.batches GROUP BY 1 ORDER BY 1"
 }
 
+# Prints the exports that point `queuer` at the running cluster.
+qwc_env() {
+    qwc_load_state || { echo "no cluster running in $QWC_DIR (scripts/cluster.sh start)" >&2; return 1; }
+    qwc_bins || return 1
+    local q="'"
+    echo "# queuer on PATH, talking to the cluster in $QWC_DIR"
+    echo "export PATH=$q$(dirname "$QUEUER_BIN")$q:\"\$PATH\""
+    echo "export QUEUER_DATABASE_CONNINFO=$q$QW_PG_CONNINFO$q"
+    echo "export QUEUER_DLT_URL=$q$QW_SIM_URL$q"
+    echo "export QUEUER_DLT_TOKEN_FILE=$q$QWC_DIR/secrets/dlt_token$q"
+}
+
+# Stops the cluster and removes its directory (only one this script made).
+qwc_clean() {
+    qwc_stop
+    if [ ! -d "$QWC_DIR" ]; then
+        echo "nothing to clean: $QWC_DIR does not exist"
+        return 0
+    fi
+    if [ ! -f "$QWC_DIR/.queuer-cluster" ]; then
+        echo "cluster.sh: $QWC_DIR was not made by cluster.sh; not removing it" >&2
+        return 1
+    fi
+    rm -rf "${QWC_DIR:?}"
+    echo "removed $QWC_DIR (database, logs, secrets, workload)"
+}
+
 qwc_topology() {
     echo "workers=$QWC_WORKERS_DEFAULT"
     echo "postgres_major=15"
@@ -293,9 +323,11 @@ qwc_main() {
         qwc_load_state || { echo "no cluster running in $QWC_DIR" >&2; exit 1; }
         exec psql -X "$QW_PG_CONNINFO" "$@"
         ;;
+    env) qwc_env ;;
+    clean) qwc_clean ;;
     topology) qwc_topology ;;
     compose-secrets) qwc_compose_secrets "${1:-$QWC_DIR/compose}" ;;
-    help | -h | --help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+    help | -h | --help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
     *) echo "cluster.sh: unknown command $cmd (try --help)" >&2; exit 64 ;;
     esac
 }

@@ -4,22 +4,24 @@
 # build in build/release, starts a private PostgreSQL under .cluster/, the
 # scabbard-sim ledger and W workers (scripts/cluster.sh), enqueues a sample
 # workload, shows progress once a second, prints a summary with the invariant
-# check (qw-check), tells how to look inside with psql, and stops everything
-# at the end or on Ctrl-C.
+# check (qw-check), looks inside (queuer status, two operator views, one
+# batch's history) and stops everything at the end or on Ctrl-C.
 #
 # usage: scripts/demo.sh [--services N] [--batches K] [--workers W] [--keep]
-#   --services N   services in the sample workload (200)
+#   --services N   services in the sample workload (1000)
 #   --batches K    batches per service (20)
 #   --workers W    queuer run processes (3)
 #   --keep         leave the cluster running at the end for inspection
-#                  (stop it with scripts/cluster.sh stop); Ctrl-C always stops it
+#                  (eval "$(scripts/cluster.sh env)" points queuer at it;
+#                  scripts/cluster.sh stop stops it, scripts/cluster.sh clean
+#                  also removes .cluster/); Ctrl-C always stops it
 # Environment: QWC_BUILD (build directory, build/release), QWC_DIR (.cluster).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-services=200
+services=1000
 batches=20
 workers=3
 keep=0
@@ -29,7 +31,10 @@ while [ $# -gt 0 ]; do
     --batches) batches=${2:?--batches needs a number}; shift 2 ;;
     --workers) workers=${2:?--workers needs a number}; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help)
+        sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
     *) echo "demo.sh: unknown option $1 (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -108,7 +113,7 @@ SELECT b.done, b.invalid, b.in_flight, b.delayed, b.unknown, b.waiting, coalesce
                count(*) FILTER (WHERE status = 'Unknown') AS unknown,
                count(*) FILTER (WHERE status IS NULL AND NOT submitted) AS waiting
           FROM queuer.batches) b,
-       (SELECT string_agg(format('%s %s/%s', i.instance_id, coalesce(h.n, 0), coalesce(c.n, 0)),
+       (SELECT string_agg(format('%s %s (%s)', i.instance_id, coalesce(h.n, 0), coalesce(c.n, 0)),
                           '  ' ORDER BY i.instance_id) AS txt
           FROM queuer.instances i
           LEFT JOIN (SELECT instance_id, count(*) AS n FROM queuer.batch_history
@@ -117,7 +122,7 @@ SELECT b.done, b.invalid, b.in_flight, b.delayed, b.unknown, b.waiting, coalesce
                       WHERE claimant IS NOT NULL GROUP BY 1) c USING (instance_id)
          WHERE i.stopped_at IS NULL) w"
 
-say "progress (once a second; per worker: committed/services claimed)"
+say "progress (once a second; per worker: batches committed (services claimed))"
 prev_done=0
 prev_t=$t_loaded
 last_change=$t_loaded
@@ -145,37 +150,54 @@ done
 t_done=$(now_us)
 
 say "summary"
-# Precise span on the database clock: first batch stored -> last batch final.
-span_us=$(qw_sql "SELECT (extract(epoch FROM max(status_at) - min(created_at)) * 1e6)::bigint
-                    FROM queuer.batches")
+# Precise spans on the database clock: the drain runs from the first POST
+# (a worker's first Submitting row) to the last batch final; the enqueue
+# from the first batch stored to the load's commit.
+IFS='|' read -r drain_us first_post_after_us <<<"$(psql -X -q -t -A -F'|' "$QW_PG_CONNINFO" -c "
+    SELECT (extract(epoch FROM (SELECT max(status_at) FROM queuer.batches) - s.first) * 1e6)::bigint,
+           (extract(epoch FROM s.first - (SELECT min(created_at) FROM queuer.batches)) * 1e6)::bigint
+      FROM (SELECT min(at) AS first FROM queuer.history WHERE to_status = 'Submitting') s")"
 printf '  batches           %d (%d services x %d), committed %d, invalid %d\n' \
     "$total" "$services" "$batches" "$n_done" "$invalid"
-printf '  total time        %s s wall clock (enqueue %s s, then drain)\n' \
+printf '  wall clock        %s s: enqueue %s s, then drain until the last batch was final\n' \
     "$(secs $((t_done - t0)))" "$(secs $((t_loaded - t0)))"
-printf '  throughput        %s batches/s with %d workers (%s s from the first batch stored to\n' \
-    "$(awk -v n="$total" -v us="$span_us" 'BEGIN { printf "%.0f", n * 1e6 / us }')" "$workers" \
-    "$(secs "$span_us")"
-printf '                    the last one final, by the database clock)\n'
+printf '  throughput        %s batches/s with %d workers: %s s from the first POST to the\n' \
+    "$(awk -v n="$total" -v us="$drain_us" 'BEGIN { printf "%.0f", n * 1e6 / us }')" "$workers" \
+    "$(secs "$drain_us")"
+printf '                    last batch final, by the database clock (enqueue time excluded;\n'
+printf '                    the first POST came %s s after the first batch was stored)\n' \
+    "$(secs "$first_post_after_us")"
 echo
 check_rc=0
 "$QW_CHECK_BIN" --events "$QW_SIM_LOG" || check_rc=$?
 
 say "look inside"
+# What an operator sees, on the live cluster (the commands are the point:
+# each line starting with $ can be typed as it is after
+# eval "$(scripts/cluster.sh env)").
+show() {
+    printf '\n$ %s\n' "$*"
+    "$@" 2>&1 | sed 's/^/  /'
+}
+first_batch=$(qw_sql "SELECT batch_id FROM queuer.batches ORDER BY created_at, batch_id LIMIT 1")
+PATH=$(dirname "$QUEUER_BIN"):$PATH
+show queuer status --stuck 3
+show psql -X -q -P footer=off "$QW_PG_CONNINFO" -c \
+    "SELECT instance_id, state, claims_held FROM queuer.instance_overview ORDER BY 1"
+show psql -X -q -P footer=off "$QW_PG_CONNINFO" -c \
+    "SELECT minute, enqueued, submissions, accepted, committed FROM queuer.throughput
+      WHERE enqueued + submissions + committed > 0 ORDER BY minute"
+show queuer batch show "${first_batch:0:16}"
+echo
 if [ "$keep" = 1 ]; then
-    echo "The cluster keeps running (--keep). Stop it with: scripts/cluster.sh stop"
+    echo "The cluster keeps running (--keep). To use queuer on it by hand:"
 else
-    echo "Run with --keep to leave the cluster running, then:"
+    echo "Run scripts/demo.sh --keep to leave the cluster running; then, to use queuer on it:"
 fi
 cat <<HINT
-  psql "$QW_PG_CONNINFO"        (or: scripts/cluster.sh psql)
-
-  -- where every batch is
-  SELECT status, count(*) FROM queuer.batch_states GROUP BY 1 ORDER BY 2 DESC;
-  -- who did the work: batches committed per worker
-  SELECT instance_id, count(*) FROM queuer.history WHERE to_status = 'Committed' GROUP BY 1;
-  -- one service's story: every transition of its batches, in order
-  SELECT batch_id, from_status, to_status, instance_id, claim_epoch, at, detail
-    FROM queuer.history
-   WHERE service_id = (SELECT min(service_id) FROM queuer.batches) ORDER BY id;
+  eval "\$(scripts/cluster.sh env)"   # queuer on PATH, QUEUER_DATABASE_CONNINFO, QUEUER_DLT_URL
+  queuer status --watch              # live view, once a second (Ctrl-C ends it)
+  scripts/cluster.sh psql            # psql; the views: \\dv queuer.*
+  scripts/cluster.sh stop            # stop it; scripts/cluster.sh clean also removes .cluster/
 HINT
 exit "$check_rc"

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The README test command: installs what is needed, builds queuer with
-# --werror, runs the whole suite (unit, integration, scenario, nemesis and
-# hostile tests against private PostgreSQL clusters, the simulator and a
-# hostile ledger), then builds again with AddressSanitizer +
-# UndefinedBehaviorSanitizer and runs the suite there, then with
+# The README test command: installs what is needed (scripts/deps.sh --test),
+# builds queuer with --werror, runs the whole suite (unit, integration,
+# scenario, nemesis and hostile tests against private PostgreSQL clusters,
+# the simulator and a hostile ledger), then builds again with
+# AddressSanitizer + UndefinedBehaviorSanitizer and runs every suite but the
+# scenario one there (scenarios are whole-process, timing-bound runs; the
+# nemesis suite covers the same processes under the sanitizers), then with
 # ThreadSanitizer for the worker's threads (unit tests and suite 'tsan').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-scripts/deps.sh
+scripts/deps.sh --test
 
 total_ok=0
 total_fail=0
@@ -49,6 +51,9 @@ run_suite build/ci || status=1
 
 setup build/asan --werror --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 meson compile -C build/asan
+echo
+echo "sanitizer pass: $(meson test -C build/asan --list --no-suite scenario 2>/dev/null | wc -l) of" \
+    "$(meson test -C build/asan --list 2>/dev/null | wc -l) tests (all but the scenario suite)"
 run_suite build/asan --setup=asan --no-suite scenario || status=1
 
 setup build/tsan --werror --buildtype=debug -Db_sanitize=thread -Db_lundef=false
