@@ -97,4 +97,29 @@ char *qw_status_render_text(const struct qw_status_report *r);
  */
 json_t *qw_status_render_json(const struct qw_status_report *r);
 
+/** Rates between two reports, for the --watch screen. */
+struct qw_status_rates {
+    int known;                 /* bool: a previous report existed (the "now" rates are set) */
+    double committed_per_s;    /* batches committed per second since the previous report */
+    double submissions_per_s;  /* submissions started per second since then */
+    double committed_5m_per_s; /* average over the last 5 minutes */
+};
+
+/**
+ * Computes `out` from the report `elapsed_ms` before (`prev`, NULL for
+ * none) and the current one. Pure.
+ */
+void qw_status_watch_rates(const struct qw_status_report *prev, const struct qw_status_report *cur,
+                           int64_t elapsed_ms, struct qw_status_rates *out);
+
+/**
+ * Renders the `queuer status --watch` screen for a terminal of `rows` x
+ * `cols` (at least 10 x 40 is assumed): at most rows - 1 lines, none wider
+ * than cols, each ending in a newline. `problem` (may be NULL) is shown on
+ * the second line (e.g. "database unreachable, retrying"). Returns a
+ * malloc'd string or NULL when out of memory. Pure.
+ */
+char *qw_status_render_watch(const struct qw_status_report *r, const struct qw_status_rates *rates,
+                             const char *problem, int rows, int cols);
+
 #endif

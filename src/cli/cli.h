@@ -2,11 +2,19 @@
  * Subcommands of the `queuer` program. Each takes argc/argv with argv[0]
  * the subcommand name, parses its own options, and returns a process exit
  * code from enum qw_exit (sysexits.h values where one fits).
+ *
+ * The options every command accepts (-c/--config FILE, --database
+ * CONNINFO) may stand before the command name too: main() moves them
+ * behind it, so each command parses them with qw_cli_common_opt(). Every
+ * message a command prints starts with "queuer <command>: " (qw_cli_err,
+ * qw_cli_warn), errors and warnings on stderr.
  */
 #ifndef QW_CLI_CLI_H
 #define QW_CLI_CLI_H
 
 #include "common/err.h"
+
+#include <stdio.h>
 
 enum qw_exit {
     QW_EXIT_OK = 0,
@@ -19,38 +27,75 @@ enum qw_exit {
     QW_EXIT_CONFIG = 78,      /* bad configuration */
 };
 
+/** Options common to every command. Strings point into argv. */
+struct qw_cli_common {
+    const char *config_path; /* -c/--config FILE, or NULL (then QUEUER_CONFIG) */
+    const char *database;    /* --database CONNINFO, or NULL (then database.conninfo) */
+};
+
 /** Maps a result code to the exit code a script should see. */
 int qw_cli_exit_for(int rc);
 
-/**
- * Loads the configuration for a subcommand: `path` from -c/--config or
- * QUEUER_CONFIG (NULL = defaults + environment). Prints the error and
- * returns non-zero on failure; on success the caller owns `cfg`.
- */
-struct qw_config;
-int qw_cli_load_config(const char *path, struct qw_config *cfg);
+/** Sets the command named in messages ("migrate"); call once, before any message. */
+void qw_cli_set_command(const char *name);
+
+/** Prints "queuer <command>: <message>" to stderr. */
+void qw_cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/** Prints "queuer <command>: warning: <message>" to stderr. */
+void qw_cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/** "1 batch" / "2 batches": `n` and the singular or plural noun, into `buf`. */
+const char *qw_cli_count(char *buf, size_t len, long long n, const char *one, const char *many);
 
 /**
- * Opens a database connection from `cfg` (conninfo, password, timeouts)
- * with application_name `app`. Prints the reason and returns non-zero on
- * failure.
+ * Parses a common option at argv[*i] (-c FILE, --config FILE, --database
+ * CONNINFO, and the --opt=VALUE forms); returns 1 when it consumed it
+ * (advancing *i), 0 when argv[*i] is something else, -1 after printing a
+ * usage error (value missing, or the option given twice).
+ */
+int qw_cli_common_opt(int argc, char **argv, int *i, struct qw_cli_common *c);
+
+/**
+ * Fills `src` with the sources of `c`: the file of -c or QUEUER_CONFIG,
+ * --database, and warnings printed to stderr.
+ */
+struct qw_config_source;
+void qw_cli_config_source(const struct qw_cli_common *c, struct qw_config_source *src);
+
+/**
+ * Loads the configuration: the file of -c or QUEUER_CONFIG (none: defaults
+ * and environment), the QUEUER_* environment, --database. Prints the error
+ * (and any warning) and returns non-zero on failure; on success the caller
+ * owns `cfg` (qw_config_free).
+ */
+struct qw_config;
+int qw_cli_load_config(const struct qw_cli_common *c, struct qw_config *cfg);
+
+/**
+ * Opens a database connection from `cfg` with application_name `app`.
+ * Prints the reason, naming where the connection string came from, and
+ * returns non-zero on failure.
  */
 struct qw_db;
 int qw_cli_connect(const struct qw_config *cfg, const char *app, struct qw_db **db);
 
 /**
- * Loads the configuration from `config_path` (see qw_cli_load_config) and
- * connects with application_name `app`; the configuration is not kept.
- * Returns QW_EXIT_OK with *db open, or the exit code to return (the reason
- * is printed).
+ * Loads the configuration (qw_cli_load_config) and connects with
+ * application_name `app`; the configuration is not kept. Returns
+ * QW_EXIT_OK with *db open, or the exit code to return (reason printed).
  */
-int qw_cli_open_db(const char *config_path, const char *app, struct qw_db **db);
+int qw_cli_open_db(const struct qw_cli_common *c, const char *app, struct qw_db **db);
 
 /**
- * Parses the common "-c FILE / --config FILE" option at argv[*i]; returns 1
- * when it consumed it (advancing *i), 0 otherwise, -1 when FILE is missing.
+ * Prints a database error of the command: the message, and for SQLSTATE
+ * 42501 (permission denied) which role the command needs (`role`, e.g.
+ * "queuer_operator"). Returns the exit code for `rc`.
  */
-int qw_cli_config_opt(int argc, char **argv, int *i, const char **path);
+int qw_cli_db_error(const struct qw_error *err, const char *role);
+
+/** Prints the help text shared by every command: common options, environment. */
+void qw_cli_help_common(FILE *out);
 
 int qw_cmd_migrate(int argc, char **argv);
 int qw_cmd_run(int argc, char **argv);

@@ -25,10 +25,11 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: queuer batch show ID [-c FILE] [--json]\n"
-            "       queuer batch retry ID [-c FILE] [--reason TEXT]\n"
-            "       queuer batch retry --invalid ID --reason TEXT [-c FILE]\n"
-            "       queuer batch cancel ID --reason TEXT [-c FILE]\n"
+            "usage: queuer batch show ID [--json]\n"
+            "       queuer batch retry ID [--reason TEXT]\n"
+            "       queuer batch retry --invalid ID --reason TEXT\n"
+            "       queuer batch cancel ID --reason TEXT\n"
+            "       (and the common options -c FILE, --database CONNINFO)\n"
             "\n"
             "ID is a batch id or a unique prefix of at least 16 of its characters.\n"
             "\n"
@@ -45,21 +46,21 @@ static void usage(FILE *out)
             "retry and cancel lock the service's claim and the batch, act only on the state\n"
             "they read under the lock, refuse a batch in flight (being submitted, or Pending\n"
             "at the ledger), and record the action in the batch's history as\n"
-            "'operator:<database role>' with the reason. They need the queuer_operator role.\n"
-            "\n"
-            "exit status: 0 done; 1 refused (final, or nothing to retry) or failed; 64 usage;\n"
-            "65 no such batch, or an ambiguous prefix; 69 database unreachable; 75 the batch\n"
-            "is in flight or locked by a worker right now: try again later; 78 bad\n"
-            "configuration.\n");
+            "'operator:<database role>' with the reason. They need the queuer_operator role.\n");
+    qw_cli_help_common(out);
+    fprintf(out, "\nexit status: 0 done; 1 refused (final, or nothing to retry) or failed; 64\n"
+                 "usage; 65 no such batch, or an ambiguous prefix; 69 database unreachable; 75\n"
+                 "the batch is in flight or locked by a worker right now: try again later; 78\n"
+                 "bad configuration.\n");
 }
 
 struct args {
-    const char *action;  /* "show", "retry" or "cancel" */
-    char id[ID_LEN + 1]; /* lower-cased id or prefix */
-    const char *config;  /* -c FILE, or NULL */
-    const char *reason;  /* --reason, or NULL */
-    int json;            /* bool: --json (show) */
-    int invalid;         /* bool: --invalid (retry an Invalid batch) */
+    const char *action;          /* "show", "retry" or "cancel" */
+    char id[ID_LEN + 1];         /* lower-cased id or prefix */
+    struct qw_cli_common common; /* -c FILE, --database */
+    const char *reason;          /* --reason, or NULL */
+    int json;                    /* bool: --json (show) */
+    int invalid;                 /* bool: --invalid (retry an Invalid batch) */
 };
 
 /* Returns -1 to go on, else the exit code of a usage error or --help. */
@@ -72,7 +73,7 @@ static int parse_args(int argc, char **argv, struct args *a)
             usage(stdout);
             return QW_EXIT_OK;
         }
-        int r = qw_cli_config_opt(argc, argv, &i, &a->config);
+        int r = qw_cli_common_opt(argc, argv, &i, &a->common);
         if (r == 1)
             continue;
         if (r < 0)
@@ -84,55 +85,54 @@ static int parse_args(int argc, char **argv, struct args *a)
         } else if (strcmp(arg, "--reason") == 0 && i + 1 < argc) {
             a->reason = argv[++i];
         } else if (arg[0] == '-') {
-            fprintf(stderr, "queuer batch: unknown option '%s'\n", arg);
+            qw_cli_err("unknown option '%s'", arg);
             return QW_EXIT_USAGE;
         } else if (!a->action) {
             a->action = arg;
         } else if (!id) {
             id = arg;
         } else {
-            fprintf(stderr, "queuer batch: unexpected argument '%s'\n", arg);
+            qw_cli_err("unexpected argument '%s'", arg);
             return QW_EXIT_USAGE;
         }
     }
     if (!a->action || (strcmp(a->action, "show") != 0 && strcmp(a->action, "retry") != 0 &&
                        strcmp(a->action, "cancel") != 0)) {
-        fprintf(stderr, "queuer batch: expected show, retry or cancel\n");
+        qw_cli_err("expected show, retry or cancel");
         usage(stderr);
         return QW_EXIT_USAGE;
     }
     if (!id) {
-        fprintf(stderr, "queuer batch %s: missing batch id\n", a->action);
+        qw_cli_err("%s: missing batch id", a->action);
         return QW_EXIT_USAGE;
     }
     size_t n = strlen(id);
     if (n < ID_PREFIX_MIN || n > ID_LEN) {
-        fprintf(stderr,
-                "queuer batch %s: a batch id has %d hex characters; give all of them "
-                "or a prefix of at least %d\n",
-                a->action, ID_LEN, ID_PREFIX_MIN);
+        qw_cli_err("%s: a batch id has %d hex characters; give all of them or a prefix of "
+                   "at least %d",
+                   a->action, ID_LEN, ID_PREFIX_MIN);
         return QW_EXIT_USAGE;
     }
     for (size_t i = 0; i < n; i++) {
         if (!isxdigit((unsigned char)id[i])) {
-            fprintf(stderr, "queuer batch %s: '%s' is not a hex batch id\n", a->action, id);
+            qw_cli_err("%s: '%s' is not a hex batch id", a->action, id);
             return QW_EXIT_USAGE;
         }
         a->id[i] = (char)tolower((unsigned char)id[i]);
     }
     a->id[n] = '\0';
     if (a->json && strcmp(a->action, "show") != 0) {
-        fprintf(stderr, "queuer batch %s: --json goes with show\n", a->action);
+        qw_cli_err("%s: --json goes with show", a->action);
         return QW_EXIT_USAGE;
     }
     if (a->reason && (strlen(a->reason) > REASON_MAX || strcmp(a->action, "show") == 0)) {
-        fprintf(stderr, "queuer batch %s: %s\n", a->action,
-                strcmp(a->action, "show") == 0 ? "--reason goes with retry and cancel"
-                                               : "--reason is longer than 1000 bytes");
+        qw_cli_err("%s: %s", a->action,
+                   strcmp(a->action, "show") == 0 ? "--reason goes with retry and cancel"
+                                                  : "--reason is longer than 1000 bytes");
         return QW_EXIT_USAGE;
     }
     if (a->invalid && strcmp(a->action, "retry") != 0) {
-        fprintf(stderr, "queuer batch %s: --invalid goes with retry\n", a->action);
+        qw_cli_err("%s: --invalid goes with retry", a->action);
         return QW_EXIT_USAGE;
     }
     if (strcmp(a->action, "cancel") == 0 || a->invalid) {
@@ -140,10 +140,8 @@ static int parse_args(int argc, char **argv, struct args *a)
         while (p && isspace((unsigned char)*p))
             p++;
         if (!p || !*p) {
-            fprintf(stderr,
-                    "queuer batch %s: --reason TEXT is required (it is kept in "
-                    "the batch's history)\n",
-                    a->invalid ? "retry --invalid" : "cancel");
+            qw_cli_err("%s: --reason TEXT is required (it is kept in the batch's history)",
+                       a->invalid ? "retry --invalid" : "cancel");
             return QW_EXIT_USAGE;
         }
     }
@@ -159,22 +157,18 @@ static int resolve(struct qw_db *db, struct args *a)
     qw_error_clear(&err);
     int rc = qw_db_query(db, "ops_batch_resolve", 1, params, &res, &err);
     if (rc != QW_OK) {
-        fprintf(stderr, "queuer batch %s: %s\n", a->action, err.msg);
-        return qw_cli_exit_for(rc);
+        return qw_cli_db_error(&err, "a role granted queuer_operator");
     }
     int rows = qw_db_res_rows(res);
     if (rows == 1)
         snprintf(a->id, sizeof(a->id), "%s", qw_db_res_get(res, 0, 0));
     qw_db_res_free(res);
     if (rows == 0) {
-        fprintf(stderr, "queuer batch %s: no batch %s\n", a->action, a->id);
+        qw_cli_err("no batch %s", a->id);
         return QW_EXIT_DATAERR;
     }
     if (rows > 1) {
-        fprintf(stderr,
-                "queuer batch %s: prefix %s matches more than one batch; give more "
-                "characters\n",
-                a->action, a->id);
+        qw_cli_err("prefix %s matches more than one batch; give more characters", a->id);
         return QW_EXIT_DATAERR;
     }
     return -1;
@@ -288,12 +282,11 @@ static int do_show(struct qw_db *db, const struct args *a)
         rc = qw_db_query(db, "ops_batch_history", 1, params, &h, &err);
     if (rc != QW_OK) {
         qw_db_res_free(b);
-        fprintf(stderr, "queuer batch show: %s\n", err.msg);
-        return qw_cli_exit_for(rc);
+        return qw_cli_db_error(&err, "a role granted queuer_operator");
     }
     int code = QW_EXIT_OK;
     if (qw_db_res_rows(b) != 1) {
-        fprintf(stderr, "queuer batch show: no batch %s (pruned a moment ago?)\n", a->id);
+        qw_cli_err("no batch %s (pruned a moment ago?)", a->id);
         code = QW_EXIT_DATAERR;
     } else {
         char *text = NULL;
@@ -310,7 +303,7 @@ static int do_show(struct qw_db *db, const struct args *a)
                 fputc('\n', stdout);
             free(text);
         } else {
-            fprintf(stderr, "queuer batch show: out of memory\n");
+            qw_cli_err("out of memory");
             code = QW_EXIT_FAILURE;
         }
     }
@@ -344,18 +337,12 @@ static int do_action(struct qw_db *db, const struct args *a)
     int rc = qw_db_query(db, statement, 2, params, &res, &err);
     if (rc == QW_ERR_SERIALIZATION) {
         /* 55P03 from the function's lock_timeout: a worker holds the rows. */
-        fprintf(stderr,
-                "queuer batch %s: the batch or its service's claim stayed locked by a "
-                "worker; nothing changed, try again\n",
-                a->action);
+        qw_cli_err("the batch or its service's claim stayed locked by a worker; nothing "
+                   "changed, try again");
         return QW_EXIT_TEMPFAIL;
     }
     if (rc != QW_OK) {
-        fprintf(stderr, "queuer batch %s: %s%s\n", a->action, err.msg,
-                strcmp(err.sqlstate, "42501") == 0
-                    ? " (operator actions need a role granted queuer_operator)"
-                    : "");
-        return qw_cli_exit_for(rc);
+        return qw_cli_db_error(&err, "a role granted queuer_operator");
     }
     int code = QW_EXIT_FAILURE;
     if (qw_db_res_rows(res) == 1) {
@@ -365,7 +352,7 @@ static int do_action(struct qw_db *db, const struct args *a)
         fprintf(out, "queuer batch %s %.16s: %s%s\n", a->action, a->id,
                 code == QW_EXIT_OK ? "" : "refused: ", qw_db_res_get(res, 0, 4));
     } else {
-        fprintf(stderr, "queuer batch %s: no answer from the database\n", a->action);
+        qw_cli_err("no answer from the database");
     }
     qw_db_res_free(res);
     return code;
@@ -378,16 +365,18 @@ int qw_cmd_batch(int argc, char **argv)
     int code = parse_args(argc, argv, &a);
     if (code >= 0)
         return code;
+    static char command[32]; /* "batch show" in messages from here on */
+    snprintf(command, sizeof(command), "batch %s", a.action);
+    qw_cli_set_command(command);
     struct qw_db *db = NULL;
-    int rc = qw_cli_open_db(a.config, "queuer-batch", &db);
+    int rc = qw_cli_open_db(&a.common, "queuer-batch", &db);
     if (rc != QW_EXIT_OK)
         return rc;
     struct qw_error err;
     qw_error_clear(&err);
     rc = qw_migrate_check(db, NULL, &err);
     if (rc != QW_OK) {
-        fprintf(stderr, "queuer batch %s: %s\n", a.action, err.msg);
-        code = qw_cli_exit_for(rc);
+        code = qw_cli_db_error(&err, "a role granted queuer_operator");
     } else {
         code = resolve(db, &a);
         if (code < 0)

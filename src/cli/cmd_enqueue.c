@@ -2,9 +2,11 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "db/db.h"
+#include "db/migrate.h"
 #include "ingest/enqueue.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,36 +15,50 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: queuer enqueue [-c FILE] --service S --batch-id ID --payload-file F|-\n"
-                 "       queuer enqueue [-c FILE] --tsv FILE|- [--skip-invalid]\n"
+    fprintf(out,
+            "usage: queuer enqueue --service S --batch-id ID --payload-file F|- [--json]\n"
+            "       queuer enqueue --tsv FILE|- [--skip-invalid] [--json]\n"
+            "       (and the common options -c FILE, --database CONNINFO)\n"
+            "\n"
+            "Enqueues one batch (the payload file holds the raw BatchList bytes), or one\n"
+            "batch per line 'service_id<TAB>batch_id<TAB>hex(payload)' of a TSV file or\n"
+            "stdin ('-'; blank lines and '#' comments are skipped).\n"
+            "\n"
+            "Every line is checked before anything is written; without --skip-invalid a\n"
+            "single bad line loads nothing. With it, the good lines are loaded and each\n"
+            "skipped line is reported. An identical batch that is already enqueued is a\n"
+            "no-op (reported as a duplicate), so a load can be re-run safely.\n"
+            "\n"
+            "Back pressure: a service whose backlog reaches the high mark is refused\n"
+            "until it is below the low mark. ingest.high / ingest.low from the\n"
+            "configuration (or QUEUER_INGEST_HIGH / _LOW) override the database's\n"
+            "queuer.settings for this command; high = 0 turns back pressure off.\n"
+            "\n"
+            "  --json   print the result as one JSON object on stdout: {\"batch_id\",\n"
+            "           \"outcome\"} for one batch; for --tsv {\"committed\", \"lines\",\n"
+            "           \"batch_lines\", \"enqueued\", \"duplicates\", \"invalid\",\n"
+            "           \"conflicts\", \"backpressure\", \"issues\": [{\"line\", \"outcome\",\n"
+            "           \"batch_id\", \"reason\"}] (the first 100)}. Messages stay on stderr.\n"
+            "\n"
+            "Needs a role granted queuer_enqueuer (or queuer_worker) and a migrated schema.\n");
+    qw_cli_help_common(out);
+    fprintf(out, "  QUEUER_INGEST_HIGH, QUEUER_INGEST_LOW  back-pressure marks for this command\n"
                  "\n"
-                 "Enqueues one batch (the payload file holds the raw BatchList bytes), or one\n"
-                 "batch per line 'service_id<TAB>batch_id<TAB>hex(payload)' of a TSV file or\n"
-                 "stdin ('-'; blank lines and '#' comments are skipped).\n"
-                 "\n"
-                 "Every line is checked before anything is written; without --skip-invalid a\n"
-                 "single bad line loads nothing. With it, the good lines are loaded and each\n"
-                 "skipped line is reported. An identical batch that is already enqueued is a\n"
-                 "no-op (reported as a duplicate), so a load can be re-run safely.\n"
-                 "\n"
-                 "Back pressure: a service whose backlog reaches the high mark is refused\n"
-                 "until it is below the low mark. ingest.high / ingest.low from the\n"
-                 "configuration (or QUEUER_INGEST_HIGH / _LOW) override the database's\n"
-                 "queuer.settings for this command; high = 0 turns back pressure off.\n"
-                 "\n"
-                 "exit status: 0 done (duplicates included); 64 usage; 65 invalid input or a\n"
-                 "batch_id already used with other content; 66 input unreadable; 69 database\n"
-                 "unreachable; 75 back pressure: a service's backlog is at ingest.high, retry\n"
-                 "once it is below ingest.low; 78 bad configuration.\n");
+                 "exit status: 0 done (duplicates included); 1 failed (e.g. schema not\n"
+                 "migrated); 64 usage; 65 invalid input or a batch_id already used with other\n"
+                 "content; 66 input unreadable; 69 database unreachable; 75 back pressure: a\n"
+                 "service's backlog is at ingest.high, retry once it is below ingest.low; 78\n"
+                 "bad configuration.\n");
 }
 
 struct args {
-    const char *config;       /* -c FILE, or NULL */
-    const char *service;      /* --service */
-    const char *batch_id;     /* --batch-id */
-    const char *payload_file; /* --payload-file, "-" = stdin */
-    const char *tsv;          /* --tsv, "-" = stdin */
-    int skip_invalid;         /* bool: --skip-invalid */
+    struct qw_cli_common common; /* -c FILE, --database */
+    const char *service;         /* --service */
+    const char *batch_id;        /* --batch-id */
+    const char *payload_file;    /* --payload-file, "-" = stdin */
+    const char *tsv;             /* --tsv, "-" = stdin */
+    int skip_invalid;            /* bool: --skip-invalid */
+    int json;                    /* bool: --json */
 };
 
 /* Returns -1 to go on, else the exit code (help or usage error). */
@@ -54,13 +70,17 @@ static int parse_args(int argc, char **argv, struct args *a)
             usage(stdout);
             return QW_EXIT_OK;
         }
-        int r = qw_cli_config_opt(argc, argv, &i, &a->config);
+        int r = qw_cli_common_opt(argc, argv, &i, &a->common);
         if (r == 1)
             continue;
         if (r < 0)
             return QW_EXIT_USAGE;
         if (strcmp(arg, "--skip-invalid") == 0) {
             a->skip_invalid = 1;
+            continue;
+        }
+        if (strcmp(arg, "--json") == 0) {
+            a->json = 1;
             continue;
         }
         const char **slot = NULL;
@@ -73,30 +93,30 @@ static int parse_args(int argc, char **argv, struct args *a)
         else if (strcmp(arg, "--tsv") == 0)
             slot = &a->tsv;
         if (!slot) {
-            fprintf(stderr, "queuer enqueue: unknown argument '%s'\n", arg);
+            qw_cli_err("unknown argument '%s'", arg);
             usage(stderr);
             return QW_EXIT_USAGE;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "queuer enqueue: %s needs a value\n", arg);
+            qw_cli_err("%s needs a value", arg);
             return QW_EXIT_USAGE;
         }
         *slot = argv[++i];
     }
     int single = a->service || a->batch_id || a->payload_file;
     if (a->tsv && single) {
-        fprintf(stderr, "queuer enqueue: --tsv cannot be combined with --service, --batch-id "
-                        "or --payload-file\n");
+        qw_cli_err("--tsv cannot be combined with --service, --batch-id "
+                   "or --payload-file");
         return QW_EXIT_USAGE;
     }
     if (!a->tsv && !(a->service && a->batch_id && a->payload_file)) {
-        fprintf(stderr, "queuer enqueue: give --tsv FILE, or all of --service, --batch-id and "
-                        "--payload-file\n");
+        qw_cli_err("give --tsv FILE, or all of --service, --batch-id and "
+                   "--payload-file");
         usage(stderr);
         return QW_EXIT_USAGE;
     }
     if (!a->tsv && a->skip_invalid) {
-        fprintf(stderr, "queuer enqueue: --skip-invalid applies to --tsv only\n");
+        qw_cli_err("--skip-invalid applies to --tsv only");
         return QW_EXIT_USAGE;
     }
     return -1;
@@ -110,7 +130,7 @@ static int open_input(const char *path, FILE **out)
     }
     *out = fopen(path, "rb");
     if (!*out) {
-        fprintf(stderr, "queuer enqueue: cannot open %s: %s\n", path, strerror(errno));
+        qw_cli_err("cannot open %s: %s", path, strerror(errno));
         return QW_EXIT_NOINPUT;
     }
     return QW_EXIT_OK;
@@ -125,18 +145,17 @@ static int read_payload(FILE *in, const char *path, size_t max, uint8_t **out, s
     size_t cap = max + 1;
     uint8_t *buf = malloc(cap);
     if (!buf) {
-        fprintf(stderr, "queuer enqueue: out of memory\n");
+        qw_cli_err("out of memory");
         return QW_EXIT_FAILURE;
     }
     size_t n = fread(buf, 1, cap, in);
     if (ferror(in)) {
-        fprintf(stderr, "queuer enqueue: cannot read %s: %s\n", path, strerror(errno));
+        qw_cli_err("cannot read %s: %s", path, strerror(errno));
         free(buf);
         return QW_EXIT_NOINPUT;
     }
     if (n > max) {
-        fprintf(stderr, "queuer enqueue: invalid: payload %s is more than %zu bytes, the limit\n",
-                path, max);
+        qw_cli_err("invalid: payload %s is more than %zu bytes, the limit", path, max);
         free(buf);
         return QW_EXIT_DATAERR;
     }
@@ -154,6 +173,24 @@ static int exit_for(int rc)
     return qw_cli_exit_for(rc);
 }
 
+/* Prints a JSON object on stdout and frees it. */
+static void print_json(json_t *obj)
+{
+    char *text = obj ? json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(obj);
+    if (text)
+        puts(text);
+    else
+        qw_cli_err("out of memory");
+    free(text);
+}
+
+/* A database error of enqueue, with the step that helps: migrate, or the role needed. */
+static int db_failure(const struct qw_error *err)
+{
+    return qw_cli_db_error(err, "a role granted queuer_enqueuer (or queuer_worker)");
+}
+
 static int enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const struct args *a,
                        const uint8_t *payload, size_t len)
 {
@@ -161,69 +198,104 @@ static int enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, con
     qw_error_clear(&err);
     enum qw_enqueue_outcome outcome = QW_ENQ_INVALID;
     int rc = qw_enqueue_one(db, opts, a->service, a->batch_id, payload, len, &outcome, &err);
-    if (rc == QW_OK && outcome == QW_ENQ_DUPLICATE) {
-        fprintf(stderr,
-                "queuer enqueue: note: batch %.16s... is already enqueued with the same "
-                "service and payload; nothing to do\n",
-                a->batch_id);
-        printf("duplicate %s\n", a->batch_id);
-    } else if (rc == QW_OK) {
-        printf("enqueued %s\n", a->batch_id);
+    if (rc == QW_OK && outcome == QW_ENQ_DUPLICATE)
+        qw_cli_err("note: batch %.16s... is already enqueued with the same service and payload; "
+                   "nothing to do",
+                   a->batch_id);
+    if (rc == QW_OK) {
+        const char *word = outcome == QW_ENQ_DUPLICATE ? "duplicate" : "enqueued";
+        if (a->json)
+            print_json(json_pack("{s:s, s:s, s:s}", "batch_id", a->batch_id, "service_id",
+                                 a->service, "outcome", word));
+        else
+            printf("%s %s\n", word, a->batch_id);
     } else if (rc == QW_ERR_BACKPRESSURE) {
-        fprintf(stderr, "queuer enqueue: back pressure: %s\n", err.msg);
+        qw_cli_err("back pressure: %s", err.msg);
     } else if (rc == QW_ERR_DUPLICATE) {
-        fprintf(stderr, "queuer enqueue: conflict: %s\n", err.msg);
+        qw_cli_err("conflict: %s", err.msg);
     } else if (rc == QW_ERR_INVALID) {
-        fprintf(stderr, "queuer enqueue: invalid: %s\n", err.msg);
+        qw_cli_err("invalid: %s", err.msg);
     } else {
-        fprintf(stderr, "queuer enqueue: %s\n", err.msg);
+        return db_failure(&err);
     }
     return exit_for(rc);
 }
 
+#define MAX_JSON_ISSUES 100 /* issues listed in --json output */
+
 /* Prints each issue of a bulk load to stderr (duplicates only up to a cap). */
 struct issue_printer {
     long duplicates; /* duplicate notes seen */
+    json_t *issues;  /* with --json: the first MAX_JSON_ISSUES issues, else NULL */
 };
 
 static void print_issue(void *ctx, const struct qw_enqueue_issue *issue)
 {
     struct issue_printer *p = ctx;
+    if (p->issues && json_array_size(p->issues) < MAX_JSON_ISSUES)
+        json_array_append_new(p->issues,
+                              json_pack("{s:I, s:s, s:s, s:s}", "line", (json_int_t)issue->line_no,
+                                        "outcome", qw_enqueue_outcome_name(issue->outcome),
+                                        "batch_id", issue->batch_id, "reason", issue->reason));
     if (issue->outcome == QW_ENQ_DUPLICATE) {
         if (++p->duplicates > MAX_DUPLICATE_NOTES)
             return;
-        fprintf(stderr, "queuer enqueue: line %ld: note: duplicate (no-op): %s\n", issue->line_no,
-                issue->reason);
+        qw_cli_err("line %ld: note: duplicate (already stored, no-op): %s", issue->line_no,
+                   issue->reason);
         return;
     }
-    fprintf(stderr, "queuer enqueue: line %ld: %s: %s\n", issue->line_no,
-            qw_enqueue_outcome_name(issue->outcome), issue->reason);
+    qw_cli_err("line %ld: %s: %s", issue->line_no, qw_enqueue_outcome_name(issue->outcome),
+               issue->reason);
 }
 
-static int enqueue_tsv(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *in)
+/* The one-line summary of a bulk load, on stdout. */
+static void print_summary(const struct qw_enqueue_report *r)
+{
+    char lines[64], dups[64];
+    qw_cli_count(lines, sizeof(lines), r->records, "batch line", "batch lines");
+    qw_cli_count(dups, sizeof(dups), r->duplicates, "duplicate", "duplicates");
+    long left_out = r->invalid + r->conflicts + r->backpressure;
+    if (r->committed)
+        printf("%ld of %s enqueued; %s (already stored, no-op); %ld skipped "
+               "(%ld invalid, %ld conflicting, %ld refused by back pressure)\n",
+               r->enqueued, lines, dups, left_out, r->invalid, r->conflicts, r->backpressure);
+    else
+        printf("nothing enqueued from %s: %ld invalid, %ld conflicting, %ld refused by back "
+               "pressure, %s\n",
+               lines, r->invalid, r->conflicts, r->backpressure, dups);
+}
+
+static int enqueue_tsv(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *in, int json)
 {
     struct qw_error err;
     qw_error_clear(&err);
     struct qw_enqueue_report report;
-    struct issue_printer printer = {0};
+    struct issue_printer printer = {.issues = json ? json_array() : NULL};
     int rc = qw_enqueue_bulk(db, opts, in, print_issue, &printer, &report, &err);
     if (printer.duplicates > MAX_DUPLICATE_NOTES)
-        fprintf(stderr, "queuer enqueue: ... and %ld more duplicates\n",
-                printer.duplicates - MAX_DUPLICATE_NOTES);
-    if (rc != QW_OK)
-        fprintf(stderr, "queuer enqueue: %s\n", err.msg);
-    long skipped = report.invalid + report.conflicts + report.backpressure;
-    printf("%ld enqueued, %ld duplicates (idempotent), %ld %s, of %ld batch lines\n",
-           report.enqueued, report.duplicates, skipped, report.committed ? "skipped" : "rejected",
-           report.records);
+        qw_cli_err("... and %ld more duplicates", printer.duplicates - MAX_DUPLICATE_NOTES);
+    int code = exit_for(rc);
+    if (rc == QW_ERR_DB || rc == QW_ERR_SCHEMA)
+        code = db_failure(&err);
+    else if (rc != QW_OK)
+        qw_cli_err("%s", err.msg);
+    if (json)
+        print_json(json_pack("{s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "committed",
+                             report.committed, "lines", (int)report.lines, "batch_lines",
+                             (int)report.records, "enqueued", (int)report.enqueued, "duplicates",
+                             (int)report.duplicates, "invalid", (int)report.invalid, "conflicts",
+                             (int)report.conflicts, "backpressure", (int)report.backpressure,
+                             "issues", printer.issues));
+    else
+        print_summary(&report);
     if (rc == QW_OK && report.backpressure > 0) {
-        fprintf(stderr,
-                "queuer enqueue: %ld line(s) refused by back pressure; run the load again once "
-                "the backlog has drained (stored lines count as duplicates)\n",
-                report.backpressure);
+        char refused[64];
+        qw_cli_err("%s refused by back pressure; run the load again once the backlog has "
+                   "drained (the stored lines then count as duplicates)",
+                   qw_cli_count(refused, sizeof(refused), report.backpressure, "line", "lines"));
         return QW_EXIT_TEMPFAIL;
     }
-    return exit_for(rc);
+    return code;
 }
 
 int qw_cmd_enqueue(int argc, char **argv)
@@ -234,7 +306,7 @@ int qw_cmd_enqueue(int argc, char **argv)
         return code;
 
     struct qw_config cfg;
-    if (qw_cli_load_config(a.config, &cfg) != QW_OK)
+    if (qw_cli_load_config(&a.common, &cfg) != QW_OK)
         return QW_EXIT_CONFIG;
     struct qw_enqueue_opts opts = {
         .ingest_high = cfg.ingest_high,
@@ -262,8 +334,14 @@ int qw_cmd_enqueue(int argc, char **argv)
     struct qw_db *db = NULL;
     int rc = qw_cli_connect(&cfg, "queuer-enqueue", &db);
     qw_config_free(&cfg);
-    if (rc == QW_OK) {
-        code = a.tsv ? enqueue_tsv(db, &opts, in) : enqueue_one(db, &opts, &a, payload, len);
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (rc == QW_OK && qw_migrate_check(db, NULL, &err) != QW_OK) {
+        code = db_failure(&err);
+        qw_db_close(db);
+    } else if (rc == QW_OK) {
+        code =
+            a.tsv ? enqueue_tsv(db, &opts, in, a.json) : enqueue_one(db, &opts, &a, payload, len);
         qw_db_close(db);
     } else {
         code = qw_cli_exit_for(rc);

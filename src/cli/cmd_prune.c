@@ -12,6 +12,7 @@
 #include "db/db.h"
 #include "db/migrate.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,33 +23,39 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: queuer prune --older-than DURATION [-c FILE] [--batch-size N]\n"
-                 "                    [--pause-ms N] [--dry-run]\n"
-                 "\n"
-                 "Deletes final batches (Committed, Valid, Invalid) that reached their final\n"
-                 "status more than DURATION ago, and their history rows. Unfinished batches and\n"
-                 "their history are never touched, nor are service claims (their epochs must\n"
-                 "keep counting up). A pruned batch id can be enqueued again as a new batch.\n"
-                 "\n"
-                 "  --older-than DURATION  e.g. 30d, 12h, 90m, 1d12h (units w d h m s)\n"
-                 "  --batch-size N         batches per transaction (default 1000, 1..100000)\n"
-                 "  --pause-ms N           pause between transactions (default 0, ..60000)\n"
-                 "  --dry-run              only count what would be deleted\n"
-                 "\n"
-                 "Each transaction deletes at most N batches, skipping rows someone else has\n"
-                 "locked, so it is safe while workers run. Needs DELETE on queuer.batches and\n"
-                 "queuer.batch_history: run it as the schema owner (the role of queuer migrate).\n"
-                 "\n"
-                 "exit status: 0 done; 1 failed part-way (what was removed stays removed; run\n"
+    fprintf(out,
+            "usage: queuer prune --older-than DURATION [--batch-size N] [--pause-ms N]\n"
+            "                    [--dry-run] [--json] [-c FILE] [--database CONNINFO]\n"
+            "\n"
+            "Deletes final batches (Committed, Valid, Invalid) that reached their final\n"
+            "status more than DURATION ago, and their history rows. Unfinished batches and\n"
+            "their history are never touched, nor are service claims (their epochs must\n"
+            "keep counting up). A pruned batch id can be enqueued again as a new batch.\n"
+            "\n"
+            "  --older-than DURATION  e.g. 30d, 12h, 90m, 1d12h (units w d h m s)\n"
+            "  --batch-size N         batches per transaction (default 1000, 1..100000)\n"
+            "  --pause-ms N           pause between transactions (default 0, ..60000)\n"
+            "  --dry-run              only count what would be deleted\n"
+            "  --json                 print the result as one JSON object: {\"dry_run\",\n"
+            "                         \"older_than\", \"cutoff\", \"batches\", \"committed\",\n"
+            "                         \"valid\", \"invalid\", \"history_rows\", \"transactions\",\n"
+            "                         \"ms\"} (no history_rows/transactions with --dry-run)\n"
+            "\n"
+            "Each transaction deletes at most N batches, skipping rows someone else has\n"
+            "locked, so it is safe while workers run. Needs DELETE on queuer.batches and\n"
+            "queuer.batch_history: run it as the schema owner (the role of queuer migrate).\n");
+    qw_cli_help_common(out);
+    fprintf(out, "\nexit status: 0 done; 1 failed part-way (what was removed stays removed; run\n"
                  "it again); 64 usage; 69 database unreachable; 78 bad configuration.\n");
 }
 
 struct args {
-    const char *config; /* -c FILE, or NULL */
-    int64_t older_s;    /* --older-than, seconds */
-    int chunk;          /* --batch-size */
-    int pause_ms;       /* --pause-ms */
-    int dry_run;        /* bool: --dry-run */
+    struct qw_cli_common common; /* -c FILE, --database */
+    int64_t older_s;             /* --older-than, seconds */
+    int chunk;                   /* --batch-size */
+    int pause_ms;                /* --pause-ms */
+    int dry_run;                 /* bool: --dry-run */
+    int json;                    /* bool: --json */
 };
 
 static int parse_int(const char *text, int min, int max, int *out)
@@ -71,7 +78,7 @@ static int parse_args(int argc, char **argv, struct args *a)
             usage(stdout);
             return QW_EXIT_OK;
         }
-        int r = qw_cli_config_opt(argc, argv, &i, &a->config);
+        int r = qw_cli_common_opt(argc, argv, &i, &a->common);
         if (r == 1)
             continue;
         if (r < 0)
@@ -79,34 +86,36 @@ static int parse_args(int argc, char **argv, struct args *a)
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(arg, "--dry-run") == 0) {
             a->dry_run = 1;
+        } else if (strcmp(arg, "--json") == 0) {
+            a->json = 1;
         } else if (strcmp(arg, "--older-than") == 0 && value) {
             char why[200];
             if (qw_duration_parse(value, &a->older_s, why, sizeof(why)) != 0) {
-                fprintf(stderr, "queuer prune: --older-than: %s\n", why);
+                qw_cli_err("--older-than: %s", why);
                 return QW_EXIT_USAGE;
             }
             have_age = 1;
             i++;
         } else if (strcmp(arg, "--batch-size") == 0 && value) {
             if (parse_int(value, 1, MAX_CHUNK, &a->chunk) != 0) {
-                fprintf(stderr, "queuer prune: --batch-size needs a number 1..%d\n", MAX_CHUNK);
+                qw_cli_err("--batch-size needs a number 1..%d", MAX_CHUNK);
                 return QW_EXIT_USAGE;
             }
             i++;
         } else if (strcmp(arg, "--pause-ms") == 0 && value) {
             if (parse_int(value, 0, MAX_PAUSE_MS, &a->pause_ms) != 0) {
-                fprintf(stderr, "queuer prune: --pause-ms needs a number 0..%d\n", MAX_PAUSE_MS);
+                qw_cli_err("--pause-ms needs a number 0..%d", MAX_PAUSE_MS);
                 return QW_EXIT_USAGE;
             }
             i++;
         } else {
-            fprintf(stderr, "queuer prune: unknown or incomplete argument '%s'\n", arg);
+            qw_cli_err("unknown or incomplete argument '%s'", arg);
             usage(stderr);
             return QW_EXIT_USAGE;
         }
     }
     if (!have_age) {
-        fprintf(stderr, "queuer prune: --older-than DURATION is required\n");
+        qw_cli_err("--older-than DURATION is required");
         usage(stderr);
         return QW_EXIT_USAGE;
     }
@@ -147,6 +156,45 @@ static int run_chunks(struct qw_db *db, const struct args *a, const char *cutoff
     }
 }
 
+static void print_result(const struct args *a, const struct totals *t, const char *cutoff,
+                         const char *age, int64_t ms)
+{
+    long long total = (long long)(t->committed + t->valid + t->invalid);
+    char batches[64];
+    qw_cli_count(batches, sizeof(batches), total, "batch", "batches");
+    if (a->json) {
+        json_t *o = json_pack("{s:b, s:s, s:s, s:I, s:I, s:I, s:I}", "dry_run", a->dry_run,
+                              "older_than", age, "cutoff", cutoff, "batches", (json_int_t)total,
+                              "committed", (json_int_t)t->committed, "valid", (json_int_t)t->valid,
+                              "invalid", (json_int_t)t->invalid);
+        if (o && !a->dry_run) {
+            json_object_set_new(o, "history_rows", json_integer(t->history));
+            json_object_set_new(o, "transactions", json_integer(t->chunks));
+            json_object_set_new(o, "ms", json_integer(ms));
+        }
+        char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
+        if (text)
+            puts(text);
+        free(text);
+    } else if (a->dry_run) {
+        printf("would remove %s (Committed %lld, Valid %lld, Invalid %lld) final before %s "
+               "(older than %s), with their history\n",
+               batches, (long long)t->committed, (long long)t->valid, (long long)t->invalid, cutoff,
+               age);
+    } else {
+        char rows[64], txns[64];
+        printf(
+            "removed %s (Committed %lld, Valid %lld, Invalid %lld) and %s, final before %s "
+            "(older than %s), in %s, %lld ms\n",
+            batches, (long long)t->committed, (long long)t->valid, (long long)t->invalid,
+            qw_cli_count(rows, sizeof(rows), (long long)t->history, "history row", "history rows"),
+            cutoff, age,
+            qw_cli_count(txns, sizeof(txns), (long long)t->chunks, "transaction", "transactions"),
+            (long long)ms);
+    }
+}
+
 int qw_cmd_prune(int argc, char **argv)
 {
     struct args a = {.chunk = DEFAULT_CHUNK};
@@ -154,7 +202,7 @@ int qw_cmd_prune(int argc, char **argv)
     if (code >= 0)
         return code;
     struct qw_db *db = NULL;
-    int rc = qw_cli_open_db(a.config, "queuer-prune", &db);
+    int rc = qw_cli_open_db(&a.common, "queuer-prune", &db);
     if (rc != QW_EXIT_OK)
         return rc;
 
@@ -181,32 +229,19 @@ int qw_cmd_prune(int argc, char **argv)
         const char *p[] = {cutoff};
         rc = qw_db_query(db, "ops_prune_count", 1, p, &res, &err);
         if (rc == QW_OK) {
-            printf("queuer prune: would remove %lld batches (Committed %lld, Valid %lld, "
-                   "Invalid %lld) final before %s (older than %s), with their history\n",
-                   (long long)(qw_db_res_int(res, 0, 0) + qw_db_res_int(res, 0, 1) +
-                               qw_db_res_int(res, 0, 2)),
-                   (long long)qw_db_res_int(res, 0, 0), (long long)qw_db_res_int(res, 0, 1),
-                   (long long)qw_db_res_int(res, 0, 2), shown, age);
+            t.committed = qw_db_res_int(res, 0, 0);
+            t.valid = qw_db_res_int(res, 0, 1);
+            t.invalid = qw_db_res_int(res, 0, 2);
             qw_db_res_free(res);
         }
     } else if (rc == QW_OK) {
         rc = run_chunks(db, &a, cutoff, &t, &err);
     }
     qw_db_close(db);
-    if (!a.dry_run && (rc == QW_OK || t.chunks > 0))
-        printf("queuer prune: removed %lld batches (Committed %lld, Valid %lld, Invalid %lld) "
-               "and %lld history rows, final before %s (older than %s), in %lld "
-               "transactions, %lld ms\n",
-               (long long)(t.committed + t.valid + t.invalid), (long long)t.committed,
-               (long long)t.valid, (long long)t.invalid, (long long)t.history, shown, age,
-               (long long)t.chunks, (long long)(qw_clock_mono_ms() - began));
-    if (rc != QW_OK) {
-        fprintf(stderr, "queuer prune: %s%s\n", err.msg,
-                strcmp(err.sqlstate, "42501") == 0
-                    ? " (prune needs DELETE on queuer.batches and queuer.batch_history: run "
-                      "it as the schema owner)"
-                    : "");
-        return qw_cli_exit_for(rc);
-    }
+    if (rc == QW_OK || t.chunks > 0)
+        print_result(&a, &t, shown, age, qw_clock_mono_ms() - began);
+    if (rc != QW_OK)
+        return qw_cli_db_error(&err, "the schema owner (DELETE on queuer.batches and "
+                                     "queuer.batch_history; the role of queuer migrate)");
     return QW_EXIT_OK;
 }

@@ -22,6 +22,16 @@ void qw_log_init(enum qw_log_level min_level, const char *instance_id)
         snprintf(log_instance, sizeof(log_instance), "%s", instance_id);
 }
 
+void qw_log_set_level(enum qw_log_level min_level)
+{
+    atomic_store(&log_min_level, (int)min_level);
+}
+
+const char *qw_log_level_name(void)
+{
+    return level_names[atomic_load(&log_min_level)];
+}
+
 int qw_log_level_parse(const char *text, enum qw_log_level *out)
 {
     for (int i = 0; i < 4; i++) {

@@ -29,6 +29,12 @@ enum qw_log_level {
 /** Sets the minimum level and the instance id stamped on every line (copied). */
 void qw_log_init(enum qw_log_level min_level, const char *instance_id);
 
+/** Changes the lowest level written (SIGHUP reload); thread-safe. */
+void qw_log_set_level(enum qw_log_level min_level);
+
+/** Name of the lowest level written now ("debug", "info", "warn" or "error"). */
+const char *qw_log_level_name(void);
+
 /** Parses "debug" | "info" | "warn" | "error"; returns 0 or QW_ERR_INVALID. */
 int qw_log_level_parse(const char *text, enum qw_log_level *out);
 

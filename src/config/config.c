@@ -24,8 +24,9 @@
  * file (if any) and then the environment overwrite keys one by one, each
  * value checked against its bounds (or its string rule) the moment it is
  * read, so the error can name the file:line or the variable. Each key
- * remembers where its value came from (struct origin), so the cross-key
- * rules checked at the end can name a place too. Secrets are read last.
+ * remembers where its value came from (struct qw_config_origin, kept in the
+ * config), so the cross-key rules checked at the end, check-config and the
+ * CLI's connection errors can name the place too. Secrets are read last.
  * Any failure frees everything: the caller never owns a half-loaded config.
  */
 
@@ -74,9 +75,9 @@ static string_rule_fn rule_conninfo, rule_instance_id, rule_url, rule_listen, ru
 
 /* The keys, grouped by section (a section's keys are listed together). */
 static const struct key keys[] = {
-    STR_KEY("database", "conninfo", db_conninfo, "dbname=queuer", rule_conninfo,
-            "libpq syntax, no password",
-            "libpq connection string (keywords or URI); the password comes from the secret"),
+    STR_KEY("database", "conninfo", db_conninfo, "", rule_conninfo, "libpq syntax, no password",
+            "libpq connection string (keywords or URI); empty = libpq's defaults and PGHOST, "
+            "PGDATABASE, ...; the password comes from the secret"),
     STR_KEY("database", "password_file", db_password_file, "", NULL, "path or empty",
             "file holding the database password (mode 0600); QUEUER_DATABASE_PASSWORD wins"),
     INT_KEY("database", "connect_timeout_s", db_connect_timeout_s, 5, 1, 300,
@@ -185,8 +186,8 @@ static const struct secret secrets[] = {
 #define N_SECRETS (sizeof(secrets) / sizeof(secrets[0]))
 #define SECRET_MAX_BYTES 65536
 
-/* Where a key's effective value came from: "" (default), "FILE:LINE" or a variable name. */
-struct origin {
+/* Where a key's effective value came from: "" (default), "FILE:LINE", a variable or an option. */
+struct qw_config_origin {
     char where[256]; /* text that prefixes messages about this key */
 };
 
@@ -396,6 +397,7 @@ void qw_config_free(struct qw_config *cfg)
         if (keys[i].type == KEY_STRING)
             free(*str_field(cfg, keys[i].offset));
     }
+    free(cfg->origins);
     explicit_bzero(cfg, sizeof(*cfg));
 }
 
@@ -551,7 +553,7 @@ static int scan_text(const char *path, const char *text, size_t len, struct lite
                         bad.line, bad.text);
 }
 
-static int load_file(struct qw_config *cfg, const char *path, struct origin *origins,
+static int load_file(struct qw_config *cfg, const char *path, struct qw_config_origin *origins,
                      struct qw_error *err)
 {
     char *text;
@@ -690,9 +692,69 @@ static bool is_special_env(const char *name, size_t len)
     return false;
 }
 
+/* Levenshtein distance of a[0..la) and b[0..lb), both short (<= 31). */
+static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb)
+{
+    size_t row[32];
+    if (la > 31 || lb > 31)
+        return 32;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/*
+ * For QUEUER_<sec>_<rest> whose <sec> is no section: the variable a key
+ * would have if <sec> is a misspelt section (at most 2 edits away, 1 for
+ * short names) or <rest> is the key of some section. Writes the suggestion
+ * into `out` ("" when the variable looks like someone else's).
+ */
+static void suggest_env(const char *sec, size_t sec_len, const char *rest, char *out, size_t len)
+{
+    out[0] = '\0';
+    const struct key *by_name = NULL;
+    const char *near = NULL;
+    size_t near_d = 3;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const struct key *k = &keys[i];
+        if (!by_name && strcmp(k->name, rest) == 0)
+            by_name = k;
+        size_t slen = strlen(k->section);
+        size_t d = edit_distance(sec, sec_len, k->section, slen);
+        size_t allowed = slen <= 4 ? 1 : 2;
+        if (d <= allowed && d < near_d) {
+            near = k->section;
+            near_d = d;
+        }
+    }
+    if (near && find_key(near, rest))
+        by_name = find_key(near, rest);
+    if (by_name) {
+        env_name(by_name, out, len);
+    } else if (near) {
+        snprintf(out, len, "QUEUER_%s_...", near);
+        for (char *p = out; *p; p++)
+            *p = (char)toupper((unsigned char)*p);
+    }
+}
+
 /* Applies every QUEUER_<SECTION>_<KEY> of envp, in order. */
-static int load_env(struct qw_config *cfg, char *const *envp, struct origin *origins,
-                    struct qw_error *err)
+static int load_env(struct qw_config *cfg, char *const *envp, struct qw_config_origin *origins,
+                    const struct qw_config_source *src, struct qw_error *err)
 {
     static const char prefix[] = "QUEUER_";
     const size_t plen = sizeof(prefix) - 1;
@@ -717,15 +779,27 @@ static int load_env(struct qw_config *cfg, char *const *envp, struct origin *ori
                 k = &keys[i];
         }
         if (!k) {
-            /* QUEUER_<known section>_<something>: a misspelt key, not someone else's variable. */
             char lower[128];
             for (size_t i = 0; i <= len; i++)
                 lower[i] = (char)tolower((unsigned char)name[i]);
             const char *sec = lower + plen;
             const char *us = strchr(sec, '_');
+            /* QUEUER_<known section>_<something>: a misspelt key, not someone else's variable. */
             if (us && section_known(sec, (size_t)(us - sec)))
                 return qw_error_set(err, QW_ERR_CONFIG, "%s: unknown key %.*s.%s", name,
                                     (int)(us - sec), sec, us + 1);
+            char hint[160];
+            if (us && src->warn) {
+                suggest_env(sec, (size_t)(us - sec), us + 1, hint, sizeof(hint));
+                if (hint[0]) {
+                    char msg[400];
+                    snprintf(msg, sizeof(msg),
+                             "%s names no configuration section (database, worker, dlt, "
+                             "ingest, admin, log) and is ignored; did you mean %s?",
+                             name, hint);
+                    src->warn(src->warn_ctx, msg);
+                }
+            }
             continue;
         }
         int rc = apply_env(cfg, k, name, eq + 1, err);
@@ -865,14 +939,32 @@ static int load_secrets(struct qw_config *cfg, char *const *envp, struct qw_erro
 
 /* ---- cross-key rules ---- */
 
-/* The place to blame for a rule between keys a and b: whichever was set explicitly. */
-static const char *blame(const struct origin *origins, const struct key *a, const struct key *b)
+/* Precedence of an origin: default 0 < file 1 < environment 2 < --database 3. */
+static int origin_rank(const char *where)
 {
-    if (origins[a - keys].where[0])
-        return origins[a - keys].where;
-    if (origins[b - keys].where[0])
-        return origins[b - keys].where;
-    return "built-in defaults";
+    if (!where[0])
+        return 0;
+    if (strncmp(where, "QUEUER_", 7) == 0)
+        return 2;
+    return strcmp(where, "--database") == 0 ? 3 : 1;
+}
+
+/*
+ * The place to blame for a rule between keys a and b: the value set by the
+ * source that wins (the environment over the file, a over b on a tie), so
+ * QUEUER_WORKER_LEASE_MS=500 is blamed on the variable, not on a line of the
+ * file that only set cycle_ms. *other gets the other key's origin when it
+ * was set elsewhere (for a note), else NULL.
+ */
+static const char *blame(const struct qw_config_origin *origins, const struct key *a,
+                         const struct key *b, const struct key **other_key, const char **other)
+{
+    const char *wa = origins[a - keys].where, *wb = origins[b - keys].where;
+    bool pick_b = origin_rank(wb) > origin_rank(wa);
+    const char *picked = pick_b ? wb : wa, *rest = pick_b ? wa : wb;
+    *other_key = pick_b ? a : b;
+    *other = origin_rank(rest) != 0 && origin_rank(rest) != origin_rank(picked) ? rest : NULL;
+    return picked[0] ? picked : "built-in defaults";
 }
 
 static const struct key *key_at(size_t offset)
@@ -902,7 +994,7 @@ static const struct pair_rule pair_rules[] = {
     {F(dlt_pause_max_ms), REL_AT_LEAST, F(dlt_pause_base_ms), SIZE_MAX},
 };
 
-static int check_rules(const struct qw_config *cfg, const struct origin *origins,
+static int check_rules(const struct qw_config *cfg, const struct qw_config_origin *origins,
                        struct qw_error *err)
 {
     for (size_t i = 0; i < sizeof(pair_rules) / sizeof(pair_rules[0]); i++) {
@@ -918,11 +1010,19 @@ static int check_rules(const struct qw_config *cfg, const struct origin *origins
         if (va < 0 || vb < 0)
             continue;
         bool ok = r->rel == REL_LESS ? va < vb : va >= vb;
-        if (!ok)
-            return qw_error_set(err, QW_ERR_CONFIG, "%s: %s.%s = %d must be %s %s.%s = %d%s",
-                                blame(origins, a, b), a->section, a->name, va,
+        if (!ok) {
+            const struct key *other_key = NULL;
+            const char *other = NULL;
+            const char *where = blame(origins, a, b, &other_key, &other);
+            char note[400] = "";
+            if (other)
+                snprintf(note, sizeof(note), " (%s.%s from %s)", other_key->section,
+                         other_key->name, other);
+            return qw_error_set(err, QW_ERR_CONFIG, "%s: %s.%s = %d must be %s %s.%s = %d%s%s",
+                                where, a->section, a->name, va,
                                 r->rel == REL_LESS ? "<" : ">=", b->section, b->name, vb,
-                                r->unless_zero != SIZE_MAX ? " (or set it to 0)" : "");
+                                r->unless_zero != SIZE_MAX ? " (or set it to 0)" : "", note);
+        }
     }
     /* A POST must end before a claim past its soft expiry can be taken over
      * (expiry_2 - expiry_1), or a batch could reach the ledger after its
@@ -930,47 +1030,162 @@ static int check_rules(const struct qw_config *cfg, const struct origin *origins
     const struct key *timeout = key_at(F(dlt_request_timeout_ms));
     const struct key *hard = key_at(F(worker_hard_expiry_ms));
     if (timeout && hard &&
-        cfg->dlt_request_timeout_ms >= cfg->worker_hard_expiry_ms - cfg->worker_lease_ms)
+        cfg->dlt_request_timeout_ms >= cfg->worker_hard_expiry_ms - cfg->worker_lease_ms) {
+        const struct key *other_key = NULL;
+        const char *other = NULL;
+        const char *where = blame(origins, timeout, hard, &other_key, &other);
         return qw_error_set(err, QW_ERR_CONFIG,
                             "%s: dlt.request_timeout_ms = %d must be < worker.hard_expiry_ms - "
                             "worker.lease_ms = %d (a POST must end before its claim can be taken "
                             "over)",
-                            blame(origins, timeout, hard), cfg->dlt_request_timeout_ms,
+                            where, cfg->dlt_request_timeout_ms,
                             cfg->worker_hard_expiry_ms - cfg->worker_lease_ms);
+    }
     return QW_OK;
 }
 
 /* ---- load ---- */
 
-int qw_config_load(struct qw_config *cfg, const char *path, char *const *envp, struct qw_error *err)
+/* Applies --database: the same rule as the key, origin "--database". */
+static int apply_database(struct qw_config *cfg, const char *value,
+                          struct qw_config_origin *origins, struct qw_error *err)
 {
-    struct origin *origins = calloc(N_KEYS, sizeof(*origins));
+    const struct key *k = find_key("database", "conninfo");
+    bool hide = false;
+    const char *why = k->rule(value, &hide);
+    if (why && hide)
+        return qw_error_set(err, QW_ERR_CONFIG, "--database: %s", why);
+    if (why) {
+        char esc[200];
+        return qw_error_set(err, QW_ERR_CONFIG, "--database \"%s\": %s",
+                            escape(esc, sizeof(esc), value), why);
+    }
+    if (set_string(cfg, k, value) != QW_OK)
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory reading --database");
+    snprintf(origins[k - keys].where, sizeof(origins[0].where), "--database");
+    return QW_OK;
+}
+
+int qw_config_load_from(struct qw_config *cfg, const struct qw_config_source *src,
+                        char *const *envp, struct qw_error *err)
+{
+    struct qw_config_origin *origins = calloc(N_KEYS, sizeof(*origins));
     if (!origins) {
         memset(cfg, 0, sizeof(*cfg));
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory loading the configuration");
     }
     int rc = qw_config_defaults(cfg);
     if (rc != QW_OK) {
-        rc = qw_error_set(err, rc, "out of memory loading the configuration");
-        goto out;
+        free(origins);
+        return qw_error_set(err, rc, "out of memory loading the configuration");
     }
-    if (path) {
-        rc = load_file(cfg, path, origins, err);
+    cfg->origins = origins;
+    if (src->path) {
+        rc = load_file(cfg, src->path, origins, err);
+        if (rc != QW_OK && src->path_from && strstr(err->msg, "cannot open configuration file")) {
+            size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof(err->msg) - n, " (named by %s)", src->path_from);
+        }
         if (rc != QW_OK)
             goto out;
     }
-    rc = load_env(cfg, envp, origins, err);
-    if (rc != QW_OK)
-        goto out;
-    rc = check_rules(cfg, origins, err);
-    if (rc != QW_OK)
-        goto out;
-    rc = load_secrets(cfg, envp, err);
+    rc = load_env(cfg, envp, origins, src, err);
+    if (rc == QW_OK && src->database)
+        rc = apply_database(cfg, src->database, origins, err);
+    if (rc == QW_OK)
+        rc = check_rules(cfg, origins, err);
+    if (rc == QW_OK)
+        rc = load_secrets(cfg, envp, err);
 out:
-    free(origins);
     if (rc != QW_OK)
         qw_config_free(cfg);
     return rc;
+}
+
+int qw_config_load(struct qw_config *cfg, const char *path, char *const *envp, struct qw_error *err)
+{
+    struct qw_config_source src = {.path = path};
+    return qw_config_load_from(cfg, &src, envp, err);
+}
+
+const char *qw_config_origin(const struct qw_config *cfg, const char *section, const char *name)
+{
+    const struct key *k = find_key(section, name);
+    if (!k || !cfg->origins || !cfg->origins[k - keys].where[0])
+        return NULL;
+    return cfg->origins[k - keys].where;
+}
+
+/* Keys a running worker applies at SIGHUP (see worker/reload.c). */
+static const char *const reloadable_keys[] = {
+    "log.level",
+    "admin.listen",
+    "dlt.pause_base_ms",
+    "dlt.pause_max_ms",
+};
+
+int qw_config_reloadable(const char *section, const char *name)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", section, name);
+    for (size_t i = 0; i < sizeof(reloadable_keys) / sizeof(reloadable_keys[0]); i++) {
+        if (strcmp(reloadable_keys[i], full) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void visit_key(const struct qw_config *cfg, const struct key *k, qw_config_visit_fn *fn,
+                      void *ctx)
+{
+    const char *origin =
+        cfg->origins && cfg->origins[k - keys].where[0] ? cfg->origins[k - keys].where : NULL;
+    switch (k->type) {
+    case KEY_INT:
+        fn(ctx, k->section, k->name, QW_CONFIG_INT, int_value(cfg, k), NULL, origin);
+        break;
+    case KEY_BOOL:
+        fn(ctx, k->section, k->name, QW_CONFIG_BOOL, int_value(cfg, k), NULL, origin);
+        break;
+    case KEY_STRING: {
+        const char *v = str_value(cfg, k->offset);
+        fn(ctx, k->section, k->name, QW_CONFIG_STRING, 0, v ? v : "", origin);
+        break;
+    }
+    }
+}
+
+void qw_config_visit(const struct qw_config *cfg, qw_config_visit_fn *fn, void *ctx)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        visit_key(cfg, &keys[i], fn, ctx);
+    for (size_t s = 0; s < N_SECRETS; s++)
+        fn(ctx, secrets[s].section, secrets[s].name, QW_CONFIG_SECRET,
+           str_value(cfg, secrets[s].offset) != NULL, NULL, NULL);
+}
+
+static bool same_string(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+void qw_config_diff(const struct qw_config *cur, const struct qw_config *next,
+                    qw_config_visit_fn *fn, void *ctx)
+{
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const struct key *k = &keys[i];
+        bool same = k->type == KEY_STRING
+                        ? same_string(str_value(cur, k->offset), str_value(next, k->offset))
+                        : int_value(cur, k) == int_value(next, k);
+        if (!same)
+            visit_key(next, k, fn, ctx);
+    }
+    for (size_t s = 0; s < N_SECRETS; s++) {
+        const char *a = str_value(cur, secrets[s].offset);
+        const char *b = str_value(next, secrets[s].offset);
+        if (!same_string(a, b) || (a == NULL) != (b == NULL))
+            fn(ctx, secrets[s].section, secrets[s].name, QW_CONFIG_SECRET, b != NULL, NULL, NULL);
+    }
 }
 
 /* ---- printing ---- */
@@ -987,7 +1202,8 @@ static bool first_of_section(size_t i)
 void qw_config_print(const struct qw_config *cfg, FILE *out)
 {
     char esc[4096];
-    fprintf(out, "# queuer effective configuration (defaults < file < QUEUER_* environment)\n");
+    fprintf(out, "# queuer effective configuration (defaults < file < QUEUER_* environment "
+                 "< --database);\n# a value that is not the default says where it came from\n");
     for (size_t i = 0; i < N_KEYS; i++) {
         if (!first_of_section(i))
             continue;
@@ -999,17 +1215,21 @@ void qw_config_print(const struct qw_config *cfg, FILE *out)
                 continue;
             switch (k->type) {
             case KEY_INT:
-                fprintf(out, "  %s = %d;\n", k->name, int_value(cfg, k));
+                fprintf(out, "  %s = %d;", k->name, int_value(cfg, k));
                 break;
             case KEY_BOOL:
-                fprintf(out, "  %s = %s;\n", k->name, int_value(cfg, k) ? "true" : "false");
+                fprintf(out, "  %s = %s;", k->name, int_value(cfg, k) ? "true" : "false");
                 break;
             case KEY_STRING: {
                 const char *v = str_value(cfg, k->offset);
-                fprintf(out, "  %s = \"%s\";\n", k->name, escape(esc, sizeof(esc), v ? v : ""));
+                fprintf(out, "  %s = \"%s\";", k->name, escape(esc, sizeof(esc), v ? v : ""));
                 break;
             }
             }
+            const char *from = qw_config_origin(cfg, k->section, k->name);
+            if (from)
+                fprintf(out, "  # %s", from);
+            fputc('\n', out);
         }
         for (size_t s = 0; s < N_SECRETS; s++) {
             if (strcmp(secrets[s].section, section) == 0)
@@ -1041,6 +1261,7 @@ void qw_config_print_reference(FILE *out)
             fprintf(out, "string | `\"%s\"` | %s", k->def_str, k->rule_text ? k->rule_text : "");
             break;
         }
-        fprintf(out, " | `%s` | %s |\n", env, k->help);
+        fprintf(out, " | `%s` | %s%s |\n", env, k->help,
+                qw_config_reloadable(k->section, k->name) ? " (reloaded at SIGHUP)" : "");
     }
 }

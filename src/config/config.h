@@ -9,6 +9,15 @@
  * and docs/CONFIG.md. Unknown keys and sections are errors; values out of
  * bounds are errors naming file:line (or the env variable).
  *
+ * Every key remembers where its value came from (qw_config_origin), so
+ * errors, `check-config` and connection failures can name the file:line,
+ * the variable or the option. A QUEUER_* variable whose section is close to
+ * a known one but not one (QUEUER_WROKER_LEASE_MS) is reported through the
+ * warn callback of struct qw_config_source, not silently ignored.
+ *
+ * A few keys are reloadable: a running worker applies them at SIGHUP
+ * (qw_config_reloadable); the others need a restart.
+ *
  * Secrets are not keys: the database password comes from
  * QUEUER_DATABASE_PASSWORD or the file named by database.password_file, the
  * ledger token from QUEUER_DLT_TOKEN or dlt.token_file. A secret file must
@@ -28,7 +37,8 @@
 
 struct qw_config {
     /* [database] */
-    char *db_conninfo;          /* libpq conninfo without password; default "dbname=queuer" */
+    char *db_conninfo;          /* libpq conninfo without password; default "" = libpq's
+                                   defaults (PGHOST, PGDATABASE, ...) */
     char *db_password_file;     /* path of a private file holding the password, or "" */
     int db_connect_timeout_s;   /* seconds, 1..300, default 5 */
     int db_query_timeout_ms;    /* client-side deadline per statement, 100..600000, default 10000 */
@@ -81,6 +91,17 @@ struct qw_config {
     /* secrets, loaded from env or files, never printed */
     char *db_password; /* NULL when unset */
     char *dlt_token;   /* NULL when unset */
+
+    struct qw_config_origin *origins; /* per key: where its value came from; owned */
+};
+
+/** Where a load takes its values from, besides defaults and the environment. */
+struct qw_config_source {
+    const char *path;      /* configuration file, NULL = none */
+    const char *path_from; /* how the file was named ("-c", "QUEUER_CONFIG"), or NULL */
+    const char *database;  /* --database CONNINFO: wins over file and environment, or NULL */
+    void (*warn)(void *ctx, const char *msg); /* non-fatal findings; NULL drops them */
+    void *warn_ctx;                           /* passed to warn */
 };
 
 /** Fills `cfg` with the built-in defaults (allocates the strings). */
@@ -94,6 +115,47 @@ int qw_config_defaults(struct qw_config *cfg);
  */
 int qw_config_load(struct qw_config *cfg, const char *path, char *const *envp,
                    struct qw_error *err);
+
+/**
+ * Like qw_config_load() with the sources of `src`: the file, then `envp`,
+ * then src->database (origin "--database"). Warnings (a QUEUER_* variable
+ * that looks like a misspelt key) go to src->warn.
+ */
+int qw_config_load_from(struct qw_config *cfg, const struct qw_config_source *src,
+                        char *const *envp, struct qw_error *err);
+
+/**
+ * Where the value of key `section`.`name` came from: "FILE:LINE", a
+ * variable name or "--database"; NULL for the built-in default or an
+ * unknown key. Valid while `cfg` is.
+ */
+const char *qw_config_origin(const struct qw_config *cfg, const char *section, const char *name);
+
+/** True for the keys a running worker applies at SIGHUP. */
+int qw_config_reloadable(const char *section, const char *name);
+
+/** Kinds of values passed to a qw_config_visit_fn. */
+enum qw_config_kind {
+    QW_CONFIG_INT,    /* `num` holds it */
+    QW_CONFIG_BOOL,   /* `num` is 0 or 1 */
+    QW_CONFIG_STRING, /* `str` holds it */
+    QW_CONFIG_SECRET, /* `num` is 1 when set; the value is never passed */
+};
+
+/** One key: its effective value and origin (NULL = default). */
+typedef void qw_config_visit_fn(void *ctx, const char *section, const char *name,
+                                enum qw_config_kind kind, long long num, const char *str,
+                                const char *origin);
+
+/** Calls `fn` for every key and secret of `cfg`, in table order. */
+void qw_config_visit(const struct qw_config *cfg, qw_config_visit_fn *fn, void *ctx);
+
+/**
+ * Calls `fn` (value arguments from `next`) for every key whose value
+ * differs between `cur` and `next`; secrets are compared, never passed.
+ */
+void qw_config_diff(const struct qw_config *cur, const struct qw_config *next,
+                    qw_config_visit_fn *fn, void *ctx);
 
 /** Frees the strings held by `cfg` (wiping secrets first). */
 void qw_config_free(struct qw_config *cfg);

@@ -117,6 +117,61 @@ int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_err
     return rc;
 }
 
+static struct qw_migration_info *find_info(struct qw_migration_info *list, size_t n, int version)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].version == version)
+            return &list[i];
+    }
+    return NULL;
+}
+
+int qw_migrate_list(struct qw_db *db, struct qw_migration_info **out, size_t *n, int *db_version,
+                    struct qw_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    size_t embedded = 0;
+    while (qw_migrations[embedded].name)
+        embedded++;
+    int rc = current_version(db, db_version, err);
+    struct qw_db_res *res = NULL;
+    if (rc == QW_OK && *db_version > 0)
+        rc = qw_db_query_sql(db,
+                             "SELECT version, to_char(applied_at AT TIME ZONE 'UTC', "
+                             "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') FROM queuer.schema_migrations "
+                             "ORDER BY version",
+                             0, NULL, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    int rows = res ? qw_db_res_rows(res) : 0;
+    struct qw_migration_info *list = calloc(embedded + (size_t)rows + 1, sizeof(*list));
+    if (!list) {
+        qw_db_res_free(res);
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    }
+    size_t count = 0;
+    for (size_t i = 0; i < embedded; i++) {
+        list[count].version = migration_version(qw_migrations[i].name);
+        list[count].name = qw_migrations[i].name;
+        list[count].sql = qw_migrations[i].text;
+        count++;
+    }
+    for (int r = 0; r < rows; r++) {
+        int v = (int)qw_db_res_int(res, r, 0);
+        struct qw_migration_info *m = find_info(list, count, v);
+        if (!m) {
+            m = &list[count++];
+            m->version = v;
+        }
+        snprintf(m->applied_at, sizeof(m->applied_at), "%s", qw_db_res_get(res, r, 1));
+    }
+    qw_db_res_free(res);
+    *out = list;
+    *n = count;
+    return QW_OK;
+}
+
 int qw_migrate_check(struct qw_db *db, int *version, struct qw_error *err)
 {
     int v = 0;

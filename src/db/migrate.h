@@ -20,6 +20,23 @@ int qw_migrate_latest(void);
  */
 int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_error *err);
 
+/** One migration as `queuer migrate --status` shows it. */
+struct qw_migration_info {
+    int version;         /* its number */
+    const char *name;    /* embedded file name without ".sql" (static), or NULL if unknown */
+    const char *sql;     /* embedded text (static); NULL for one this binary does not know */
+    char applied_at[40]; /* when it was applied, UTC ISO 8601; "" = pending */
+};
+
+/**
+ * Lists every embedded migration, and any recorded one this binary does
+ * not know, in version order, with when each was applied. Reads only (no
+ * lock, nothing created). *out is malloc'd (caller frees); *db_version gets
+ * the schema version (0 = no schema).
+ */
+int qw_migrate_list(struct qw_db *db, struct qw_migration_info **out, size_t *n, int *db_version,
+                    struct qw_error *err);
+
 /**
  * Reads the schema version into *version (0 = no schema). Returns
  * QW_ERR_SCHEMA with an explanation when it is not qw_migrate_latest().

@@ -17,6 +17,7 @@
 #include "worker/claims.h"
 #include "worker/job.h"
 #include "worker/queue_txn.h"
+#include "worker/reload.h"
 #include "worker/svcmap.h"
 
 #include <poll.h>
@@ -527,6 +528,8 @@ static void queuer_loop(struct queuer *q)
         }
         if (wait_for_work(q, next_cycle))
             notified = true;
+        if (atomic_exchange(&q->w->reload, 0))
+            qw_worker_apply_reload(q->w);
     }
 }
 

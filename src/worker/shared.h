@@ -42,14 +42,25 @@ struct qw_worker_stats {
     struct qw_ops_stats ops;            /* histograms and gauges for /metrics (ops_stats.h) */
 };
 
+struct qw_worker_admin;
+
 struct qw_worker {
-    const struct qw_config *cfg;  /* read-only after start */
-    char instance_id[80];         /* our claimant id */
-    atomic_int stop;              /* 0 running, 1 graceful stop requested */
-    int wake_fd;                  /* eventfd waking the queuer thread */
-    struct qw_handoff *jobs;      /* queuer -> submitter */
-    struct qw_handoff *done;      /* submitter -> queuer */
-    struct qw_worker_stats stats; /* shared counters */
+    const struct qw_config *cfg; /* read-only after start */
+    /* SIGHUP (reload.h): how to re-read the configuration, NULL = unsupported */
+    int (*reload_load)(void *ctx, struct qw_config *out, struct qw_error *err);
+    void *reload_ctx;              /* passed to reload_load */
+    atomic_int reload;             /* 1 after SIGHUP until the queuer thread reloads */
+    atomic_int pause_base_ms;      /* dlt.pause_base_ms in force (reloadable) */
+    atomic_int pause_max_ms;       /* dlt.pause_max_ms in force (reloadable) */
+    struct qw_worker_admin *admin; /* admin server or NULL; owned by the queuer thread */
+    struct qw_config admin_cfg;    /* shallow copy of *cfg the admin server reads, with
+                                      admin_listen owned here (replaced by a reload) */
+    char instance_id[80];          /* our claimant id */
+    atomic_int stop;               /* 0 running, 1 graceful stop requested */
+    int wake_fd;                   /* eventfd waking the queuer thread */
+    struct qw_handoff *jobs;       /* queuer -> submitter */
+    struct qw_handoff *done;       /* submitter -> queuer */
+    struct qw_worker_stats stats;  /* shared counters */
 };
 
 /**

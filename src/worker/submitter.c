@@ -166,8 +166,8 @@ static struct qw_plan_ctx plan_ctx(const struct submitter *s, struct qw_rng *rng
         .max_attempts = cfg->dlt_max_attempts,
         .retry_base_ms = cfg->dlt_retry_base_ms,
         .retry_max_ms = cfg->dlt_retry_max_ms,
-        .pause_base_ms = cfg->dlt_pause_base_ms,
-        .pause_max_ms = cfg->dlt_pause_max_ms,
+        .pause_base_ms = atomic_load(&s->w->pause_base_ms), /* reloadable (SIGHUP) */
+        .pause_max_ms = atomic_load(&s->w->pause_max_ms),
         .status_wait_s = cfg->dlt_status_wait_s,
         .unknown_confirm_ms = cfg->dlt_unknown_confirm_ms,
         .rng = rng,

@@ -27,8 +27,14 @@ static struct qw_worker *signal_worker;
 /* Only sets a flag and writes the wake fd: async-signal-safe. */
 static void on_signal(int sig)
 {
-    (void)sig;
     struct qw_worker *w = signal_worker;
+    if (sig == SIGHUP) {
+        if (w) {
+            atomic_store(&w->reload, 1);
+            qw_worker_wake(w);
+        }
+        return;
+    }
     if (!w)
         _exit(130);
     if (atomic_exchange(&w->stop, 1) != 0)
@@ -42,7 +48,10 @@ static int install_signals(void)
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0)
+    /* SA_RESTART: a reload must not make a blocking call fail with EINTR. */
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0 ||
+        sigaction(SIGHUP, &sa, NULL) != 0)
         return -1;
     signal(SIGPIPE, SIG_IGN);
     return 0;
@@ -130,13 +139,26 @@ static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_e
     return rc;
 }
 
-int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
+int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *reload,
+                  struct qw_error *err)
 {
     struct qw_worker *w = calloc(1, sizeof(*w));
     if (!w)
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
     w->cfg = cfg;
     w->wake_fd = -1;
+    if (reload) {
+        w->reload_load = reload->load;
+        w->reload_ctx = reload->ctx;
+    }
+    atomic_store(&w->pause_base_ms, cfg->dlt_pause_base_ms);
+    atomic_store(&w->pause_max_ms, cfg->dlt_pause_max_ms);
+    w->admin_cfg = *cfg;
+    w->admin_cfg.admin_listen = strdup(cfg->admin_listen);
+    if (!w->admin_cfg.admin_listen) {
+        free(w);
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    }
     make_instance_id(cfg, w->instance_id, sizeof(w->instance_id));
     enum qw_log_level level = QW_LOG_INFO;
     qw_log_level_parse(cfg->log_level, &level);
@@ -166,9 +188,8 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
         if (install_signals() != 0)
             rc = qw_error_set(err, QW_ERR_IO, "cannot install signal handlers");
     }
-    struct qw_worker_admin *admin = NULL;
     if (rc == QW_OK)
-        rc = qw_worker_admin_start(cfg, w, &w->stats.ops, &admin, err);
+        rc = qw_worker_admin_start(&w->admin_cfg, w, &w->stats.ops, &w->admin, err);
     pthread_t submitter;
     if (rc == QW_OK)
         rc = qw_submitter_start(w, &submitter, err);
@@ -196,7 +217,7 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
                     (long)(ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000),
                     (long)(ru.ru_stime.tv_sec * 1000 + ru.ru_stime.tv_usec / 1000), ru.ru_maxrss);
     }
-    qw_worker_admin_stop(admin);
+    qw_worker_admin_stop(w->admin);
     qw_db_close(db);
     if (w->jobs)
         qw_handoff_destroy(w->jobs, (void (*)(void *))qw_job_free);
@@ -205,6 +226,7 @@ int qw_worker_run(const struct qw_config *cfg, struct qw_error *err)
     if (w->wake_fd >= 0)
         close(w->wake_fd);
     signal_worker = NULL;
+    free(w->admin_cfg.admin_listen);
     free(w);
     return rc;
 }

@@ -20,6 +20,12 @@
  * (their batches stay Pending for the next owner), hands every job back
  * and exits; the queuer joins it, releases all claims and marks the
  * instance stopped. A second signal exits at once.
+ * Reload: SIGHUP sets `reload` and writes `wake_fd`; the queuer thread
+ * re-reads the configuration (reload.h) and applies the reloadable keys:
+ * the log level (an atomic in the log module), the admin server (restarted
+ * by the queuer thread, which owns it) and the 429 pause limits (atomics in
+ * shared.h, read by the submitter). Other changes are logged as needing a
+ * restart; `cfg` itself never changes.
  */
 #ifndef QW_WORKER_WORKER_H
 #define QW_WORKER_WORKER_H
@@ -28,11 +34,20 @@
 
 struct qw_config;
 
+/** How a worker re-reads its configuration at SIGHUP (the same sources as at start). */
+struct qw_worker_reload {
+    /* Loads a fresh configuration into *out (caller frees); NULL = reload unsupported. */
+    int (*load)(void *ctx, struct qw_config *out, struct qw_error *err);
+    void *ctx; /* passed to load */
+};
+
 /**
  * Runs a worker until a signal stops it: registers the instance, starts
  * the submitter thread, runs the queuer loop on the calling thread, and
- * shuts down as described above. Returns QW_OK after a clean stop.
+ * shuts down as described above. `reload` (copied; may be NULL) says how
+ * SIGHUP re-reads the configuration. Returns QW_OK after a clean stop.
  */
-int qw_worker_run(const struct qw_config *cfg, struct qw_error *err);
+int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *reload,
+                  struct qw_error *err);
 
 #endif

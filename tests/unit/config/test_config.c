@@ -103,7 +103,7 @@ static void test_defaults(void **state)
     (void)state;
     struct qw_config cfg;
     assert_int_equal(qw_config_defaults(&cfg), QW_OK);
-    assert_string_equal(cfg.db_conninfo, "dbname=queuer");
+    assert_string_equal(cfg.db_conninfo, "");
     assert_string_equal(cfg.db_password_file, "");
     assert_int_equal(cfg.db_connect_timeout_s, 5);
     assert_int_equal(cfg.db_query_timeout_ms, 10000);
@@ -410,6 +410,24 @@ static void test_missing_file(void **state)
     assert_config_empty(&cfg);
 }
 
+/* Removes the "  # origin" note after each "key = value;" line, in place. */
+static void strip_origin_notes(char *text)
+{
+    char *out = text;
+    for (char *line = text; *line;) {
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        char *note = strstr(line, ";  # ");
+        size_t keep = note && note < line + len ? (size_t)(note - line) + 1 : len;
+        memmove(out, line, keep);
+        out += keep;
+        if (keep < len && nl)
+            *out++ = '\n';
+        line += len;
+    }
+    *out = '\0';
+}
+
 /* What check-config prints is itself a valid file that loads back to the same values. */
 static void test_print_round_trip(void **state)
 {
@@ -427,7 +445,10 @@ static void test_print_round_trip(void **state)
     assert_string_equal(back.db_conninfo, "host='a b' application_name=\"q\\x\"\tport=1");
     assert_int_equal(back.worker_listen, 0);
     assert_string_equal(back.admin_listen, "off");
+    /* The values print the same; only the "# where from" notes differ (env, then file). */
     char *again = print_to_string(&back);
+    strip_origin_notes(printed);
+    strip_origin_notes(again);
     assert_string_equal(printed, again);
     free(printed);
     free(again);
@@ -569,9 +590,155 @@ static void test_rule_blames_env_over_default(void **state)
     struct qw_config cfg;
     struct qw_error err;
     assert_int_equal(qw_config_load(&cfg, path, env, &err), QW_ERR_CONFIG);
-    assert_string_equal(err.msg, "QUEUER_WORKER_CYCLE_MS: worker.cycle_ms = 40000 must be < "
-                                 "worker.lease_ms = 40000");
+    char want[512];
+    snprintf(want, sizeof(want),
+             "QUEUER_WORKER_CYCLE_MS: worker.cycle_ms = 40000 must be < worker.lease_ms = 40000 "
+             "(worker.lease_ms from %s:2)",
+             path);
+    assert_string_equal(err.msg, want);
     remove_temp(path);
+}
+
+/* Issue 16: a value from the environment is blamed on its variable, not on a file line. */
+static void test_rule_blames_env_over_file(void **state)
+{
+    (void)state;
+    char *path = write_temp("worker = {\n  cycle_ms = 1000;\n};\n", 0600);
+    char *const env[] = {E("QUEUER_WORKER_LEASE_MS=500"), NULL};
+    struct qw_config cfg;
+    struct qw_error err;
+    assert_int_equal(qw_config_load(&cfg, path, env, &err), QW_ERR_CONFIG);
+    char want[512];
+    snprintf(want, sizeof(want),
+             "QUEUER_WORKER_LEASE_MS: worker.cycle_ms = 1000 must be < worker.lease_ms = 500 "
+             "(worker.cycle_ms from %s:2)",
+             path);
+    assert_string_equal(err.msg, want);
+    remove_temp(path);
+}
+
+/* Every key remembers where its value came from; --database wins over everything. */
+static void test_origins(void **state)
+{
+    (void)state;
+    char *path = write_temp("database = {\n  conninfo = \"dbname=file\";\n};\n"
+                            "log = { level = \"warn\"; };\n",
+                            0600);
+    char *const env[] = {E("QUEUER_LOG_LEVEL=debug"), E("QUEUER_DATABASE_CONNINFO=dbname=env"),
+                         NULL};
+    struct qw_config cfg;
+    struct qw_error err;
+    struct qw_config_source src = {.path = path};
+    assert_int_equal(qw_config_load_from(&cfg, &src, env, &err), QW_OK);
+    assert_string_equal(qw_config_origin(&cfg, "log", "level"), "QUEUER_LOG_LEVEL");
+    assert_string_equal(qw_config_origin(&cfg, "database", "conninfo"), "QUEUER_DATABASE_CONNINFO");
+    assert_null(qw_config_origin(&cfg, "worker", "lease_ms"));
+    assert_null(qw_config_origin(&cfg, "worker", "no_such_key"));
+    qw_config_free(&cfg);
+    src.database = "dbname=option";
+    assert_int_equal(qw_config_load_from(&cfg, &src, env, &err), QW_OK);
+    assert_string_equal(cfg.db_conninfo, "dbname=option");
+    assert_string_equal(qw_config_origin(&cfg, "database", "conninfo"), "--database");
+    char file_line[300];
+    snprintf(file_line, sizeof(file_line), "%s:4", path);
+    qw_config_free(&cfg);
+    char *const no_log_env[] = {NULL};
+    assert_int_equal(qw_config_load_from(&cfg, &src, no_log_env, &err), QW_OK);
+    assert_string_equal(qw_config_origin(&cfg, "log", "level"), file_line);
+    qw_config_free(&cfg);
+    remove_temp(path);
+}
+
+struct warnings {
+    int n;          /* warnings seen */
+    char last[400]; /* the last one */
+};
+
+static void collect_warning(void *ctx, const char *msg)
+{
+    struct warnings *w = ctx;
+    w->n++;
+    snprintf(w->last, sizeof(w->last), "%s", msg);
+}
+
+/* A QUEUER_* variable with a misspelt section is warned about; unrelated ones are not. */
+static void test_env_section_typo_warns(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *var;        /* the variable set */
+        const char *suggestion; /* expected in the warning, NULL = no warning */
+    } cases[] = {
+        {"QUEUER_WROKER_LEASE_MS=500", "QUEUER_WORKER_LEASE_MS"},
+        {"QUEUER_DATABSE_CONNINFO=x", "QUEUER_DATABASE_CONNINFO"},
+        {"QUEUER_LGO_LEVEL=debug", "QUEUER_LOG_LEVEL"},
+        {"QUEUER_WORKERS_SOMETHING=1", "QUEUER_WORKER_..."},
+        {"QUEUER_X_LEASE_MS=1", "QUEUER_WORKER_LEASE_MS"},
+        {"QUEUER_BIN=/usr/bin/queuer", NULL},
+        {"QUEUER_GEN_BIN=/x", NULL},
+        {"QUEUER_SOMETHING_ELSE=1", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *const env[] = {(char *)cases[i].var, NULL};
+        struct warnings w = {0};
+        struct qw_config_source src = {.warn = collect_warning, .warn_ctx = &w};
+        struct qw_config cfg;
+        struct qw_error err;
+        assert_int_equal(qw_config_load_from(&cfg, &src, env, &err), QW_OK);
+        qw_config_free(&cfg);
+        if (!cases[i].suggestion) {
+            if (w.n != 0)
+                fail_msg("%s: unexpected warning: %s", cases[i].var, w.last);
+            continue;
+        }
+        if (w.n != 1 || !strstr(w.last, cases[i].suggestion))
+            fail_msg("%s: want one warning naming %s, got %d: %s", cases[i].var,
+                     cases[i].suggestion, w.n, w.last);
+    }
+}
+
+/* Reloadable keys and the diff a SIGHUP applies. */
+struct diff_seen {
+    char keys[8][64]; /* "section.name" of each difference */
+    int n;            /* differences seen */
+};
+
+static void collect_diff(void *ctx, const char *section, const char *name, enum qw_config_kind kind,
+                         long long num, const char *str, const char *origin)
+{
+    (void)kind, (void)num, (void)str, (void)origin;
+    struct diff_seen *d = ctx;
+    if (d->n < 8)
+        snprintf(d->keys[d->n], sizeof(d->keys[0]), "%s.%s", section, name);
+    d->n++;
+}
+
+static void test_diff_and_reloadable(void **state)
+{
+    (void)state;
+    struct qw_config a, b;
+    struct qw_error err;
+    char *const env_a[] = {NULL};
+    char *const env_b[] = {E("QUEUER_LOG_LEVEL=debug"), E("QUEUER_WORKER_LEASE_MS=60000"),
+                           E("QUEUER_DLT_TOKEN=secret"), NULL};
+    assert_int_equal(qw_config_load(&a, NULL, env_a, &err), QW_OK);
+    assert_int_equal(qw_config_load(&b, NULL, env_b, &err), QW_OK);
+    struct diff_seen d = {0};
+    qw_config_diff(&a, &b, collect_diff, &d);
+    assert_int_equal(d.n, 3);
+    assert_string_equal(d.keys[0], "worker.lease_ms");
+    assert_string_equal(d.keys[1], "log.level");
+    assert_string_equal(d.keys[2], "dlt.token");
+    struct diff_seen none = {0};
+    qw_config_diff(&b, &b, collect_diff, &none);
+    assert_int_equal(none.n, 0);
+    assert_true(qw_config_reloadable("log", "level"));
+    assert_true(qw_config_reloadable("admin", "listen"));
+    assert_true(qw_config_reloadable("dlt", "pause_max_ms"));
+    assert_false(qw_config_reloadable("worker", "lease_ms"));
+    assert_false(qw_config_reloadable("database", "conninfo"));
+    qw_config_free(&a);
+    qw_config_free(&b);
 }
 
 /* ---- secrets ---- */
@@ -890,6 +1057,10 @@ int main(void)
         cmocka_unit_test(test_env_errors),
         cmocka_unit_test(test_env_beats_file),
         cmocka_unit_test(test_rule_blames_env_over_default),
+        cmocka_unit_test(test_rule_blames_env_over_file),
+        cmocka_unit_test(test_origins),
+        cmocka_unit_test(test_env_section_typo_warns),
+        cmocka_unit_test(test_diff_and_reloadable),
         cmocka_unit_test(test_secrets_from_env),
         cmocka_unit_test(test_secrets_from_files),
         cmocka_unit_test(test_secret_file_errors),
