@@ -188,7 +188,7 @@ static void print_json(json_t *obj)
 /* A database error of enqueue, with the step that helps: migrate, or the role needed. */
 static int db_failure(const struct qw_error *err)
 {
-    return qw_cli_db_error(err, "a role granted queuer_enqueuer (or queuer_worker)");
+    return qw_cli_db_error(err, "a role granted queuer_enqueuer or queuer_worker");
 }
 
 static int enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const struct args *a,
@@ -216,7 +216,7 @@ static int enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, con
     } else if (rc == QW_ERR_INVALID) {
         qw_cli_err("invalid: %s", err.msg);
     } else {
-        return db_failure(&err);
+        db_failure(&err);
     }
     return exit_for(rc);
 }

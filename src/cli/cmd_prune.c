@@ -241,7 +241,7 @@ int qw_cmd_prune(int argc, char **argv)
     if (rc == QW_OK || t.chunks > 0)
         print_result(&a, &t, shown, age, qw_clock_mono_ms() - began);
     if (rc != QW_OK)
-        return qw_cli_db_error(&err, "the schema owner (DELETE on queuer.batches and "
-                                     "queuer.batch_history; the role of queuer migrate)");
+        return qw_cli_db_error(&err, "the schema owner, the role of queuer migrate: DELETE on "
+                                     "queuer.batches and queuer.batch_history");
     return QW_EXIT_OK;
 }

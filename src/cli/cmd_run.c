@@ -78,8 +78,8 @@ int qw_cmd_run(int argc, char **argv)
     struct qw_error err;
     qw_error_clear(&err);
     int rc = qw_worker_run(&cfg, &reload, &err);
-    if (rc != QW_OK)
-        qw_cli_err("%s", err.msg);
     qw_config_free(&cfg);
-    return qw_cli_exit_for(rc);
+    if (rc != QW_OK)
+        return qw_cli_db_error(&err, "a role granted queuer_worker");
+    return QW_EXIT_OK;
 }
