@@ -113,7 +113,7 @@ SELECT b.done, b.invalid, b.in_flight, b.delayed, b.unknown, b.waiting, coalesce
                count(*) FILTER (WHERE status = 'Unknown') AS unknown,
                count(*) FILTER (WHERE status IS NULL AND NOT submitted) AS waiting
           FROM queuer.batches) b,
-       (SELECT string_agg(format('%s %s (%s)', i.instance_id, coalesce(h.n, 0), coalesce(c.n, 0)),
+       (SELECT string_agg(format('%s %s (%s svc)', i.instance_id, coalesce(h.n, 0), coalesce(c.n, 0)),
                           '  ' ORDER BY i.instance_id) AS txt
           FROM queuer.instances i
           LEFT JOIN (SELECT instance_id, count(*) AS n FROM queuer.batch_history

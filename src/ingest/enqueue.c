@@ -582,17 +582,21 @@ int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *
         if (!b.doomed)
             rollback(db);
         report->enqueued = 0;
+        /* "1 invalid line; ...", "2 invalid lines; ..." */
         if (report->invalid > 0)
-            rc = qw_error_set(err, QW_ERR_INVALID, "%ld invalid line(s); nothing was enqueued",
-                              report->invalid);
+            rc = qw_error_set(err, QW_ERR_INVALID,
+                              "%ld invalid line%s; nothing was enqueued (--skip-invalid loads "
+                              "the others)",
+                              report->invalid, report->invalid == 1 ? "" : "s");
         else if (report->conflicts > 0)
             rc = qw_error_set(err, QW_ERR_DUPLICATE,
-                              "%ld line(s) conflict with stored batches; nothing was enqueued",
-                              report->conflicts);
+                              "%ld line%s conflict%s with stored batches; nothing was enqueued",
+                              report->conflicts, report->conflicts == 1 ? "" : "s",
+                              report->conflicts == 1 ? "s" : "");
         else
             rc = qw_error_set(err, QW_ERR_BACKPRESSURE,
-                              "%ld line(s) refused by back pressure; nothing was enqueued",
-                              report->backpressure);
+                              "%ld line%s refused by back pressure; nothing was enqueued",
+                              report->backpressure, report->backpressure == 1 ? "" : "s");
         goto out;
     }
     rc = qw_db_exec(db, "COMMIT", err);
