@@ -199,6 +199,19 @@ int qw_cli_db_error(const struct qw_error *err, const char *role)
     return qw_cli_exit_for(err->rc);
 }
 
+int qw_cli_print_json(json_t *obj)
+{
+    char *text = obj ? json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(obj);
+    if (!text) {
+        qw_cli_err("out of memory");
+        return QW_EXIT_FAILURE;
+    }
+    puts(text);
+    free(text);
+    return QW_EXIT_OK;
+}
+
 void qw_cli_help_common(FILE *out)
 {
     fprintf(out,

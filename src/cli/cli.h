@@ -14,6 +14,7 @@
 
 #include "common/err.h"
 
+#include <jansson.h>
 #include <stdio.h>
 
 enum qw_exit {
@@ -93,6 +94,13 @@ int qw_cli_open_db(const struct qw_cli_common *c, const char *app, struct qw_db 
  * "queuer_operator"). Returns the exit code for `rc`.
  */
 int qw_cli_db_error(const struct qw_error *err, const char *role);
+
+/**
+ * Prints `obj` as indented JSON and a newline on stdout, then releases it
+ * (NULL, from a failed json_pack, counts as out of memory). Returns
+ * QW_EXIT_OK or QW_EXIT_FAILURE (message printed).
+ */
+int qw_cli_print_json(json_t *obj);
 
 /** Prints the help text shared by every command: common options, environment. */
 void qw_cli_help_common(FILE *out);

@@ -52,19 +52,6 @@ static void add_key(void *ctx, const char *section, const char *name, enum qw_co
                                     origin, "reloadable", qw_config_reloadable(section, name)));
 }
 
-static int print_json(json_t *obj)
-{
-    char *text = obj ? json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(obj);
-    if (!text) {
-        qw_cli_err("out of memory");
-        return QW_EXIT_FAILURE;
-    }
-    puts(text);
-    free(text);
-    return QW_EXIT_OK;
-}
-
 static void print_warning(void *ctx, const char *msg)
 {
     (void)ctx;
@@ -111,15 +98,15 @@ int qw_cmd_check_config(int argc, char **argv)
     if (qw_config_load_from(&cfg, &src, environ, &err) != QW_OK) {
         qw_cli_err("%s", err.msg);
         if (json)
-            print_json(json_pack("{s:b, s:s}", "valid", 0, "error", err.msg));
+            qw_cli_print_json(json_pack("{s:b, s:s}", "valid", 0, "error", err.msg));
         return QW_EXIT_CONFIG;
     }
     int code = QW_EXIT_OK;
     if (json) {
         struct json_visit v = {json_array(), json_object()};
         qw_config_visit(&cfg, add_key, &v);
-        code = print_json(json_pack("{s:b, s:s?, s:o, s:o}", "valid", 1, "file", src.path, "keys",
-                                    v.keys, "secrets", v.secrets));
+        code = qw_cli_print_json(json_pack("{s:b, s:s?, s:o, s:o}", "valid", 1, "file", src.path,
+                                           "keys", v.keys, "secrets", v.secrets));
     } else {
         qw_config_print(&cfg, stdout);
         fprintf(stderr, "queuer check-config: configuration OK (%s%s)\n",

@@ -173,18 +173,6 @@ static int exit_for(int rc)
     return qw_cli_exit_for(rc);
 }
 
-/* Prints a JSON object on stdout and frees it. */
-static void print_json(json_t *obj)
-{
-    char *text = obj ? json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(obj);
-    if (text)
-        puts(text);
-    else
-        qw_cli_err("out of memory");
-    free(text);
-}
-
 /* A database error of enqueue, with the step that helps: migrate, or the role needed. */
 static int db_failure(const struct qw_error *err)
 {
@@ -205,8 +193,8 @@ static int enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, con
     if (rc == QW_OK) {
         const char *word = outcome == QW_ENQ_DUPLICATE ? "duplicate" : "enqueued";
         if (a->json)
-            print_json(json_pack("{s:s, s:s, s:s}", "batch_id", a->batch_id, "service_id",
-                                 a->service, "outcome", word));
+            qw_cli_print_json(json_pack("{s:s, s:s, s:s}", "batch_id", a->batch_id, "service_id",
+                                        a->service, "outcome", word));
         else
             printf("%s %s\n", word, a->batch_id);
     } else if (rc == QW_ERR_BACKPRESSURE) {
@@ -280,12 +268,12 @@ static int enqueue_tsv(struct qw_db *db, const struct qw_enqueue_opts *opts, FIL
     else if (rc != QW_OK)
         qw_cli_err("%s", err.msg);
     if (json)
-        print_json(json_pack("{s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "committed",
-                             report.committed, "lines", (int)report.lines, "batch_lines",
-                             (int)report.records, "enqueued", (int)report.enqueued, "duplicates",
-                             (int)report.duplicates, "invalid", (int)report.invalid, "conflicts",
-                             (int)report.conflicts, "backpressure", (int)report.backpressure,
-                             "issues", printer.issues));
+        qw_cli_print_json(json_pack(
+            "{s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "committed", report.committed, "lines",
+            (int)report.lines, "batch_lines", (int)report.records, "enqueued", (int)report.enqueued,
+            "duplicates", (int)report.duplicates, "invalid", (int)report.invalid, "conflicts",
+            (int)report.conflicts, "backpressure", (int)report.backpressure, "issues",
+            printer.issues));
     else
         print_summary(&report);
     if (rc == QW_OK && report.backpressure > 0) {

@@ -48,21 +48,6 @@ static json_t *list_json(const struct qw_migration_info *list, size_t n, int bef
     return arr;
 }
 
-static int print_json(int schema_version, json_t *migrations)
-{
-    json_t *obj = json_pack("{s:i, s:i, s:o}", "schema_version", schema_version, "binary_version",
-                            qw_migrate_latest(), "migrations", migrations);
-    char *text = obj ? json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(obj);
-    if (!text) {
-        qw_cli_err("out of memory");
-        return QW_EXIT_FAILURE;
-    }
-    puts(text);
-    free(text);
-    return QW_EXIT_OK;
-}
-
 static void print_status(const struct qw_migration_info *list, size_t n, int version)
 {
     size_t pending = 0;
@@ -155,8 +140,10 @@ int qw_cmd_migrate(int argc, char **argv)
     }
     code = QW_EXIT_OK;
     if (json)
-        code = print_json(mode == MODE_APPLY ? after : before,
-                          list_json(list, n, before, mode == MODE_DRY_RUN));
+        code = qw_cli_print_json(json_pack("{s:i, s:i, s:o}", "schema_version",
+                                           mode == MODE_APPLY ? after : before, "binary_version",
+                                           qw_migrate_latest(), "migrations",
+                                           list_json(list, n, before, mode == MODE_DRY_RUN)));
     else if (mode == MODE_STATUS)
         print_status(list, n, before);
     else if (mode == MODE_DRY_RUN)

@@ -172,11 +172,7 @@ static void print_result(const struct args *a, const struct totals *t, const cha
             json_object_set_new(o, "transactions", json_integer(t->chunks));
             json_object_set_new(o, "ms", json_integer(ms));
         }
-        char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-        json_decref(o);
-        if (text)
-            puts(text);
-        free(text);
+        qw_cli_print_json(o);
     } else if (a->dry_run) {
         printf("would remove %s (Committed %lld, Valid %lld, Invalid %lld) final before %s "
                "(older than %s), with their history\n",
