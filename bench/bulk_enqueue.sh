@@ -55,7 +55,7 @@ QUEUER_INGEST_HIGH=0 "$queuer" enqueue --tsv "$work/load.tsv" >"$work/out" 2>"$w
 t1=$(date +%s.%N)
 cat "$work/out"
 case "$(cat "$work/out")" in
-    "$lines enqueued,"*) ;;
+    "$lines of $lines batch lines enqueued;"*) ;;
     *) echo "bulk_enqueue: expected $lines enqueued" >&2; exit 1 ;;
 esac
 awk -v a="$t0" -v b="$t1" -v n="$lines" \

@@ -424,7 +424,8 @@ static void test_bulk_order_and_rows(void **state)
     int rc = run_queuer(conninfo, NULL, args, t.s, &out, &err);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, err);
-    assert_contains(out, "30 enqueued, 0 duplicates (idempotent), 0 skipped");
+    assert_contains(
+        out, "30 of 30 batch lines enqueued; 0 duplicates (already stored, no-op); 0 skipped");
     free(out);
     free(err);
 
@@ -456,7 +457,8 @@ static void test_bulk_order_and_rows(void **state)
     /* the same load again: all duplicates, exit 0, nothing new */
     rc = run_queuer(conninfo, NULL, args, t.s, &out, &err);
     assert_int_equal(rc, 0);
-    assert_contains(out, "0 enqueued, 30 duplicates (idempotent), 0 skipped");
+    assert_contains(
+        out, "0 of 30 batch lines enqueued; 30 duplicates (already stored, no-op); 0 skipped");
     assert_contains(err, "... and 10 more duplicates");
     free(out);
     free(err);
@@ -499,7 +501,7 @@ static void test_bulk_bad_lines(void **state)
     assert_contains(err, "line 3: invalid:");
     assert_contains(err, "line 5: invalid: service_id 'bad-service'");
     assert_contains(err, "nothing was enqueued");
-    assert_contains(out, "0 enqueued");
+    assert_contains(out, "nothing enqueued from 6 batch lines: 2 invalid");
     free(out);
     free(err);
     struct qw_db *db = itest_connect(conninfo);
@@ -512,7 +514,9 @@ static void test_bulk_bad_lines(void **state)
     rc = run_queuer(conninfo, NULL, skip, t.s, &out, &err);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, err);
-    assert_contains(out, "4 enqueued, 0 duplicates (idempotent), 2 skipped, of 6 batch lines");
+    assert_contains(out,
+                    "4 of 6 batch lines enqueued; 0 duplicates (already stored, no-op); 2 skipped "
+                    "(2 invalid, 0 conflicting, 0 refused by back pressure)");
     assert_contains(err, "line 3: invalid:");
     assert_contains(err, "line 5: invalid:");
     free(out);
@@ -630,13 +634,14 @@ static void test_backpressure_hysteresis(void **state)
         tsv_line(&over, SVC_A, (uint64_t)k, id);
     char *out = NULL;
     assert_int_equal(run_queuer(conninfo, env, args, over.s, &out, &err), 75);
-    assert_contains(out, "0 enqueued"); /* without --skip-invalid: nothing */
+    assert_contains(out, "nothing enqueued from 20 batch lines"); /* without --skip-invalid */
     assert_contains(err, "line 16: back pressure:");
     free(out);
     free(err);
     const char *skip[] = {"--tsv", "-", "--skip-invalid", NULL};
     assert_int_equal(run_queuer(conninfo, env, skip, over.s, &out, &err), 75);
-    assert_contains(out, "15 enqueued, 0 duplicates (idempotent), 5 skipped");
+    assert_contains(
+        out, "15 of 20 batch lines enqueued; 0 duplicates (already stored, no-op); 5 skipped");
     assert_contains(err, "run the load again");
     free(out);
     free(err);
@@ -647,13 +652,14 @@ static void test_backpressure_hysteresis(void **state)
                      30);
     /* a re-run reports the stored lines as duplicates and the rest as refused */
     assert_int_equal(run_queuer(conninfo, env, skip, over.s, &out, NULL), 75);
-    assert_contains(out, "0 enqueued, 15 duplicates (idempotent), 5 skipped");
+    assert_contains(
+        out, "0 of 20 batch lines enqueued; 15 duplicates (already stored, no-op); 5 skipped");
     free(out);
 
     /* high = 0 disables back pressure */
     const char *off[] = {"QUEUER_INGEST_HIGH=0", NULL};
     assert_int_equal(run_queuer(conninfo, off, skip, over.s, &out, NULL), 0);
-    assert_contains(out, "5 enqueued, 15 duplicates");
+    assert_contains(out, "5 of 20 batch lines enqueued; 15 duplicates");
     free(out);
     struct text many = {0};
     for (int k = 100; k < 150; k++)

@@ -860,7 +860,7 @@ static void test_prune(void **state)
     itest_exec(w, "ROLLBACK");
     qw_db_close(w);
     assert_int_equal(run_queuer(&e, NULL, &out, NULL, "prune", "--older-than", "7d", NULL), 0);
-    expect_contains(out, "removed 1 batches (Committed 1, Valid 0, Invalid 0) and 3 history "
+    expect_contains(out, "removed 1 batch (Committed 1, Valid 0, Invalid 0) and 3 history "
                          "rows");
     free(out);
 
@@ -899,7 +899,7 @@ static void test_prune(void **state)
          ids[3]);
     assert_int_equal(run_queuer(&e, "ops_cli_op", NULL, &err, "prune", "--older-than", "1d", NULL),
                      1);
-    expect_contains(err, "run it as the schema owner");
+    expect_contains(err, "this needs the schema owner, the role of queuer migrate");
     free(err);
     assert_int_equal(
         scalarf(&e, "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s'", ids[3]), 1);
