@@ -65,11 +65,7 @@ int main(int argc, char **argv)
 {
     int n_globals = 0;
     int at = find_command(argc, argv, &n_globals);
-    if (at < 0) {
-        usage(stderr);
-        return QW_EXIT_USAGE;
-    }
-    if (at >= argc) {
+    if (at < 0 || at >= argc) {
         usage(stderr);
         return QW_EXIT_USAGE;
     }

@@ -110,7 +110,7 @@ static int watch(struct qw_db *db, int stuck)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_watch_signal; /* no SA_RESTART: the sleep ends at once */
+    sa.sa_handler = on_watch_signal; /* the naps below check the flag */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
