@@ -11,40 +11,43 @@
 #include <string.h>
 
 struct reload {
-    struct qw_worker *w;        /* the worker being reloaded */
-    const struct qw_config *in; /* the configuration just read */
-    int applied;                /* keys applied */
-    int restart;                /* keys that need a restart */
+    struct qw_worker *w; /* the worker being reloaded */
+    int applied;         /* keys applied */
+    int restart;         /* keys that need a restart */
 };
 
-/* Restarts the admin server on `listen`; keeps the old one when that fails. */
+/*
+ * Restarts the admin server on `listen`; back on the old address when that
+ * fails. The server keeps a pointer to the config it was started with, so
+ * it is always w->admin_cfg (whose admin_listen this function owns).
+ */
 static int restart_admin(struct qw_worker *w, const char *listen)
 {
     char *copy = strdup(listen);
     if (!copy)
         return QW_ERR_NOMEM;
-    struct qw_config next = w->admin_cfg;
-    next.admin_listen = copy;
+    char *old = w->admin_cfg.admin_listen;
     /* Stop first: the new address may be the old port on another interface. */
     qw_worker_admin_stop(w->admin);
     w->admin = NULL;
+    w->admin_cfg.admin_listen = copy;
     struct qw_error err;
     qw_error_clear(&err);
-    int rc = qw_worker_admin_start(&next, w, &w->stats.ops, &w->admin, &err);
-    if (rc != QW_OK) {
-        char quoted[600];
-        qw_log_error("config.reload_admin_failed", "listen=%s error=%s; back on %s", listen,
-                     qw_log_quote(quoted, sizeof(quoted), err.msg), w->admin_cfg.admin_listen);
-        free(copy);
-        qw_error_clear(&err);
-        if (qw_worker_admin_start(&w->admin_cfg, w, &w->stats.ops, &w->admin, &err) != QW_OK)
-            qw_log_error("admin.lost", "error=%s; the admin server is off until the next reload",
-                         qw_log_quote(quoted, sizeof(quoted), err.msg));
-        return rc;
+    int rc = qw_worker_admin_start(&w->admin_cfg, w, &w->stats.ops, &w->admin, &err);
+    if (rc == QW_OK) {
+        free(old);
+        return QW_OK;
     }
-    free(w->admin_cfg.admin_listen);
-    w->admin_cfg.admin_listen = copy;
-    return QW_OK;
+    char quoted[600];
+    qw_log_error("config.reload_admin_failed", "listen=%s error=%s kept=%s", listen,
+                 qw_log_quote(quoted, sizeof(quoted), err.msg), old);
+    w->admin_cfg.admin_listen = old;
+    free(copy);
+    qw_error_clear(&err);
+    if (qw_worker_admin_start(&w->admin_cfg, w, &w->stats.ops, &w->admin, &err) != QW_OK)
+        qw_log_error("admin.lost", "error=%s until=next reload",
+                     qw_log_quote(quoted, sizeof(quoted), err.msg));
+    return rc;
 }
 
 static void apply_key(void *ctx, const char *section, const char *name, enum qw_config_kind kind,
@@ -107,7 +110,7 @@ void qw_worker_apply_reload(struct qw_worker *w)
     char level[16] = "info";
     snprintf(level, sizeof(level), "%s", qw_log_level_name());
     in_force.log_level = level;
-    struct reload r = {.w = w, .in = &next};
+    struct reload r = {.w = w};
     qw_config_diff(&in_force, &next, apply_key, &r);
     qw_log_info("config.reload", "signal=SIGHUP applied=%d needs_restart=%d", r.applied, r.restart);
     qw_config_free(&next);

@@ -6,7 +6,9 @@
 #    dlt.pause_base_ms/pause_max_ms; a changed key that is not reloadable
 #    (worker.claim_slack) is logged as needing a restart. The worker keeps
 #    running, keeps its claims (same epochs) and its workload finishes.
-#  - SIGHUP with a broken file logs config.reload_failed and changes nothing.
+#  - an admin address that cannot be bound is logged and the server stays on
+#    the old one; SIGHUP with a broken file logs config.reload_failed and
+#    changes nothing.
 #  - SIGTERM still stops it gracefully: exit 0, claims released.
 . "$(dirname "$0")/lib_scenario.sh"
 sc_begin ops_signals
@@ -14,7 +16,7 @@ sc_begin ops_signals
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
-http_code() { curl -s -m 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/healthz"; }
+http_code() { curl -s -m 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1${2:-/healthz}"; }
 cfg=$SC_DIR/queuer.cfg
 write_cfg() { # LEVEL PORT PAUSE_MAX SLACK
     cat >"$cfg" <<CFG
@@ -64,7 +66,33 @@ grep -q 'event=config.needs_restart key=worker.claim_slack new=9' "$SC_DIR/w1.lo
 sc_wait_log w1 10 'level=debug'
 sc_check "healthz on the new port" 200 "$(http_code "$p2")"
 sc_check "old port closed" 000 "$(http_code "$p1")"
+# /readyz opens a connection from the configuration the server was started with
+ready=
+for _ in $(seq 1 40); do
+    ready=$(http_code "$p2" /readyz)
+    [ "$ready" = 200 ] && break
+    sleep 0.1
+done
+sc_check "readyz on the new port" 200 "$ready"
 kill -0 "$(cat "$SC_DIR/w1.pid")" || sc_fail "the worker died at SIGHUP"
+
+# An admin address that cannot be bound: logged, and the server stays where it was.
+p3=$(free_port)
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(30)' "$p3" &
+holder=$!
+for _ in $(seq 1 50); do
+    python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' \
+        "$p3" 2>/dev/null && break
+    sleep 0.1
+done
+write_cfg debug "$p3" 2000 9
+sc_worker_signal w1 HUP
+sc_wait_log w1 10 "event=config.reload_admin_failed listen=127.0.0.1:$p3 .* kept=127.0.0.1:$p2"
+sc_check "healthz still on the port before" 200 "$(http_code "$p2")"
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
 
 echo 'log = { level = "loud"; };' >"$cfg"
 sc_worker_signal w1 HUP
