@@ -311,7 +311,12 @@ qwc_main() {
     local cmd=${1:-help}
     [ $# -eq 0 ] || shift
     case $cmd in
-    start) qwc_start "$@" ;;
+    start)
+        qwc_start "$@"
+        qwc_load_state
+        echo "started in $QWC_DIR: PostgreSQL ($QW_PG_CONNINFO), scabbard-sim ($QW_SIM_URL)," \
+            "$QWC_WORKERS worker$([ "$QWC_WORKERS" = 1 ] || echo s); to use queuer on it: eval \"\$(scripts/cluster.sh env)\""
+        ;;
     stop) qwc_stop ;;
     status) qwc_status ;;
     load)
