@@ -35,9 +35,12 @@ write_cfg info "$p1" 1000 4
 sc_gen "$SC_DIR/w.tsv" 10 6 3
 # Not sc_worker_start: it sets QUEUER_ADMIN_LISTEN=off and QUEUER_LOG_LEVEL,
 # and the environment wins over the file this test reloads.
+worker_env=()
+for v in "${SC_WORKER_ENV[@]}"; do
+    case $v in QUEUER_LOG_LEVEL=*) ;; *) worker_env+=("$v") ;; esac
+done
 env QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO application_name=w1" QUEUER_DLT_URL="$QW_SIM_URL" \
-    QUEUER_WORKER_INSTANCE_ID=w1 QUEUER_WORKER_LEASE_MS="$SC_LEASE_MS" \
-    QUEUER_WORKER_HARD_EXPIRY_MS="$SC_HARD_MS" QUEUER_WORKER_CYCLE_MS="$SC_CYCLE_MS" QUEUER_CONFIG="$cfg" \
+    QUEUER_WORKER_INSTANCE_ID=w1 "${worker_env[@]}" QUEUER_CONFIG="$cfg" \
     "$QUEUER_BIN" run >>"$SC_DIR/w1.log" 2>&1 &
 echo $! >"$SC_DIR/w1.pid"
 sc_wait_log w1 20 'event=admin.listening'
