@@ -72,6 +72,7 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
         "${psql[@]}" -d postgres -q -v db="$POSTGRES_DB" <<<'CREATE DATABASE :"db";'
     fi
     for f in /docker-entrypoint-initdb.d/*; do
+        # shellcheck disable=SC1090 # the user's scripts
         case $f in
         *.sh) echo "docker-entrypoint: running $f"; PGHOST=$initsock . "$f" ;;
         *.sql) echo "docker-entrypoint: running $f"; "${psql[@]}" -d "$POSTGRES_DB" -f "$f" ;;

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The docker-compose.yml cluster, end to end: `scripts/cluster.sh
 # compose-up | compose-down | compose ARGS...` (sourced by scripts/cluster.sh
 # and by tests/compose/run.sh; it defines qwk_* functions only).
@@ -141,7 +142,7 @@ qwk_engine_start() {
     local i
     for i in $(seq 1 120); do
         qwk_engine_answers && return 0
-        [ $i -lt 10 ] || qwk_engine_ours || break
+        [ "$i" -lt 10 ] || qwk_engine_ours || break
         sleep 0.5
     done
     tail -n 20 "$QWK_STATE_DIR/dockerd.log" >&2
@@ -196,6 +197,7 @@ qwk__acquire() {
 
 # qwk_engine_mark NAME stack|PID: what keeps NAME's registration alive.
 qwk_engine_mark() {
+    # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
     qwk_locked sh -c 'echo "$2" >"$1"' sh "$QWK_STATE_DIR/users/$1" "$2"
 }
 
@@ -363,9 +365,9 @@ qwk_compose() {
     "${QWK_COMPOSE_CMD[@]}" "${files[@]}" --project-directory "$QWK_ROOT" -p "$QWK_PROJECT" "$@"
 }
 
-# qwk_containers [FILTER...]: ids of the stack's containers.
+# qwk_containers: ids of the stack's containers.
 qwk_containers() {
-    docker ps -aq --filter "label=com.docker.compose.project=$QWK_PROJECT" "$@"
+    docker ps -aq --filter "label=com.docker.compose.project=$QWK_PROJECT"
 }
 
 # qwk_wait_healthy SECS: waits until every container of the stack that has a
