@@ -7,7 +7,12 @@
 #
 #   docker build -t queuer:local .
 #   docker run --rm queuer:local --help
-FROM debian:12 AS build
+#
+# Without a registry, scripts/cluster.sh compose-up builds a local Debian 12
+# base and passes it as both images (--build-arg DEBIAN_IMAGE=...).
+ARG DEBIAN_IMAGE=debian:12
+ARG DEBIAN_SLIM_IMAGE=debian:12-slim
+FROM ${DEBIAN_IMAGE} AS build
 ENV DEBIAN_FRONTEND=noninteractive
 COPY scripts/deps.sh /src/scripts/deps.sh
 RUN /src/scripts/deps.sh && rm -rf /var/lib/apt/lists/*
@@ -27,7 +32,7 @@ RUN meson setup /build --buildtype=release -Dtests=false \
     && install -m 0755 /build/src/queuer /build/sim/scabbard-sim \
                /build/tools/queuer-gen /build/tools/qw-check /out/
 
-FROM debian:12-slim
+FROM ${DEBIAN_SLIM_IMAGE}
 RUN apt-get update -qq \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
            libpq5 libconfig9 libcurl4 libjansson4 libprotobuf-c1 libmicrohttpd12 \

@@ -15,6 +15,9 @@
 #   scripts/cluster.sh topology                        the topology, one key=value a line
 #   scripts/cluster.sh compose-secrets [DIR]           env files for docker-compose.yml
 #                                                      (default .cluster/compose)
+#   scripts/cluster.sh compose-up | compose-down       docker-compose.yml, set up and
+#                                                      healthy | removed (scripts/lib/compose.sh)
+#   scripts/cluster.sh compose ARGS...                 docker compose ARGS on that stack
 #
 # Environment: QWC_DIR (state directory), QWC_BUILD (build directory, default
 # build/release), QUEUER_BIN / SCABBARD_SIM_BIN (binaries, default from QWC_BUILD).
@@ -332,6 +335,11 @@ qwc_main() {
     clean) qwc_clean ;;
     topology) qwc_topology ;;
     compose-secrets) qwc_compose_secrets "${1:-$QWC_DIR/compose}" ;;
+    compose-up | compose-down | compose)
+        # shellcheck source=scripts/lib/compose.sh
+        . "$QWC_ROOT/scripts/lib/compose.sh"
+        qwk_main "$cmd" "$@"
+        ;;
     help | -h | --help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
     *) echo "cluster.sh: unknown command $cmd (try --help)" >&2; exit 64 ;;
     esac

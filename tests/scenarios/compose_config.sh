@@ -207,7 +207,10 @@ if len(local_pairs) != len(compose_pairs) or not all(
 # 7. the Dockerfile
 with open(os.path.join(root, "Dockerfile")) as f:
     dockerfile = f.read()
-froms = re.findall(r"^FROM\s+(\S+)", dockerfile, re.M)
+# FROM ${ARG} takes the ARG's default (compose-up passes local stand-ins)
+arg_defaults = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", dockerfile, re.M))
+froms = [re.sub(r"\$\{(\w+)\}", lambda m: arg_defaults.get(m.group(1), m.group(0)), x)
+         for x in re.findall(r"^FROM\s+(\S+)", dockerfile, re.M)]
 if not froms or not all(re.fullmatch(r"debian:12(-slim)?", x) for x in froms):
     fail(f"the Dockerfile must build on Debian 12, has FROM {froms}")
 if not re.search(r"^RUN\s+.*scripts/deps\.sh", dockerfile, re.M):
