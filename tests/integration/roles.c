@@ -77,10 +77,11 @@ static void test_worker_and_operator(void **state)
     /* the history is append-only for it */
     expect(worker, "UPDATE queuer.batch_history SET detail = 'x'", "42501");
     expect(worker, "DELETE FROM queuer.batch_history", "42501");
+    /* and it appends only its own transitions at a claim it holds (hostile_roles.c) */
     expect(worker,
            "INSERT INTO queuer.batch_history (batch_id, service_id, to_status) "
            "VALUES (repeat('ab', 64), 'roles-aaaaa::0001', 'Committed')",
-           "");
+           "42501");
     /* it updates batches (statuses), and reads what it needs */
     expect(worker,
            "UPDATE queuer.batches SET status = 'Pending', submitted = true, "
@@ -94,7 +95,7 @@ static void test_worker_and_operator(void **state)
            "VALUES (repeat('cd', 64), 'roles-aaaaa::0001', '\\x00', now())",
            "42501");
     qw_db_close(worker);
-    assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batch_history"), 3);
+    assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batch_history"), 2);
     assert_int_equal(itest_scalar(admin, "SELECT attempts FROM queuer.batches"), 1);
 
     struct qw_db *op = connect_as(conninfo, "itest_operator");
