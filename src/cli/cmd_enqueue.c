@@ -26,12 +26,14 @@ static void usage(FILE *out)
                  "no-op (reported as a duplicate), so a load can be re-run safely.\n"
                  "\n"
                  "Back pressure: a service whose backlog reaches the high mark is refused\n"
-                 "until it is below the low mark. ingest.high / ingest.low from the\n"
-                 "configuration (or QUEUER_INGEST_HIGH / _LOW) override the database's\n"
-                 "queuer.settings for this command; high = 0 turns back pressure off.\n"
+                 "until it is below the low mark (queuer.settings). When connected as the\n"
+                 "schema owner, ingest.high / ingest.low from the configuration (or\n"
+                 "QUEUER_INGEST_HIGH / _LOW) override them for this command (high = 0 turns\n"
+                 "back pressure off); for any other role setting them is an error.\n"
                  "\n"
-                 "exit status: 0 done (duplicates included); 64 usage; 65 invalid input or a\n"
-                 "batch_id already used with other content; 66 input unreadable; 69 database\n"
+                 "exit status: 0 done (duplicates included); 64 usage; 65 invalid input, a\n"
+                 "batch_id already used with other content, or --skip-invalid with no line\n"
+                 "stored; 66 input unreadable; 69 database\n"
                  "unreachable; 75 back pressure: a service's backlog is at ingest.high, retry\n"
                  "once it is below ingest.low; 78 bad configuration.\n");
 }
@@ -222,6 +224,11 @@ static int enqueue_tsv(struct qw_db *db, const struct qw_enqueue_opts *opts, FIL
                 "the backlog has drained (stored lines count as duplicates)\n",
                 report.backpressure);
         return QW_EXIT_TEMPFAIL;
+    }
+    if (rc == QW_OK && skipped > 0 && report.enqueued + report.duplicates == 0) {
+        fprintf(stderr, "queuer enqueue: no line was stored: all %ld batch line(s) were skipped\n",
+                skipped);
+        return QW_EXIT_DATAERR;
     }
     return exit_for(rc);
 }

@@ -519,6 +519,22 @@ static void test_bulk_bad_lines(void **state)
     free(err);
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batches"), 4);
 
+    /* --skip-invalid with nothing loadable stored nothing: that is a failure, not exit 0 */
+    rc = run_queuer(conninfo, NULL, skip, "junk\nmore junk\tx\n\x01\x02\x03\n", &out, &err);
+    if (rc != 65)
+        fail_msg("junk with --skip-invalid: exit %d, want 65\n%s%s", rc, out, err);
+    assert_contains(out, "0 enqueued, 0 duplicates (idempotent), 3 skipped, of 3 batch lines");
+    assert_contains(err, "no line was stored");
+    free(out);
+    free(err);
+    /* lines already stored count as loaded (a re-run of a load is not a failure) */
+    rc = run_queuer(conninfo, NULL, skip, t.s, &out, &err);
+    if (rc != 0)
+        fail_msg("re-run with --skip-invalid: exit %d\n%s", rc, err);
+    free(out);
+    free(err);
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batches"), 4);
+
     /* a conflict found by the database also rejects the whole load */
     struct text c = {0};
     char fresh[129];
