@@ -23,16 +23,6 @@
 #define SVC "hostl-aaaaa::0001"
 #define OTHER_SVC "hostl-bbbbb::0002"
 
-static struct qw_db *connect_as(const char *conninfo, const char *role)
-{
-    size_t len = strlen(conninfo) + strlen(role) + 8;
-    char *c = malloc(len);
-    snprintf(c, len, "%s user=%s", conninfo, role);
-    struct qw_db *db = itest_connect(c);
-    free(c);
-    return db;
-}
-
 /* Runs `sql` and checks its SQLSTATE ("" = success); returns the error message. */
 static const char *expect(struct qw_db *db, const char *sql, const char *want)
 {
@@ -85,7 +75,7 @@ static void test_worker_cannot_forge(void **state)
     itest_exec(admin,
                "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 1, "
                "expiry_1 = now() + interval '1 hour', expiry_2 = now() + interval '2 hours'");
-    struct qw_db *w = connect_as(conninfo, "itest_hworker");
+    struct qw_db *w = itest_connect_as(conninfo, "itest_hworker");
     char sql[1024];
 #define HIST(to, inst, epoch, extra)                                                               \
     (snprintf(sql, sizeof(sql),                                                                    \
@@ -177,7 +167,7 @@ static void test_enqueuer_limits(void **state)
     enqueue(admin, OTHER_SVC, 11, id, &err);
     assert_int_equal(err.rc, QW_OK);
 
-    struct qw_db *e = connect_as(conninfo, "itest_henq");
+    struct qw_db *e = itest_connect_as(conninfo, "itest_henq");
     /* the same batch id under another service: refused without naming the holder */
     enqueue(e, SVC, 11, id, &err);
     assert_int_equal(err.rc, QW_ERR_DUPLICATE);
