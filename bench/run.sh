@@ -31,7 +31,9 @@
 # worker (e.g. QUEUER_WORKER_CYCLE_MS=200); BENCH_GW_PROCS (1),
 # BENCH_GW_CONCURRENCY (32), BENCH_GW_LOCAL_QUEUE (64),
 # BENCH_GW_COMPLETE_BATCH_MS (0) for graphile-worker; BENCH_SIM_DELAY_MS (20);
-# BENCH_ANALYZE: a bench-analyze binary to use instead of the build's.
+# BENCH_ANALYZE: a bench-analyze binary to use instead of the build's;
+# BENCH_WORKER_ROLE=1: workers log in as a member of queuer_worker (as in
+# production) instead of the superuser that owns the schema.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -438,9 +440,15 @@ run_queuer() {
     start_sim "$dir" "$@"
     RUN_LOAD1=$(cut -d' ' -f1 /proc/loadavg)
     snap_before
+    local worker_conninfo=$DB_CONNINFO
+    if [ "${BENCH_WORKER_ROLE:-0}" = 1 ]; then
+        psql -X -q "$PG_ADMIN" -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'qw_bench_worker') THEN CREATE ROLE qw_bench_worker LOGIN IN ROLE queuer_worker; END IF; END \$\$" >>"$LOG" 2>&1 ||
+            die "cannot create the worker role"
+        worker_conninfo=${DB_CONNINFO/user=postgres/user=qw_bench_worker}
+    fi
     for i in $(seq 1 "$k"); do
         # shellcheck disable=SC2086 # BENCH_WORKER_ENV is a list of VAR=VALUE words
-        QW_DB_CONNINFO=$DB_CONNINFO qw_worker_start "$dir" "w$i" ${BENCH_WORKER_ENV:-}
+        QW_DB_CONNINFO=$worker_conninfo qw_worker_start "$dir" "w$i" ${BENCH_WORKER_ENV:-}
         pids+=("$(cat "$dir/w$i.pid")")
         RUN_PIDS+=("${pids[-1]}")
     done

@@ -12,10 +12,52 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
-#define ADMIN_MAX_CONNECTIONS 16 /* concurrent connections; more are refused */
-#define ADMIN_TIMEOUT_S 10       /* idle connection timeout, seconds */
-#define PING_CACHE_MS 1000       /* a ping result is reused this long, milliseconds */
+/*
+ * Slow clients. libmicrohttpd's connection timeout is an idle timeout: a
+ * client that sends one header line every few seconds keeps its
+ * connection (and, in thread-per-connection mode, a thread) for ever, and
+ * a handful of them fill the connection cap so that /healthz goes
+ * unanswered. So each connection is also watched here (struct conn_watch,
+ * fed by libmicrohttpd's connection and completion notifications):
+ *   - a connection that has not delivered a whole request within
+ *     ADMIN_REQUEST_DEADLINE_MS of being opened (or of its last answer,
+ *     for keep-alive) is shut down by a watchdog thread;
+ *   - when a new connection arrives and more than ADMIN_MAX_CONNECTIONS -
+ *     ADMIN_PROBE_RESERVE connections are waiting for a request, the one
+ *     waiting longest is shut down, so the cap is never reached by idle or
+ *     slow clients and a probe always finds a slot and is answered.
+ * "Shut down" is shutdown(2) on the connection's socket under watch_mu:
+ * its own thread then sees the end of the stream and closes it.
+ * libmicrohttpd reports a connection closed (which takes watch_mu) before
+ * it closes the socket, so a descriptor is never shut down after reuse.
+ * Drops and refusals are logged at warn at most once per ADMIN_WARN_EVERY_MS,
+ * with the number of events since the last line.
+ */
+#define ADMIN_MAX_CONNECTIONS 32       /* concurrent connections; more are refused */
+#define ADMIN_PROBE_RESERVE 4          /* slots kept free of connections awaiting a request */
+#define ADMIN_REQUEST_DEADLINE_MS 2500 /* a whole request must arrive within this, ms */
+#define ADMIN_TIMEOUT_S 10             /* idle timeout while a request is being answered, s */
+#define ADMIN_WATCH_PERIOD_MS 250      /* watchdog period, ms */
+#define ADMIN_WARN_EVERY_MS 10000      /* at most one warn line per kind this often, ms */
+#define ADMIN_WATCH_SLOTS (2 * ADMIN_MAX_CONNECTIONS) /* > cap: closes may lag behind accepts */
+#define PING_CACHE_MS 1000 /* a ping result is reused this long, milliseconds */
+
+/* One open connection, as the watchdog sees it. */
+struct conn_watch {
+    bool used;                /* slot holds an open connection */
+    bool in_request;          /* a whole request arrived and is being answered */
+    bool shut;                /* already shut down by us */
+    int fd;                   /* the connection's socket */
+    int64_t waiting_since_ms; /* monotonic ms: opened, or last answer completed */
+};
+
+/* A warn line that is written at most once per ADMIN_WARN_EVERY_MS. */
+struct rate_limited {
+    int64_t last_ms; /* monotonic ms of the last line, 0 = none yet */
+    long suppressed; /* events since the last line */
+};
 
 struct qw_admin_http {
     struct MHD_Daemon *daemon;   /* the server */
@@ -25,6 +67,15 @@ struct qw_admin_http {
     int64_t ping_at_ms;          /* monotonic time of the cached ping, 0 = none */
     int ping_rc;                 /* its result */
     char ping_msg[200];          /* its error message */
+
+    pthread_mutex_t watch_mu;                   /* guards everything below */
+    pthread_cond_t watch_cv;                    /* wakes the watchdog to stop */
+    pthread_t watchdog;                         /* runs watchdog_main */
+    bool watchdog_started;                      /* watchdog must be joined */
+    bool stopping;                              /* the watchdog ends */
+    struct conn_watch conns[ADMIN_WATCH_SLOTS]; /* open connections */
+    struct rate_limited slow_warn;              /* admin.slow_client lines */
+    struct rate_limited mhd_warn;               /* admin.http_error lines */
 };
 
 int qw_admin_listen_parse(const char *text, char *host, size_t host_len, int *port, char *why,
@@ -166,6 +217,135 @@ static char *text_dup(const char *text)
 
 static const char *const TEXT_PLAIN = "text/plain; charset=utf-8";
 
+/* ---- slow clients ---- */
+
+/* True when a line is due (and counts the event); *suppressed gets the events skipped before. */
+static bool rate_limit_due(struct rate_limited *r, int64_t now_ms, long *suppressed)
+{
+    if (r->last_ms != 0 && now_ms - r->last_ms < ADMIN_WARN_EVERY_MS) {
+        r->suppressed++;
+        return false;
+    }
+    *suppressed = r->suppressed;
+    r->suppressed = 0;
+    r->last_ms = now_ms;
+    return true;
+}
+
+/* Shuts `c` down (caller holds watch_mu); `why` names the reason in the log. */
+static void conn_shut(struct qw_admin_http *h, struct conn_watch *c, int64_t now_ms,
+                      const char *why)
+{
+    if (c->shut)
+        return;
+    c->shut = true;
+    shutdown(c->fd, SHUT_RDWR);
+    long suppressed;
+    if (rate_limit_due(&h->slow_warn, now_ms, &suppressed))
+        qw_log_warn("admin.slow_client",
+                    "action=closed reason=%s waited_ms=%lld deadline_ms=%d "
+                    "closed_since_last_line=%ld",
+                    why, (long long)(now_ms - c->waiting_since_ms), ADMIN_REQUEST_DEADLINE_MS,
+                    suppressed);
+}
+
+static void *watchdog_main(void *arg)
+{
+    struct qw_admin_http *h = arg;
+    pthread_mutex_lock(&h->watch_mu);
+    while (!h->stopping) {
+        int64_t now = qw_clock_mono_ms();
+        for (size_t i = 0; i < ADMIN_WATCH_SLOTS; i++) {
+            struct conn_watch *c = &h->conns[i];
+            if (c->used && !c->in_request && now - c->waiting_since_ms > ADMIN_REQUEST_DEADLINE_MS)
+                conn_shut(h, c, now, "request_deadline");
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += (long)ADMIN_WATCH_PERIOD_MS * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&h->watch_cv, &h->watch_mu, &until);
+    }
+    pthread_mutex_unlock(&h->watch_mu);
+    return NULL;
+}
+
+/* Starts watching a new connection; makes room for probes. Caller holds watch_mu. */
+static struct conn_watch *conn_started(struct qw_admin_http *h, int fd)
+{
+    int64_t now = qw_clock_mono_ms();
+    struct conn_watch *slot = NULL, *oldest = NULL;
+    int waiting = 0;
+    for (size_t i = 0; i < ADMIN_WATCH_SLOTS; i++) {
+        struct conn_watch *c = &h->conns[i];
+        if (!c->used) {
+            if (!slot)
+                slot = c;
+            continue;
+        }
+        if (c->in_request || c->shut)
+            continue;
+        waiting++;
+        if (!oldest || c->waiting_since_ms < oldest->waiting_since_ms)
+            oldest = c;
+    }
+    if (oldest && waiting >= ADMIN_MAX_CONNECTIONS - ADMIN_PROBE_RESERVE)
+        conn_shut(h, oldest, now, "make_room");
+    if (!slot) {
+        /* more open connections than slots: cannot happen under the cap; refuse */
+        shutdown(fd, SHUT_RDWR);
+        return NULL;
+    }
+    *slot = (struct conn_watch){.used = true, .fd = fd, .waiting_since_ms = now};
+    return slot;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct qw_admin_http *h = cls;
+    pthread_mutex_lock(&h->watch_mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = info ? conn_started(h, info->connect_fd) : NULL;
+    } else if (*socket_context) {
+        struct conn_watch *c = *socket_context;
+        c->used = false;
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&h->watch_mu);
+}
+
+/* Marks the connection of `conn` as answering (true) or waiting again (false). */
+static void conn_set_in_request(struct qw_admin_http *h, struct MHD_Connection *conn,
+                                bool in_request)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (!info || !info->socket_context)
+        return;
+    struct conn_watch *c = info->socket_context;
+    pthread_mutex_lock(&h->watch_mu);
+    c->in_request = in_request;
+    if (!in_request)
+        c->waiting_since_ms = qw_clock_mono_ms();
+    pthread_mutex_unlock(&h->watch_mu);
+}
+
+/* MHD_OPTION_NOTIFY_COMPLETED: a request was answered (or abandoned). */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)con_cls;
+    (void)toe;
+    conn_set_in_request(cls, conn, false);
+}
+
+/* ---- requests ---- */
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -174,7 +354,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     (void)upload_data;
     (void)upload_data_size;
-    (void)con_cls;
+    if (!*con_cls) {
+        /* first call of this request: its headers are complete */
+        *con_cls = h;
+        conn_set_in_request(h, conn, true);
+    }
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, text_dup("method not allowed"),
                        TEXT_PLAIN);
@@ -202,14 +386,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 __attribute__((format(printf, 2, 0))) static void on_mhd_error(void *cls, const char *fmt,
                                                                va_list ap)
 {
-    (void)cls;
+    struct qw_admin_http *h = cls;
+    long suppressed;
+    pthread_mutex_lock(&h->watch_mu);
+    bool due = rate_limit_due(&h->mhd_warn, qw_clock_mono_ms(), &suppressed);
+    pthread_mutex_unlock(&h->watch_mu);
+    if (!due)
+        return;
     char line[300];
     vsnprintf(line, sizeof(line), fmt, ap);
     size_t n = strlen(line);
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
     char quoted[340];
-    qw_log_warn("admin.http_error", "error=%s", qw_log_quote(quoted, sizeof(quoted), line));
+    qw_log_warn("admin.http_error", "error=%s errors_since_last_line=%ld",
+                qw_log_quote(quoted, sizeof(quoted), line), suppressed);
+}
+
+static void admin_free(struct qw_admin_http *h)
+{
+    pthread_cond_destroy(&h->watch_cv);
+    pthread_mutex_destroy(&h->watch_mu);
+    pthread_mutex_destroy(&h->ping_mu);
+    free(h);
 }
 
 int qw_admin_http_start(struct qw_admin_http **out, const char *listen,
@@ -244,24 +443,31 @@ int qw_admin_http_start(struct qw_admin_http **out, const char *listen,
     }
     h->hooks = *hooks;
     pthread_mutex_init(&h->ping_mu, NULL);
+    pthread_mutex_init(&h->watch_mu, NULL);
+    pthread_cond_init(&h->watch_cv, NULL);
     unsigned flags =
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->daemon =
-        MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
-                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h, MHD_OPTION_SOCK_ADDR,
-                         ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)ADMIN_MAX_CONNECTIONS,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)ADMIN_TIMEOUT_S, MHD_OPTION_END);
+    h->daemon = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error,
+        h, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)ADMIN_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)ADMIN_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        h, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->daemon) {
-        pthread_mutex_destroy(&h->ping_mu);
-        free(h);
+        admin_free(h);
         return qw_error_set(err, QW_ERR_IO,
                             "admin.listen %s: cannot listen there (address in use or not "
                             "local?); choose another port or set admin.listen = \"off\"",
                             listen);
     }
+    if (pthread_create(&h->watchdog, NULL, watchdog_main, h) != 0) {
+        qw_admin_http_stop(h);
+        return qw_error_set(err, QW_ERR_NOMEM, "admin server: cannot start its watchdog thread");
+    }
+    h->watchdog_started = true;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? (int)info->port : port;
     *out = h;
@@ -277,7 +483,13 @@ void qw_admin_http_stop(struct qw_admin_http *h)
 {
     if (!h)
         return;
+    if (h->watchdog_started) {
+        pthread_mutex_lock(&h->watch_mu);
+        h->stopping = true;
+        pthread_cond_signal(&h->watch_cv);
+        pthread_mutex_unlock(&h->watch_mu);
+        pthread_join(h->watchdog, NULL);
+    }
     MHD_stop_daemon(h->daemon);
-    pthread_mutex_destroy(&h->ping_mu);
-    free(h);
+    admin_free(h);
 }

@@ -5,7 +5,10 @@
  * struct qw_admin_hooks (a metrics snapshot and a database ping), so it is
  * tested against fakes. libmicrohttpd runs one listening thread plus one
  * thread per connection (at most ADMIN_MAX_CONNECTIONS); the hooks are
- * called on those threads and must be thread-safe. The /readyz ping
+ * called on those threads and must be thread-safe. A watchdog thread
+ * closes connections that do not deliver a whole request in time and keeps
+ * slots free for probes (admin_http.c explains how), so slow clients
+ * cannot keep /healthz unanswered. The /readyz ping
  * result is cached for a second under a mutex, so probes cannot open
  * connections faster than that.
  *

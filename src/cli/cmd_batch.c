@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "common/strbuf.h"
 #include "common/table.h"
+#include "common/termtext.h"
 #include "db/db.h"
 #include "db/migrate.h"
 
@@ -179,6 +180,18 @@ static const char *or_dash(const struct qw_db_res *res, int row, int col)
     return qw_db_res_isnull(res, row, col) ? "-" : qw_db_res_get(res, row, col);
 }
 
+/* Appends "LABEL      value\n" with the value's control characters written out. */
+static void put_escaped(struct qw_strbuf *s, const char *label, const char *value)
+{
+    char *v = qw_termtext_dup(value);
+    if (!v) {
+        s->failed = true;
+        return;
+    }
+    qw_strbuf_printf(s, "%-12s%s\n", label, v);
+    free(v);
+}
+
 static json_t *nullable(const struct qw_db_res *res, int row, int col)
 {
     return qw_db_res_isnull(res, row, col) ? json_null()
@@ -234,13 +247,16 @@ static char *show_text(const struct qw_db_res *b, const struct qw_db_res *h)
     qw_strbuf_printf(&s, "last POST   %s\n", or_dash(b, 0, 6));
     qw_strbuf_printf(&s, "retry at    %s\n", or_dash(b, 0, 7));
     qw_strbuf_printf(&s, "status at   %s\n", or_dash(b, 0, 8));
-    qw_strbuf_printf(&s, "last error  %s\n", or_dash(b, 0, 9));
+    put_escaped(&s, "last error", or_dash(b, 0, 9));
     qw_strbuf_printf(&s, "payload     %s bytes\n", qw_db_res_get(b, 0, 10));
-    if (qw_db_res_isnull(b, 0, 11))
+    if (qw_db_res_isnull(b, 0, 11)) {
         qw_strbuf_printf(&s, "claim       none (%s)\n", qw_db_res_get(b, 0, 13));
-    else
-        qw_strbuf_printf(&s, "claim       %s, epoch %s, %s\n", qw_db_res_get(b, 0, 11),
-                         qw_db_res_get(b, 0, 12), qw_db_res_get(b, 0, 13));
+    } else {
+        char claim[512];
+        snprintf(claim, sizeof(claim), "%s, epoch %s, %s", qw_db_res_get(b, 0, 11),
+                 qw_db_res_get(b, 0, 12), qw_db_res_get(b, 0, 13));
+        put_escaped(&s, "claim", claim);
+    }
     if (qw_db_res_isnull(b, 0, 14))
         qw_strbuf_printf(&s, "queue       final; %s unfinished in the service\n",
                          qw_db_res_get(b, 0, 15));
@@ -292,7 +308,9 @@ static int do_show(struct qw_db *db, const struct args *a)
         char *text = NULL;
         if (a->json) {
             json_t *obj = show_json(b, h);
-            text = obj ? json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+            /* ASCII only: C1 controls and bidi overrides are \u-escaped like C0 ones */
+            text = obj ? json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII)
+                       : NULL;
             json_decref(obj);
         } else {
             text = show_text(b, h);
@@ -349,8 +367,10 @@ static int do_action(struct qw_db *db, const struct args *a)
         const char *outcome = qw_db_res_get(res, 0, 0);
         code = outcome_exit(outcome);
         FILE *out = code == QW_EXIT_OK ? stdout : stderr;
+        char message[1024];
+        qw_termtext_escape(message, sizeof(message), qw_db_res_get(res, 0, 4));
         fprintf(out, "queuer batch %s %.16s: %s%s\n", a->action, a->id,
-                code == QW_EXIT_OK ? "" : "refused: ", qw_db_res_get(res, 0, 4));
+                code == QW_EXIT_OK ? "" : "refused: ", message);
     } else {
         qw_cli_err("no answer from the database");
     }

@@ -30,9 +30,10 @@ static void usage(FILE *out)
             "no-op (reported as a duplicate), so a load can be re-run safely.\n"
             "\n"
             "Back pressure: a service whose backlog reaches the high mark is refused\n"
-            "until it is below the low mark. ingest.high / ingest.low from the\n"
-            "configuration (or QUEUER_INGEST_HIGH / _LOW) override the database's\n"
-            "queuer.settings for this command; high = 0 turns back pressure off.\n"
+            "until it is below the low mark (queuer.settings). When connected as the\n"
+            "schema owner, ingest.high / ingest.low from the configuration (or\n"
+            "QUEUER_INGEST_HIGH / _LOW) override them for this command (high = 0 turns\n"
+            "back pressure off); for any other role setting them is an error.\n"
             "\n"
             "  --json   print the result as one JSON object on stdout: {\"batch_id\",\n"
             "           \"outcome\"} for one batch; for --tsv {\"committed\", \"lines\",\n"
@@ -45,10 +46,10 @@ static void usage(FILE *out)
     fprintf(out, "  QUEUER_INGEST_HIGH, QUEUER_INGEST_LOW  back-pressure marks for this command\n"
                  "\n"
                  "exit status: 0 done (duplicates included); 1 failed (e.g. schema not\n"
-                 "migrated); 64 usage; 65 invalid input or a batch_id already used with other\n"
-                 "content; 66 input unreadable; 69 database unreachable; 75 back pressure: a\n"
-                 "service's backlog is at ingest.high, retry once it is below ingest.low; 78\n"
-                 "bad configuration.\n");
+                 "migrated); 64 usage; 65 invalid input, a batch_id already used with other\n"
+                 "content, or --skip-invalid with no line stored; 66 input unreadable; 69\n"
+                 "database unreachable; 75 back pressure: a service's backlog is at\n"
+                 "ingest.high, retry once it is below ingest.low; 78 bad configuration.\n");
 }
 
 struct args {
@@ -282,6 +283,14 @@ static int enqueue_tsv(struct qw_db *db, const struct qw_enqueue_opts *opts, FIL
                    "drained (the stored lines then count as duplicates)",
                    qw_cli_count(refused, sizeof(refused), report.backpressure, "line", "lines"));
         return QW_EXIT_TEMPFAIL;
+    }
+    long skipped = report.invalid + report.conflicts + report.backpressure;
+    if (rc == QW_OK && skipped > 0 && report.enqueued + report.duplicates == 0) {
+        char lines[64];
+        qw_cli_err(
+            "no line was stored: all %s skipped",
+            qw_cli_count(lines, sizeof(lines), skipped, "batch line was", "batch lines were"));
+        return QW_EXIT_DATAERR;
     }
     return code;
 }

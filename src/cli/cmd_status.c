@@ -193,7 +193,8 @@ int qw_cmd_status(int argc, char **argv)
     char *text = NULL;
     if (json) {
         json_t *obj = qw_status_render_json(&report);
-        text = obj ? json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        text =
+            obj ? json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII) : NULL;
         json_decref(obj);
     } else {
         text = qw_status_render_text(&report);

@@ -1,6 +1,7 @@
 /* Plain-text tables for CLI output; see table.h. */
 #include "common/table.h"
 #include "common/err.h"
+#include "common/termtext.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +23,15 @@ int qw_table_init(struct qw_table *t, size_t rows, int cols)
 void qw_table_set(struct qw_table *t, size_t row, int col, const char *text)
 {
     char *dst = at(t, row, col);
-    size_t n = strlen(text ? text : "");
+    /* one byte more than a cell: tells whether the escaped text was cut */
+    char cell[QW_TABLE_CELL_MAX + 1];
+    size_t n = qw_termtext_escape(cell, sizeof(cell), text);
     if (n < QW_TABLE_CELL_MAX) {
-        memcpy(dst, text ? text : "", n + 1);
+        memcpy(dst, cell, n + 1);
         return;
     }
-    memcpy(dst, text, QW_TABLE_CELL_MAX - 4);
-    memcpy(dst + QW_TABLE_CELL_MAX - 4, "...", 4);
+    n = qw_termtext_escape(dst, QW_TABLE_CELL_MAX - 3, text);
+    memcpy(dst + n, "...", 4);
 }
 
 void qw_table_set_int(struct qw_table *t, size_t row, int col, int64_t v)

@@ -21,7 +21,11 @@ struct qw_table {
 /** Allocates an empty table; returns QW_OK or QW_ERR_NOMEM. Free with qw_table_free(). */
 int qw_table_init(struct qw_table *t, size_t rows, int cols);
 
-/** Sets a cell (copied, truncated to QW_TABLE_CELL_MAX - 1 bytes with "..."). */
+/**
+ * Sets a cell: copied with control characters written out
+ * (qw_termtext_escape: stored text cannot drive the terminal or forge a
+ * row), cut to QW_TABLE_CELL_MAX - 1 bytes with "...".
+ */
 void qw_table_set(struct qw_table *t, size_t row, int col, const char *text);
 
 /** Sets a cell to a decimal integer. */

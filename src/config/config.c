@@ -150,10 +150,12 @@ static const struct key keys[] = {
 
     INT_KEY("ingest", "high", ingest_high, -1, -1, 1000000,
             "backlog of one service at which enqueue is refused; 0 = no back pressure; "
-            "-1 = the database's queuer.settings (30 unless changed)"),
+            "-1 = the database's queuer.settings (30 unless changed); other values only "
+            "when connected as the schema owner"),
     INT_KEY("ingest", "low", ingest_low, -1, -1, 1000000,
             "enqueue is accepted again below this backlog; must be < ingest.high; "
-            "-1 = the database's queuer.settings (15 unless changed)"),
+            "-1 = the database's queuer.settings (15 unless changed); other values only "
+            "when connected as the schema owner"),
     INT_KEY("ingest", "max_payload_bytes", ingest_max_payload_bytes, 1048576, 1, 67108864,
             "largest BatchList payload accepted by enqueue"),
 

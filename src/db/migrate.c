@@ -73,20 +73,41 @@ static int apply_one(struct qw_db *db, const struct qw_embedded *m, struct qw_er
     return rc;
 }
 
+/* Refuses to start when migration 0001 could not create the group roles. */
+static int check_roles(struct qw_db *db, struct qw_error *err)
+{
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "migrate_roles_missing", 0, NULL, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    if (!qw_db_res_isnull(res, 0, 0))
+        rc = qw_error_set(err, QW_ERR_DB,
+                          "role(s) %s do not exist and this role may not create them: "
+                          "run queuer migrate as a role with CREATEROLE, or have an "
+                          "administrator create them once (CREATE ROLE queuer_worker NOLOGIN; "
+                          "likewise queuer_operator and queuer_enqueuer); see "
+                          "docs/OPERATIONS.md, Roles",
+                          qw_db_res_get(res, 0, 0));
+    qw_db_res_free(res);
+    return rc;
+}
+
 int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_error *err)
 {
     int count = 0;
     int rc = qw_db_exec(db, "SELECT pg_advisory_lock(" QW_MIGRATE_LOCK_KEY ")", err);
     if (rc != QW_OK)
         return rc;
-    rc = qw_db_exec(db,
-                    "SET client_min_messages = warning;"
-                    "CREATE SCHEMA IF NOT EXISTS queuer;"
-                    "CREATE TABLE IF NOT EXISTS queuer.schema_migrations ("
-                    " version integer PRIMARY KEY,"
-                    " name text NOT NULL,"
-                    " applied_at timestamptz NOT NULL DEFAULT now())",
-                    err);
+    rc = check_roles(db, err);
+    if (rc == QW_OK)
+        rc = qw_db_exec(db,
+                        "SET client_min_messages = warning;"
+                        "CREATE SCHEMA IF NOT EXISTS queuer;"
+                        "CREATE TABLE IF NOT EXISTS queuer.schema_migrations ("
+                        " version integer PRIMARY KEY,"
+                        " name text NOT NULL,"
+                        " applied_at timestamptz NOT NULL DEFAULT now())",
+                        err);
     int version = 0;
     if (rc == QW_OK)
         rc = current_version(db, &version, err);

@@ -711,6 +711,93 @@ static void test_action_gives_up_on_a_long_lock(void **state)
 
 /* ---- status ---- */
 
+/*
+ * Stored text reaches the operator's terminal escaped: an operator's
+ * --reason, a ledger's error text and a worker's host name holding escape
+ * sequences (clear screen, retitle, C1 CSI, a bidi override, a newline
+ * forging a history row) are shown written out; the JSON stays valid and
+ * carries the exact text, with no raw control byte either.
+ */
+static void expect_no_controls(const char *what, const char *out)
+{
+    for (const unsigned char *p = (const unsigned char *)out; *p; p++) {
+        if ((*p < 0x20 && *p != '\n') || *p == 0x7f ||
+            (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) ||
+            (p[0] == 0xe2 && p[1] == 0x80 && p[2] == 0xae))
+            fail_msg("%s prints a raw control character at offset %td:\n%s", what,
+                     (const char *)p - out, out);
+    }
+}
+
+static void test_hostile_text_is_escaped(void **state)
+{
+    (void)state;
+    struct env e;
+    setup_env(&e, "ops_escape");
+    char *id = batch(&e, 0, 0);
+    static const char reason[] = "\x1b[2J\x1b]0;owned\x07 gone\n2099-01-01  Committed  forged";
+    char *out = NULL, *err = NULL;
+    int rc = run_queuer(&e, NULL, &out, &err, "batch", "cancel", id, "--reason", reason, NULL);
+    if (rc != 0)
+        fail_msg("cancel: %d %s", rc, err);
+    free(out);
+    free(err);
+    /* stored as given: the audit keeps the operator's exact words */
+    assert_int_equal(scalarf(&e,
+                             "SELECT count(*) FROM queuer.batch_history WHERE batch_id = '%s' "
+                             "AND strpos(detail, E'\\x1b[2J') > 0",
+                             id),
+                     1);
+    char *stuck = batch(&e, 1, 0);
+    sqlf(&e,
+         "UPDATE queuer.batches SET status = 'Delayed', attempts = 50, retry_at = 'infinity', "
+         "last_error = E'HTTP 502: \\x1b[31m\\u009b1;1H\\u202Eevil' WHERE batch_id = '%s'",
+         stuck);
+    claim(&e, 1, "w1");
+    sqlf(&e, "INSERT INTO queuer.instances (instance_id, host, pid, version) "
+             "VALUES ('w1', E'h\\x1b]0;x\\x07', 1, '0.1.0')");
+
+    assert_int_equal(run_queuer(&e, "ops_cli_op", &out, NULL, "batch", "show", id, NULL), 0);
+    expect_no_controls("batch show", out);
+    expect_contains(out, "\\x1b[2J\\x1b]0;owned\\x07 gone\\n2099-01-01  Committed  forged");
+    free(out);
+    assert_int_equal(run_queuer(&e, "ops_cli_op", &out, NULL, "batch", "show", stuck, NULL), 0);
+    expect_no_controls("batch show", out);
+    expect_contains(out, "last error  HTTP 502: \\x1b[31m\\u009b1;1H\\u202eevil");
+    free(out);
+
+    assert_int_equal(run_queuer(&e, "ops_cli_op", &out, NULL, "batch", "show", id, "--json", NULL),
+                     0);
+    expect_no_controls("batch show --json", out);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    if (!j)
+        fail_msg("not JSON: %s\n%s", jerr.text, out);
+    json_t *hist = json_object_get(j, "history");
+    const char *detail = json_string_value(
+        json_object_get(json_array_get(hist, json_array_size(hist) - 1), "detail"));
+    assert_non_null(detail);
+    assert_non_null(strstr(detail, reason));
+    json_decref(j);
+    free(out);
+
+    assert_int_equal(run_queuer(&e, "ops_cli_op", &out, NULL, "status", NULL), 0);
+    expect_no_controls("status", out);
+    expect_contains(out, "\\x1b[31m");
+    expect_contains(out, "h\\x1b]0;x\\x07");
+    free(out);
+    assert_int_equal(run_queuer(&e, "ops_cli_op", &out, NULL, "status", "--json", NULL), 0);
+    expect_no_controls("status --json", out);
+    j = json_loads(out, 0, &jerr);
+    if (!j)
+        fail_msg("not JSON: %s\n%s", jerr.text, out);
+    json_decref(j);
+    free(out);
+    free(stuck);
+    free(id);
+    teardown_env(&e);
+}
+
 static void test_status(void **state)
 {
     (void)state;
@@ -916,6 +1003,7 @@ int main(void)
         cmocka_unit_test(test_batch_retry_invalid),
         cmocka_unit_test(test_batch_cancel),
         cmocka_unit_test(test_batch_show),
+        cmocka_unit_test(test_hostile_text_is_escaped),
         cmocka_unit_test(test_cancel_waits_for_worker_mark_then_refuses),
         cmocka_unit_test(test_worker_write_after_cancel_matches_nothing),
         cmocka_unit_test(test_action_gives_up_on_a_long_lock),

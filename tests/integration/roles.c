@@ -20,17 +20,6 @@ static const char SAMPLE_BATCH[] =
     "decode('0a' || '8801' || '0a' || '03' || '686472' || '12' || '8001' || "
     "encode(convert_to(id, 'UTF8'), 'hex'), 'hex')); END $$";
 
-/* Connects to `conninfo` as `role` (trust authentication in the test cluster). */
-static struct qw_db *connect_as(const char *conninfo, const char *role)
-{
-    size_t len = strlen(conninfo) + strlen(role) + 8;
-    char *c = malloc(len);
-    snprintf(c, len, "%s user=%s", conninfo, role);
-    struct qw_db *db = itest_connect(c);
-    free(c);
-    return db;
-}
-
 /* Runs `sql`; returns its SQLSTATE ("" on success) in `state`. */
 static void try_sql(struct qw_db *db, const char *sql, char state[6])
 {
@@ -65,7 +54,7 @@ static void test_worker_and_operator(void **state)
     itest_exec(admin, "INSERT INTO queuer.batch_history (batch_id, service_id, to_status) "
                       "VALUES (repeat('ab', 64), 'roles-aaaaa::0001', 'Pending')");
 
-    struct qw_db *worker = connect_as(conninfo, "itest_worker");
+    struct qw_db *worker = itest_connect_as(conninfo, "itest_worker");
     /* no DDL in the schema, no dropping anything */
     expect(worker, "CREATE TABLE queuer.intruder (x int)", "42501");
     expect(worker, "DROP TABLE queuer.batches", "42501");
@@ -77,10 +66,11 @@ static void test_worker_and_operator(void **state)
     /* the history is append-only for it */
     expect(worker, "UPDATE queuer.batch_history SET detail = 'x'", "42501");
     expect(worker, "DELETE FROM queuer.batch_history", "42501");
+    /* and it appends only its own transitions at a claim it holds (hostile_roles.c) */
     expect(worker,
            "INSERT INTO queuer.batch_history (batch_id, service_id, to_status) "
            "VALUES (repeat('ab', 64), 'roles-aaaaa::0001', 'Committed')",
-           "");
+           "42501");
     /* it updates batches (statuses), and reads what it needs */
     expect(worker,
            "UPDATE queuer.batches SET status = 'Pending', submitted = true, "
@@ -94,10 +84,10 @@ static void test_worker_and_operator(void **state)
            "VALUES (repeat('cd', 64), 'roles-aaaaa::0001', '\\x00', now())",
            "42501");
     qw_db_close(worker);
-    assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batch_history"), 3);
+    assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batch_history"), 2);
     assert_int_equal(itest_scalar(admin, "SELECT attempts FROM queuer.batches"), 1);
 
-    struct qw_db *op = connect_as(conninfo, "itest_operator");
+    struct qw_db *op = itest_connect_as(conninfo, "itest_operator");
     expect(op, "SELECT * FROM queuer.batch_states", "");
     expect(op, "SELECT * FROM queuer.claims", "");
     expect(op, "SELECT * FROM queuer.history", "");

@@ -48,6 +48,17 @@ struct qw_db *itest_connect(const char *conninfo)
     return db;
 }
 
+struct qw_db *itest_connect_as(const char *conninfo, const char *role)
+{
+    size_t len = strlen(conninfo) + strlen(role) + 8;
+    char *c = malloc(len);
+    assert_non_null(c);
+    snprintf(c, len, "%s user=%s", conninfo, role);
+    struct qw_db *db = itest_connect(c);
+    free(c);
+    return db;
+}
+
 void itest_exec(struct qw_db *db, const char *sql)
 {
     struct qw_error err;

@@ -22,6 +22,9 @@ char *itest_db_create(const char *hint, int migrate);
 /** Connects to `conninfo` or fails the test. */
 struct qw_db *itest_connect(const char *conninfo);
 
+/** Connects to `conninfo` as login role `role` (trust authentication in the test cluster). */
+struct qw_db *itest_connect_as(const char *conninfo, const char *role);
+
 /** Runs `sql` (simple protocol) or fails the test. */
 void itest_exec(struct qw_db *db, const char *sql);
 

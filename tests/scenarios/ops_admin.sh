@@ -3,6 +3,8 @@
 # it, and prune while it works.
 #
 #  - /healthz answers 200 at once; /readyz turns 200 after the first cycle.
+#  - 16 slow clients trickling header lines do not keep /healthz from
+#    answering within 2 s; the worker closes them (admin.slow_client).
 #  - After a workload with injected 429s drains, /metrics is well-formed
 #    Prometheus text and its counters match what happened: batches
 #    Committed, POSTs accepted, and exactly as many backpressure outcomes as
@@ -56,6 +58,40 @@ sc_check "GET /healthz" 200 "$(get /healthz)"
 sc_check "/healthz body" ok "$(body)"
 wait_http /readyz 200 10
 sc_check "/readyz body" ready "$(body)"
+
+# Slow clients: 16 connections that send a header line every 3 s and never
+# finish their request (reconnecting when dropped) must not keep /healthz
+# from answering within 2 s; the worker closes them and says so at warn.
+python3 - "$PORT" <<'PY' || sc_fail "slow clients kept /healthz from answering"
+import socket, sys, time, urllib.request
+port = int(sys.argv[1])
+def slow():
+    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    return s
+socks = [slow() for _ in range(16)]
+end = time.time() + 10
+next_line = time.time() + 3
+probes = fails = 0
+while time.time() < end:
+    if time.time() >= next_line:
+        for i, s in enumerate(socks):
+            try:
+                s.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                socks[i] = slow()
+        next_line = time.time() + 3
+    probes += 1
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+            fails += r.status != 200
+    except Exception:
+        fails += 1
+    time.sleep(1)
+print(f"slow clients: {probes} /healthz probes, {fails} failed")
+sys.exit(1 if fails else 0)
+PY
+sc_check "slow clients logged" 1 "$(grep -c -m1 'event=admin.slow_client' "$SC_DIR/w1.log")"
 
 sc_gen "$SC_DIR/w.tsv" 5 10 11 admin
 sc_load_tsv "$SC_DIR/w.tsv"

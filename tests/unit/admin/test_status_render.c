@@ -224,6 +224,37 @@ static void test_table_truncates_and_pads(void **state)
     free(text);
 }
 
+/* Cells show stored control characters written out, also where the cell is cut. */
+static void test_table_escapes_controls(void **state)
+{
+    (void)state;
+    struct qw_table t;
+    assert_int_equal(qw_table_init(&t, 2, 2), 0);
+    qw_table_set(&t, 0, 0, "\x1b[2Jx");
+    qw_table_set(&t, 0, 1, "a\nb\xc2\x9b");
+    char longer[400];
+    memset(longer, '\x1b', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    qw_table_set(&t, 1, 0, "-");
+    qw_table_set(&t, 1, 1, longer);
+    struct qw_strbuf b;
+    qw_strbuf_init(&b);
+    qw_table_render(&t, &b);
+    qw_table_free(&t);
+    char *text = qw_strbuf_take(&b, NULL);
+    assert_non_null(text);
+    assert_null(strchr(text, '\x1b'));
+    assert_true(has_line(text, "  \\x1b[2Jx  a\\nb\\u009b"));
+    /* 39 whole escapes (156 bytes) and "..." */
+    char want[QW_TABLE_CELL_MAX + 32] = "  -         "; /* column 1 is 8 wide */
+    for (int i = 0; i < (QW_TABLE_CELL_MAX - 4) / 4; i++)
+        strcat(want, "\\x1b");
+    strcat(want, "...");
+    if (!has_line(text, want))
+        fail_msg("got:\n%s\nwant the line:\n%s", text, want);
+    free(text);
+}
+
 static void test_strbuf_cap_fails_sticky(void **state)
 {
     (void)state;
@@ -253,6 +284,7 @@ int main(void)
         cmocka_unit_test(test_json),
         cmocka_unit_test(test_json_empty_system),
         cmocka_unit_test(test_table_truncates_and_pads),
+        cmocka_unit_test(test_table_escapes_controls),
         cmocka_unit_test(test_strbuf_cap_fails_sticky),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,224 @@
+/*
+ * Integration, hostile cases: what a login role in queuer_worker or
+ * queuer_enqueuer must not be able to do even with the privileges it needs
+ * (issue 18, items 14 and 16). A worker cannot forge operator history rows
+ * or rows for a claim it does not hold, cannot move claim_epoch except one
+ * step up with a change of hands; the real worker statements still work as
+ * that role. An enqueuer cannot learn which service holds a batch id it
+ * does not own, nor switch back pressure off with SET queuer.ingest_high.
+ */
+#include "itest.h"
+#include "common/hex.h"
+#include "ingest/batchlist.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SVC "hostl-aaaaa::0001"
+#define OTHER_SVC "hostl-bbbbb::0002"
+
+/* Runs `sql` and checks its SQLSTATE ("" = success); returns the error message. */
+static const char *expect(struct qw_db *db, const char *sql, const char *want)
+{
+    static struct qw_error err;
+    qw_error_clear(&err);
+    int rc = qw_db_exec(db, sql, &err);
+    const char *state = rc == QW_OK ? "" : err.sqlstate;
+    if (strcmp(state, want) != 0)
+        fail_msg("%s\n  expected SQLSTATE '%s', got '%s' (%s)", sql, want, state, err.msg);
+    return err.msg;
+}
+
+static void create_roles(struct qw_db *admin)
+{
+    itest_exec(admin, "DO $$ BEGIN "
+                      "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'itest_hworker') THEN "
+                      "CREATE ROLE itest_hworker LOGIN IN ROLE queuer_worker; END IF; "
+                      "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'itest_henq') THEN "
+                      "CREATE ROLE itest_henq LOGIN IN ROLE queuer_enqueuer; END IF; END $$");
+}
+
+/* Enqueues sample batch `seed` for `svc` through queuer.enqueue_batch; returns the SQLSTATE. */
+static void enqueue(struct qw_db *db, const char *svc, uint64_t seed, char *id_out,
+                    struct qw_error *err)
+{
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    qw_batchlist_sample_id(seed, id_out);
+    assert_int_equal(qw_batchlist_sample(id_out, seed, &payload, &len), 0);
+    char *hex = malloc(2 * len + 1);
+    qw_hex_encode(payload, len, hex);
+    const char *params[] = {svc, id_out, hex};
+    qw_error_clear(err);
+    qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3, params, NULL,
+                    err);
+    free(hex);
+    free(payload);
+}
+
+static void test_worker_cannot_forge(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("hostile_worker", 1);
+    struct qw_db *admin = itest_connect(conninfo);
+    create_roles(admin);
+    char id[129];
+    struct qw_error err;
+    enqueue(admin, SVC, 7, id, &err);
+    assert_int_equal(err.rc, QW_OK);
+    itest_exec(admin,
+               "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 1, "
+               "expiry_1 = now() + interval '1 hour', expiry_2 = now() + interval '2 hours'");
+    struct qw_db *w = itest_connect_as(conninfo, "itest_hworker");
+    char sql[1024];
+#define HIST(to, inst, epoch, extra)                                                               \
+    (snprintf(sql, sizeof(sql),                                                                    \
+              "INSERT INTO queuer.batch_history (batch_id, service_id, to_status, instance_id, "   \
+              "claim_epoch, detail%s) VALUES ('%s', '" SVC "', '%s', %s, %s, 'x'%s)",              \
+              (extra)[0] ? ", at" : "", id, to, inst, epoch, extra),                               \
+     sql)
+    /* operator kinds, whoever claims to write them */
+    expect(w, HIST("Cancelled", "'operator:alice'", "1", ""), "42501");
+    expect(w, HIST("Retrying", "'w1'", "1", ""), "42501");
+    expect(w, HIST("Enqueued", "'w1'", "1", ""), "42501");
+    expect(w, HIST("Committed", "'operator:alice'", "1", ""), "42501");
+    /* rows that do not match the service's current claim */
+    expect(w, HIST("Committed", "'w2'", "1", ""), "42501");
+    expect(w, HIST("Committed", "'w1'", "0", ""), "42501");
+    expect(w, HIST("Committed", "'w1'", "2", ""), "42501");
+    expect(w, HIST("Committed", "NULL", "NULL", ""), "42501");
+    /* a back-dated row */
+    expect(w, HIST("Committed", "'w1'", "1", ", now() - interval '1 day'"), "42501");
+    /* one bad row refuses the whole statement */
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO queuer.batch_history (batch_id, service_id, to_status, instance_id, "
+             "claim_epoch) VALUES ('%s', '" SVC "', 'Pending', 'w1', 1), "
+             "('%s', '" SVC "', 'Cancelled', 'w1', 1)",
+             id, id);
+    expect(w, sql, "42501");
+    assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batch_history "
+                                         "WHERE to_status <> 'Enqueued'"),
+                     0);
+    /* the claim holder's own row at its epoch is what workers write */
+    expect(w, HIST("Committed", "'w1'", "1", ""), "");
+
+    /* claim_epoch moves only one step up, and with every change of hands */
+    expect(w, "UPDATE queuer.service_id_claims SET claim_epoch = 100", "42501");
+    expect(w, "UPDATE queuer.service_id_claims SET claim_epoch = claim_epoch - 1", "42501");
+    expect(w, "UPDATE queuer.service_id_claims SET claim_epoch = NULL", "42501");
+    expect(w, "UPDATE queuer.service_id_claims SET claimant = 'w2'", "42501");
+    expect(w, "UPDATE queuer.service_id_claims SET claim_epoch = claim_epoch + 2, claimant = 'w2'",
+           "42501");
+    expect(w,
+           "INSERT INTO queuer.service_id_claims (service_id, claimant, claim_epoch) "
+           "VALUES ('hostl-ccccc::0003', 'w1', 99)",
+           "42501");
+    /* renewals, takeovers and releases as the worker statements make them */
+    expect(w, "UPDATE queuer.service_id_claims SET expiry_1 = now() + interval '1 hour'", "");
+    expect(w, "UPDATE queuer.service_id_claims SET claimant = 'w2', claim_epoch = claim_epoch + 1",
+           "");
+    expect(w,
+           "UPDATE queuer.service_id_claims SET claimant = NULL, expiry_1 = NULL, "
+           "expiry_2 = NULL, claim_epoch = claim_epoch + 1",
+           "");
+    assert_int_equal(itest_scalar(admin, "SELECT claim_epoch FROM queuer.service_id_claims"), 3);
+
+    /* the real statements run as the worker role: acquire, then mark (history at its epoch) */
+    const char *acq[] = {"w3", "10", "60000", "120000"};
+    struct qw_db_res *res = NULL;
+    qw_error_clear(&err);
+    if (qw_db_query(w, "claims_acquire", 4, acq, &res, &err) != QW_OK)
+        fail_msg("claims_acquire as the worker role: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    assert_int_equal(qw_db_res_int(res, 0, 1), 4);
+    qw_db_res_free(res);
+    char ids[160];
+    snprintf(ids, sizeof(ids), "{%s}", id);
+    const char *mark[] = {"w3", ids, "{" SVC "}", "{4}", "{\"\"}"};
+    res = NULL;
+    if (qw_db_query(w, "batches_mark", 5, mark, &res, &err) != QW_OK)
+        fail_msg("batches_mark as the worker role: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    qw_db_res_free(res);
+    assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batch_history "
+                                         "WHERE to_status = 'Submitting' AND instance_id = 'w3' "
+                                         "AND claim_epoch = 4"),
+                     1);
+    qw_db_close(w);
+    qw_db_close(admin);
+    free(conninfo);
+#undef HIST
+}
+
+static void test_enqueuer_limits(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("hostile_enq", 1);
+    struct qw_db *admin = itest_connect(conninfo);
+    create_roles(admin);
+    char id[129];
+    struct qw_error err;
+    enqueue(admin, OTHER_SVC, 11, id, &err);
+    assert_int_equal(err.rc, QW_OK);
+
+    struct qw_db *e = itest_connect_as(conninfo, "itest_henq");
+    /* the same batch id under another service: refused without naming the holder */
+    enqueue(e, SVC, 11, id, &err);
+    assert_int_equal(err.rc, QW_ERR_DUPLICATE);
+    assert_string_equal(err.sqlstate, "QU409");
+    if (strstr(err.msg, "bbbbb") || strstr(err.msg, "0002"))
+        fail_msg("the conflict names the service that holds the batch: %s", err.msg);
+    /* nor through enqueue_rows with skip, which returns the outcome */
+    char sql[1024];
+    snprintf(sql, sizeof(sql),
+             "SELECT string_agg(detail, ';') FROM queuer.enqueue_rows(ARRAY[ROW(1, '" SVC
+             "', '%s', (SELECT decode('00', 'hex')))]::queuer.enqueue_row[], true)",
+             id);
+    char *detail = itest_string(e, sql);
+    if (strstr(detail, "bbbbb") || strstr(detail, "0002"))
+        fail_msg("enqueue_rows names the service that holds the batch: %s", detail);
+    free(detail);
+
+    /* back pressure cannot be switched off (or moved) by an enqueuer's session */
+    const char *msg = expect(e,
+                             "SET queuer.ingest_high = '0'; SELECT queuer.enqueue_batch('" SVC
+                             "', repeat('ab', 64), '\\x00')",
+                             "42501");
+    assert_non_null(strstr(msg, "queuer.settings"));
+    expect(e, "RESET queuer.ingest_high", "");
+    expect(e, "SET queuer.ingest_low = '1'", "");
+    expect(e,
+           "SELECT * FROM queuer.enqueue_rows(ARRAY[ROW(1, '" SVC
+           "', repeat('ab', 64), '\\x00')]::queuer.enqueue_row[], true)",
+           "42501");
+    expect(e, "RESET queuer.ingest_low", "");
+    /* the marks live in queuer.settings, which only the owner may change */
+    expect(e, "UPDATE queuer.settings SET ingest_high = 0", "42501");
+    /* the unchecked implementation is the owner's alone */
+    expect(e, "SELECT * FROM queuer.enqueue_rows_unchecked(ARRAY[]::queuer.enqueue_row[], true)",
+           "42501");
+    qw_db_close(e);
+
+    /* the owner's session may still set the marks for itself */
+    itest_exec(admin, "SET queuer.ingest_high = '0'");
+    char id2[129];
+    enqueue(admin, SVC, 12, id2, &err);
+    assert_int_equal(err.rc, QW_OK);
+    qw_db_close(admin);
+    free(conninfo);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_worker_cannot_forge),
+        cmocka_unit_test(test_enqueuer_limits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
