@@ -9,13 +9,15 @@
 #                [--out DIR] [--keep] [--pg-statements]
 #
 #   --quick        reduced sizes for a CI smoke run (about two minutes)
-#   --workload     any of W1 W2 W3 W4 W1F G1 (default: all of them; --quick
-#                  leaves out W1F)
+#   --workload     any of W1 W2 W3 W4 W1F W6 G1 (default: all but W6; --quick
+#                  also leaves out W1F)
 #                    W1  1,000 services x 10 batches, K = 1, 2, 4
 #                    W2  10,000 services x 3 batches, K = 1, 4
 #                    W3  20 services x 500 batches, K = 4
 #                    W4  W1 with 20% of POSTs answered 429, K = 4
 #                    W1F W1 with K = 4 on a cluster with fsync/synchronous_commit off
+#                    W6  100,000 services x 2 batches, K = 8 (W6-k8) and 16 (W6-k16):
+#                        the claim cycle at scale (issue #10)
 #                    G1  W1 through graphile-worker
 #   --workers      worker counts for every queuer workload (overrides the K above)
 #   --out DIR      where results go (default bench/out/<date>-<time>)
@@ -80,9 +82,9 @@ if [ -z "$WORKLOADS" ]; then
 fi
 for w in ${WORKLOADS//,/ }; do
     case $w in
-    W1 | W2 | W3 | W4 | W1F | G1) ;;
+    W1 | W2 | W3 | W4 | W1F | W6 | G1) ;;
     *)
-        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F G1)" >&2
+        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F W6 G1)" >&2
         exit 2
         ;;
     esac
@@ -248,12 +250,14 @@ workload_size() {
         W1 | W4 | W1F | G1) echo "200 5" ;;
         W2) echo "2000 2" ;;
         W3) echo "5 20" ;;
+        W6) echo "10000 2" ;;
         esac
     else
         case $1 in
         W1 | W4 | W1F | G1) echo "1000 10" ;;
         W2) echo "10000 3" ;;
         W3) echo "20 500" ;;
+        W6) echo "100000 2" ;;
         esac
     fi
 }
@@ -266,6 +270,7 @@ workload_workers() {
     case $1 in
     W1) if [ "$QUICK" = 1 ]; then echo "1 4"; else echo "1 2 4"; fi ;;
     W2) if [ "$QUICK" = 1 ]; then echo "4"; else echo "1 4"; fi ;;
+    W6) if [ "$QUICK" = 1 ]; then echo "8"; else echo "8 16"; fi ;;
     *) echo "4" ;;
     esac
 }
@@ -295,6 +300,16 @@ snap_before() {
     SIM_T0=$(bench_cpu_ticks "$SIM_PID_OF_RUN")
     XC0=$(bench_db_counter "$PG_ADMIN" "$DB" xact_commit)
     XR0=$(bench_db_counter "$PG_ADMIN" "$DB" xact_rollback)
+    SEQ0=$(seq_scans)
+}
+
+# "claims batches": sequential scans of queuer.service_id_claims and
+# queuer.batches so far (pg_stat_user_tables; 0 0 before the schema exists).
+seq_scans() {
+    psql -X -q -t -A -F ' ' "$DB_CONNINFO" -c "SELECT
+        coalesce(sum(seq_scan) FILTER (WHERE relname = 'service_id_claims'), 0),
+        coalesce(sum(seq_scan) FILTER (WHERE relname = 'batches'), 0)
+        FROM pg_stat_user_tables WHERE schemaname = 'queuer'"
 }
 
 snap_after() {
@@ -377,13 +392,14 @@ drop_db() {
     psql -X -q "$PG_ADMIN" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >>"$LOG" 2>&1 || true
 }
 
-printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\twarnings\tload1\n' >"$RESULTS"
+printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\twarnings\tload1\tclaims_txns\tclaims_txn_p50_ms\tclaims_txn_p99_ms\tclaims_ser_failures_per_txn\tcycle_p99_ms\tseq_scans_claims\tseq_scans_batches\tcycle_failed\n' >"$RESULTS"
 
 # Appends one result row. $1 name, $2 workload, $3 K, $4 fsync, $5 services,
 # $6 batches/service, $7 enqueue seconds, $8 worker summary sums ("" for G1),
-# $9 warning and error lines in the workers' logs.
+# $9 warning and error lines in the workers' logs, $10 the claim-cycle
+# figures (claims_figures; "" for G1).
 record() {
-    local name=$1 wl=$2 k=$3 fsync=$4 s=$5 b=$6 enq=$7 sums=$8 warnings=$9 fig
+    local name=$1 wl=$2 k=$3 fsync=$4 s=$5 b=$6 enq=$7 sums=$8 warnings=$9 claims=${10} fig
     fig=$("$ANALYZE" "$QW_SIM_LOG" 2>>"$LOG") || true
     local batches xc xr
     batches=$(bench_kv batches "$fig")
@@ -398,8 +414,10 @@ record() {
         -v p429="$(bench_kv posts_429 "$fig")" -v gets="$(bench_kv gets "$fig")" \
         -v rss="$RSS_MAX" -v rsslist="$RSS_LIST" -v wt="$PROC_TICKS" \
         -v pgt="$((PG_T1 - PG_T0))" -v simt="$((SIM_T1 - SIM_T0))" -v hz="$BENCH_CLK_TCK" \
-        -v span="$(bench_kv span_s "$fig")" -v enq="$enq" -v sums="$sums" -v warn="$warnings" -v load1="$RUN_LOAD1" 'BEGIN {
+        -v span="$(bench_kv span_s "$fig")" -v enq="$enq" -v sums="$sums" -v warn="$warnings" -v load1="$RUN_LOAD1" \
+        -v claims="$claims" 'BEGIN {
             split(sums, a, " ")
+            if (split(claims, c, " ") != 8) for (i = 1; i <= 8; i++) c[i] = "-"
             per = n > 0 ? 1000 / n : 0
             print name, wl, k, fs, s, b, st, n, bps, p50, p99, pmax,
                 (n > 0 ? sprintf("%.2f", xc / n) : "-"), (n > 0 ? sprintf("%.3f", xr / n) : "-"),
@@ -407,9 +425,38 @@ record() {
                 sprintf("%.3f", wt / hz * per), sprintf("%.3f", pgt / hz * per),
                 sprintf("%.3f", simt / hz * per), span, enq,
                 (sums == "" ? "-" : a[1]), (sums == "" ? "-" : a[2]),
-                (sums == "" ? "-" : a[3]), (sums == "" ? "-" : a[4]), warn, load1
+                (sums == "" ? "-" : a[3]), (sums == "" ? "-" : a[4]), warn, load1,
+                c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
         }' >>"$RESULTS"
     say "$name: $(tail -1 "$RESULTS" | cut -f7-13 | tr '\t' ' ')"
+}
+
+# The claim cycle of a run, from the workers' claims.summary lines in
+# $1/w*.log and the sequential-scan counters: "claims transactions, their
+# p50 and p99 ms (worst worker), serialization failures per claims
+# transaction, cycle p99 ms (worst worker), sequential scans of
+# service_id_claims and of batches during the run, cycle.failed lines".
+claims_figures() {
+    local dir=$1 seq1
+    seq1=$(seq_scans)
+    cat "$dir"/w*.log | awk -v seq0="$SEQ0" -v seq1="$seq1" '
+        function kv(k,   i, n, w) {
+            n = split($0, w, " ")
+            for (i = 1; i <= n; i++) if (index(w[i], k "=") == 1) return substr(w[i], length(k) + 2) + 0
+            return 0
+        }
+        /event=claims.summary/ {
+            txns += kv("txns"); ser += kv("serialization_failures")
+            if (kv("txn_p50_ms") > p50) p50 = kv("txn_p50_ms")
+            if (kv("txn_p99_ms") > p99) p99 = kv("txn_p99_ms")
+            if (kv("cycle_p99_ms") > cp99) cp99 = kv("cycle_p99_ms")
+        }
+        /event=cycle.failed/ { failed++ }
+        END {
+            split(seq0, a, " "); split(seq1, b, " ")
+            printf "%d %.1f %.1f %s %.1f %d %d %d\n", txns, p50, p99,
+                (txns > 0 ? sprintf("%.4f", ser / txns) : "-"), cp99, b[1] - a[1], b[2] - a[2], failed
+        }'
 }
 
 elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
@@ -453,8 +500,9 @@ run_queuer() {
         RUN_PIDS+=("${pids[-1]}")
     done
     activity_start "$dir/pg_activity.log"
+    # (the predicate of the batches_open index: no sequential scan of its own)
     wait_all_final $((s * b)) \
-        "NOT EXISTS (SELECT 1 FROM queuer.batches WHERE status IS NULL OR status NOT IN ('Committed','Valid','Invalid'))" \
+        "NOT EXISTS (SELECT 1 FROM queuer.batches WHERE status IS NULL OR status IN ('Pending', 'Unknown', 'Delayed'))" \
         "$(run_timeout_s $((s * b)))"
     snap_after
     collect_procs "${pids[@]}"
@@ -473,7 +521,7 @@ run_queuer() {
     done
     qw_sim_stop
     record "$name" "$wl" "$k" "$fsync" "$s" "$b" "$enq" "$sums" \
-        "$(cat "$dir"/w*.log | grep -c 'level=warn\|level=error' || true)"
+        "$(cat "$dir"/w*.log | grep -c 'level=warn\|level=error' || true)" "$(claims_figures "$dir")"
     statements_dump "$dir/pg_statements.txt"
     drop_db
 }
@@ -532,7 +580,7 @@ SQL
     db_settle
     qw_sim_stop
     record "$name" G1 "${GW_PROCS}x$GW_CONCURRENCY" on "$s" "$b" "$enq" "" \
-        "$(cat "$dir"/gw*.log | grep -c 'level=warning\|level=error' || true)"
+        "$(cat "$dir"/gw*.log | grep -c 'level=warning\|level=error' || true)" ""
     statements_dump "$dir/pg_statements.txt"
     drop_db
 }
@@ -553,6 +601,9 @@ for wl in ${WORKLOADS//,/ }; do
         ;;
     W1F)
         for k in $(workload_workers W1F); do run_queuer W1F "$k" off; done
+        ;;
+    W6)
+        for k in $(workload_workers W6); do run_queuer W6 "$k" on; done
         ;;
     G1) run_graphile ;;
     esac
@@ -580,6 +631,14 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     awk -F'\t' 'NR > 1 {
         printf "| %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
             $1, $8, $24, $16, $17, $18, $12, $14, $20, $26, $27, $28, $29, $30, $25, $31
+    }' "$RESULTS"
+    echo
+    echo "Claim cycle (claims transaction and cycle percentiles: the worst worker's; sequential scans: pg_stat_user_tables during the run):"
+    echo
+    echo "| run | claims transactions | claims txn p50 / p99 ms | serialization failures per claims txn | cycle p99 ms | seq scans service_id_claims / batches | cycle.failed |"
+    echo "|---|---|---|---|---|---|---|"
+    awk -F'\t' 'NR > 1 && $2 != "G1" {
+        printf "| %s | %s | %s / %s | %s | %s | %s / %s | %s |\n", $1, $32, $33, $34, $35, $36, $37, $38, $39
     }' "$RESULTS"
     awk -F'\t' -v procs="$GW_PROCS" -v conc="$GW_CONCURRENCY" -v lq="$GW_LOCAL_QUEUE" \
         -v cb="$GW_COMPLETE_BATCH_MS" 'NR > 1 {
@@ -612,6 +671,26 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             if (nreq > 0) printf "- exactly 2 ledger requests per batch without faults: %s (%s)\n", badreq == "" ? "all runs 2.000" : "off in" badreq, verdict(badreq == "")
             if (rss10k != "") printf "- RSS <= 50 MB per worker with 10,000 claimed services (W2, 1 worker): %s MB (%s)\n", rss10k, verdict(rss10k <= 50)
             else if (rssmax > 0) printf "- RSS <= 50 MB per worker: largest %.1f MB (W2 with 1 worker, the 10,000-claim case, did not run)\n", rssmax
+        }' "$RESULTS"
+    awk -F'\t' -v quick="$QUICK" 'function verdict(ok) { return ok ? "met" : "MISSED" }
+        NR > 1 {
+            if ($1 == "W6-k8") { w8 = $9; rss8 = $19; ser8 = $35; cyc8 = $36; fail8 = $39 }
+            if ($1 == "W6-k16") w16 = $9
+            if ($1 == "W1-k1") w1k1 = $9
+            if ($1 == "W1-k4") w1k4 = $9
+        }
+        END {
+            if (w8 == "" && w16 == "" && (w1k1 == "" || w1k4 == "")) exit
+            print "\nTargets (issue #10)" (quick ? ", indicative only: --quick sizes are not the workloads the targets name" : "") ":"
+            if (w8 != "") {
+                printf "- W6, 8 workers, >= 4,000 batches/s: %s (%s)\n", w8, verdict(w8 >= 4000)
+                printf "- claims-transaction serialization failures <= 1 per 100 claims transactions: %s (%s)\n", ser8, verdict(ser8 != "-" && ser8 <= 0.01)
+                printf "- cycle p99 <= 500 ms: %s (%s)\n", cyc8, verdict(cyc8 <= 500)
+                printf "- worker RSS <= 64 MB: %s MB (%s)\n", rss8, verdict(rss8 <= 64)
+                printf "- no cycle.failed warnings: %s (%s)\n", fail8, verdict(fail8 == 0)
+            }
+            if (w8 != "" && w16 != "") printf "- W6 with 16 workers no worse than with 8: %s vs %s (%s)\n", w16, w8, verdict(w16 >= w8)
+            if (w1k1 != "" && w1k4 != "") printf "- W1 with 4 workers >= W1 with 1 worker: %s vs %s (%s)\n", w1k4, w1k1, verdict(w1k4 >= w1k1)
         }' "$RESULTS"
 } >"$OUT/table.md"
 cat "$OUT/table.md"

@@ -37,6 +37,24 @@
  * 429 storm) the surplus was never released. */
 #define HOUSEKEEPING_EVERY 5
 
+/* Durations kept for the summary logged at shutdown (the latest ones). */
+#define SAMPLES_MAX 16384
+
+/* The latest SAMPLES_MAX durations of one kind of step (a ring). */
+struct samples {
+    uint32_t us[SAMPLES_MAX]; /* durations, microseconds (saturated) */
+    size_t n;                 /* observations so far (the ring holds the last ones) */
+};
+
+/* What the claims transactions cost over the worker's life. */
+struct claims_tally {
+    struct samples txn;     /* claims transactions that committed */
+    struct samples cycle;   /* successful cycles: heartbeat, claims, fetch and queue */
+    long long txns;         /* claims transactions that committed */
+    long long failed;       /* ... that gave up (cycle.failed) */
+    long long ser_failures; /* serialization failures (re-runs) in claims transactions */
+};
+
 struct queuer {
     struct qw_worker *w;               /* shared state */
     const struct qw_config *cfg;       /* read-only */
@@ -62,7 +80,45 @@ struct queuer {
     bool notified_all;                 /* ... and for a full fetch (a big load: no names) */
     int cycles_since_full;             /* claims cycles since the last full fetch */
     int cycles_since_housekeeping;     /* claims cycles since the last housekeeping */
+    struct claims_tally *tally;        /* for the summary; NULL if it could not be allocated */
 };
+
+static void samples_add(struct samples *sm, int64_t us)
+{
+    sm->us[sm->n++ % SAMPLES_MAX] = us < 0 ? 0 : us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+static int by_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The p50, p99 and maximum of what the ring holds, in ms (sorts it). */
+static void samples_summary(struct samples *sm, double out_ms[3])
+{
+    size_t n = sm->n < SAMPLES_MAX ? sm->n : SAMPLES_MAX;
+    out_ms[0] = out_ms[1] = out_ms[2] = 0;
+    if (n == 0)
+        return;
+    qsort(sm->us, n, sizeof(sm->us[0]), by_u32);
+    out_ms[0] = sm->us[(n - 1) / 2] / 1000.0;
+    out_ms[1] = sm->us[(n * 99 + 99) / 100 - 1] / 1000.0;
+    out_ms[2] = sm->us[n - 1] / 1000.0;
+}
+
+static void log_claims_summary(struct claims_tally *t)
+{
+    double txn[3], cycle[3];
+    samples_summary(&t->txn, txn);
+    samples_summary(&t->cycle, cycle);
+    qw_log_info("claims.summary",
+                "txns=%lld failed=%lld serialization_failures=%lld txn_p50_ms=%.1f "
+                "txn_p99_ms=%.1f txn_max_ms=%.1f cycle_p50_ms=%.1f cycle_p99_ms=%.1f "
+                "cycle_max_ms=%.1f",
+                t->txns, t->failed, t->ser_failures, txn[0], txn[1], txn[2], cycle[0], cycle[1],
+                cycle[2]);
+}
 
 static void add_serialization_retries(struct queuer *q, const struct qw_txn_stats *st)
 {
@@ -231,11 +287,22 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         .housekeeping = housekeeping || q->claims.share == 0,
     };
     int64_t began = qw_clock_mono_ms();
+    int64_t began_us = qw_clock_mono_us();
     struct qw_txn_stats st = {0};
     int rc = qw_claims_cycle(q->db, &q->policy, &p, &q->claims, &st, err);
     add_serialization_retries(q, &st);
+    int64_t took_us = qw_clock_mono_us() - began_us;
     qw_log_debug("claims.done", "held=%zu attempts=%d us=%lld", q->claims.n_held, st.attempts,
-                 (long long)(qw_clock_mono_ms() - began) * 1000);
+                 (long long)took_us);
+    if (q->tally) {
+        q->tally->ser_failures += st.serialization_retries;
+        if (rc == QW_OK) {
+            q->tally->txns++;
+            samples_add(&q->tally->txn, took_us);
+        } else {
+            q->tally->failed++;
+        }
+    }
     atomic_fetch_add_explicit(&q->w->stats.cycles, 1, memory_order_relaxed);
     if (rc != QW_OK)
         return rc;
@@ -507,8 +574,10 @@ static void queuer_loop(struct queuer *q)
             if (rc == QW_OK) {
                 failures = 0;
                 next_cycle = t + cfg->worker_cycle_ms;
-                qw_histogram_observe_us(&q->w->stats.ops.cycle_duration,
-                                        qw_clock_mono_us() - cycle_began_us);
+                int64_t cycle_us = qw_clock_mono_us() - cycle_began_us;
+                qw_histogram_observe_us(&q->w->stats.ops.cycle_duration, cycle_us);
+                if (q->tally)
+                    samples_add(&q->tally->cycle, cycle_us);
                 atomic_store_explicit(&q->w->stats.ops.last_cycle_ok_ms,
                                       (long long)qw_clock_mono_ms(), memory_order_relaxed);
                 qw_outage_note_success(&q->outage, qw_clock_mono_ms());
@@ -548,6 +617,8 @@ static void queuer_shutdown(struct queuer *q, pthread_t submitter)
     if (qw_claims_release_all(q->db, q->w->instance_id, &released, &err) != QW_OK)
         log_failure("claims.release_failed", &err);
     qw_log_info("worker.stopped", "released=%d", released);
+    if (q->tally)
+        log_claims_summary(q->tally);
 }
 
 static int64_t hook_now_ms(void *ctx)
@@ -600,8 +671,10 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
      * only produced false conflicts between workers here. */
     q.queue_policy = q.policy;
     q.queue_policy.begin_sql = "BEGIN ISOLATION LEVEL READ COMMITTED";
+    q.tally = calloc(1, sizeof(*q.tally));
     queuer_loop(&q);
     queuer_shutdown(&q, submitter);
+    free(q.tally);
     clear_dirty(&q);
     free(q.dirty);
     qw_claims_result_free(&q.claims);
