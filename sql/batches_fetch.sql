@@ -25,4 +25,6 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
            AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending'))
      ) b
  WHERE c.claimant = $1
-   AND c.expiry_1 > now()
+   AND c.has_work
+   AND greatest(c.expiry_1,
+                    (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()

@@ -27,4 +27,5 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
  WHERE c.service_id = ANY ($2::text[])
    -- not indexable on purpose (means = here): the primary key drives the scan
    AND c.claimant IS NOT DISTINCT FROM $1
-   AND c.expiry_1 > now()
+   AND greatest(c.expiry_1,
+                    (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()

@@ -1,8 +1,10 @@
 -- Queue: marks the chosen batches as being submitted (submitted = true,
 -- status cleared), fenced by the claim (claimant, epoch, expiry_1 > now(),
--- row locked) and by the state the queuer saw (compare-and-set), so it is
--- safe at READ COMMITTED. Sets the claim row's `submitting` in the same
--- statement (maintenance decides soft expiry from it). Appends a
+-- row locked; the claim is held while its own expiry_1 or our instance
+-- lease is in the future) and by the state the queuer saw
+-- (compare-and-set), so it is safe at READ COMMITTED. The claim row's
+-- `submitting` is set by the trigger on batches (migration 0008) in the
+-- same statement; maintenance decides soft expiry from it. Appends a
 -- 'Submitting' history row with the reason. Returns the batches marked
 -- with their payloads; a batch not returned must not be submitted.
 -- $1 instance, $2 batch ids, $3 service ids, $4 epochs, $5 statuses seen ('' = none).
@@ -13,14 +15,15 @@ WITH q AS (
     -- The claims, locked: a takeover committed after this transaction
     -- began is seen (READ COMMITTED re-checks the newest row version) and
     -- its services are left alone; one still in progress is waited for.
-    -- FOR NO KEY UPDATE, as `submitting` is written below. (IS NOT
+    -- FOR NO KEY UPDATE, as the trigger writes `submitting`. (IS NOT
     -- DISTINCT FROM means = here, as both sides are set, but is not
     -- indexable: the primary key drives the scan.)
     SELECT c.service_id, c.claim_epoch
       FROM queuer.service_id_claims c
      WHERE c.service_id = ANY ($3::text[])
        AND c.claimant IS NOT DISTINCT FROM $1
-       AND c.expiry_1 > now()
+       AND greatest(c.expiry_1,
+                    (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
      ORDER BY c.service_id
        FOR NO KEY UPDATE OF c
 ), upd AS (
@@ -38,10 +41,5 @@ WITH q AS (
     SELECT upd.batch_id, upd.service_id, nullif(upd.seen, ''), 'Submitting', $1, upd.epoch,
            queuer.submit_reason(nullif(upd.seen, ''), upd.attempts, upd.last_error)
       FROM upd
-), flag AS (
-    UPDATE queuer.service_id_claims c
-       SET submitting = true
-     WHERE c.service_id = ANY (ARRAY(SELECT upd.service_id FROM upd))
-       AND NOT c.submitting
 )
 SELECT upd.batch_id, upd.service_id, upd.epoch, upd.attempts, upd.payload FROM upd

@@ -11,7 +11,8 @@ SELECT b.batch_id, b.service_id, q.epoch, b.attempts, b.payload
   JOIN queuer.service_id_claims c ON c.service_id = q.service_id
                                  AND c.claimant IS NOT DISTINCT FROM $1
                                  AND c.claim_epoch = q.epoch
-                                 AND c.expiry_1 > now()
+                                 AND greatest(c.expiry_1,
+                                              (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
   JOIN queuer.batches b ON b.batch_id = q.batch_id AND b.service_id = q.service_id
  CROSS JOIN LATERAL (
        SELECT h.instance_id, h.claim_epoch, h.to_status

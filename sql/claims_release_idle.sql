@@ -1,31 +1,19 @@
--- Releases this instance's claims on services with nothing left to do, and
--- (to rebalance) claims beyond $2 (its fair share) on services with no
--- batch in flight. $1 instance, $2 share. Returns the released services.
--- The CTEs are MATERIALIZED and the update reads the primary key with an
--- array computed once: no plan, however stale its statistics, re-runs the
--- ranking per claim row (one such plan once made this quadratic).
-WITH mine AS MATERIALIZED (
-    SELECT c.service_id,
-           EXISTS (SELECT 1 FROM queuer.batches b
-                    WHERE b.service_id = c.service_id
-                      AND (b.status IS NULL OR b.status IN ('Pending', 'Unknown', 'Delayed')))
-               AS has_work,
-           EXISTS (SELECT 1 FROM queuer.batches b
-                    WHERE b.service_id = c.service_id
-                      AND ((b.submitted AND b.status IS NULL) OR b.status = 'Pending'))
-               AS in_flight
-      FROM queuer.service_id_claims c
-     WHERE c.claimant = $1
-), ranked AS MATERIALIZED (
-    SELECT m.service_id, m.has_work, m.in_flight,
-           row_number() OVER (ORDER BY m.has_work DESC, m.in_flight DESC, m.service_id) AS rnk
-      FROM mine m
-), doomed AS MATERIALIZED (
-    SELECT r.service_id FROM ranked r
-     WHERE NOT r.has_work OR (r.rnk > $2::integer AND NOT r.in_flight)
+-- Releases up to $2 of this instance's claims on services with nothing
+-- left to do (n_open = 0: no batch waiting or in flight), read from the
+-- index of held services without work. A service that gains work after
+-- this transaction's snapshot has its claim row changed by the enqueue,
+-- so this SERIALIZABLE update fails (40001) and is re-run instead of
+-- releasing it; one that gains work after the release is free with work,
+-- and claimed again. $1 instance, $2 how many. Returns the released
+-- services.
+WITH idle AS MATERIALIZED (
+    SELECT c.service_id FROM queuer.service_id_claims c
+     WHERE c.claimant = $1 AND NOT c.has_work
+     LIMIT $2::integer
+       FOR UPDATE SKIP LOCKED
 )
 UPDATE queuer.service_id_claims c
    SET claimant = NULL, expiry_1 = NULL, expiry_2 = NULL, claim_epoch = c.claim_epoch + 1
- WHERE c.service_id = ANY (ARRAY(SELECT d.service_id FROM doomed d))
+ WHERE c.service_id = ANY (ARRAY(SELECT i.service_id FROM idle i))
    AND c.claimant IS NOT DISTINCT FROM $1
 RETURNING c.service_id

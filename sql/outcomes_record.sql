@@ -1,6 +1,7 @@
 -- Records many batch outcomes in one statement (one COMMIT for the group).
 -- Each write is fenced: the service's claim must still be ours, at the
--- job's epoch, with expiry_1 in the future, locked (FOR NO KEY UPDATE) so
+-- job's epoch, held (its own expiry_1 or our instance lease in the
+-- future), locked (FOR NO KEY UPDATE, the trigger writes it) so
 -- a concurrent takeover waits for us or makes us match nothing; and the
 -- batch must be in the state the submitter expects (compare-and-set):
 --   expect 'posting'  : submitted, no status (our POST in progress)
@@ -16,11 +17,9 @@
 -- cycle (src/worker/serial.c) is the general rule; this is the same rule
 -- for the one service whose in-flight batch just ended.
 --
--- The claim row's `submitting` (maintenance decides soft expiry from it)
--- is rewritten in the same statement where it changes: cleared when the
--- batch leaves "submitted, no status" and no next batch was marked, set
--- when a next batch was marked; the common fast path (a batch ends, the
--- next is marked) leaves it set and writes nothing more.
+-- The claim row's counters (n_open, submitting: maintenance decides soft
+-- expiry from it) follow in the same statement, by the trigger on batches
+-- (migrations/0008_claims_scale.sql).
 --
 -- $1 instance, $2 the outcomes: queuer.outcome[] (migrations/0004_outcome_type.sql), one
 -- element per batch; `ord` below is an element's position (from 1).
@@ -40,12 +39,15 @@ WITH o AS (
     -- new holder locking it cannot fail the whole group; its outcome simply
     -- matches nothing below. (IS NOT DISTINCT FROM means = here but is not
     -- indexable: the primary key drives the scan.)
-    SELECT c.service_id, c.claim_epoch, c.expiry_1, c.claimant
+    SELECT c.service_id, c.claim_epoch, c.claimant,
+           greatest(c.expiry_1,
+                    (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) AS expiry_1
       FROM queuer.service_id_claims c
      WHERE c.service_id = ANY (ARRAY(SELECT o.service_id FROM o))
        AND c.claimant IS NOT DISTINCT FROM $1
        AND (c.service_id, c.claim_epoch) IN (SELECT o.service_id, o.epoch FROM o)
-       AND c.expiry_1 > now()
+       AND greatest(c.expiry_1,
+                    (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
      ORDER BY c.service_id
        FOR NO KEY UPDATE OF c NOWAIT
 ), upd AS (
@@ -69,7 +71,7 @@ WITH o AS (
                WHEN 'inflight' THEN (b.submitted AND b.status IS NULL) OR b.status = 'Pending'
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
-              f.expiry_1, b.submitted AND b.status IS NULL AS submitting, o.ord
+              f.expiry_1, o.ord
 ), hist AS (
     -- Every sub-statement sees the same snapshot: `old` is the row as it was.
     INSERT INTO queuer.batch_history
@@ -112,17 +114,6 @@ WITH o AS (
     SELECT go.batch_id, go.service_id, go.seen, 'Submitting', $1, go.epoch,
            queuer.submit_reason(go.seen, go.attempts, go.last_error)
       FROM go
-), flag AS (
-    -- at most one batch of a service is in flight: the one just written, or the next marked
-    UPDATE queuer.service_id_claims c
-       SET submitting = s.submitting
-      FROM (SELECT x.service_id, bool_or(x.submitting) AS submitting
-              FROM (SELECT upd.service_id, upd.submitting FROM upd
-                    UNION ALL
-                    SELECT go.service_id, true FROM go) x
-             GROUP BY x.service_id) s
-     WHERE c.service_id = s.service_id
-       AND c.submitting <> s.submitting
 )
 SELECT 'w' AS kind, upd.batch_id, NULL::text AS service_id, NULL::bigint AS epoch,
        NULL::integer AS attempts, NULL::bytea AS payload, NULL::bigint AS lease_left_ms, upd.ord

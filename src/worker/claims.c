@@ -9,31 +9,47 @@
 struct claims_txn {
     const struct qw_claims_params *p; /* inputs */
     struct qw_claims_result *out;     /* collected, reset on every attempt */
+    long asked;                       /* claims the last attempt asked for */
 };
 
-static int append_held(struct qw_claims_result *r, const char *service_id, int64_t epoch)
+static int append_claim(struct qw_claim **list, size_t *n, size_t *cap, const char *service_id,
+                        int64_t epoch)
 {
-    if (r->n_held == r->cap_held) {
-        size_t cap = r->cap_held ? r->cap_held * 2 : 256;
-        struct qw_claim *grown = realloc(r->held, cap * sizeof(*grown));
+    if (*n == *cap) {
+        size_t grown_cap = *cap ? *cap * 2 : 256;
+        struct qw_claim *grown = realloc(*list, grown_cap * sizeof(*grown));
         if (!grown)
             return QW_ERR_NOMEM;
-        r->held = grown;
-        r->cap_held = cap;
+        *list = grown;
+        *cap = grown_cap;
     }
-    struct qw_claim *c = &r->held[r->n_held++];
+    struct qw_claim *c = &(*list)[(*n)++];
     snprintf(c->service_id, sizeof(c->service_id), "%s", service_id);
     c->epoch = epoch;
     return QW_OK;
 }
 
-static int collect_held(struct qw_claims_result *r, struct qw_db_res *res, struct qw_error *err)
+/* Appends column 0 (service) and, when `epoch_col` >= 0, that column (epoch) of every row. */
+static int collect(struct qw_claim **list, size_t *n, size_t *cap, struct qw_db_res *res,
+                   int epoch_col, struct qw_error *err)
 {
     for (int i = 0; i < qw_db_res_rows(res); i++) {
-        if (append_held(r, qw_db_res_get(res, i, 0), qw_db_res_int(res, i, 1)) != QW_OK)
+        int64_t epoch = epoch_col >= 0 ? qw_db_res_int(res, i, epoch_col) : 0;
+        if (append_claim(list, n, cap, qw_db_res_get(res, i, 0), epoch) != QW_OK)
             return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
     }
     return QW_OK;
+}
+
+static int release(struct qw_db *db, const char *name, int n, const char *const *params,
+                   struct qw_claims_result *r, struct qw_error *err)
+{
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, name, n, params, &res, err);
+    if (rc == QW_OK)
+        rc = collect(&r->released, &r->n_released, &r->cap_released, res, -1, err);
+    qw_db_res_free(res);
+    return rc;
 }
 
 static int claims_body(void *conn, void *arg, struct qw_error *err)
@@ -42,62 +58,69 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     struct claims_txn *t = arg;
     const struct qw_claims_params *p = t->p;
     struct qw_claims_result *r = t->out;
-    r->n_held = 0;
-    r->freed = r->released = r->acquired = 0;
-    r->lease_left_ms = INT64_MAX;
+    r->n_claims = r->n_released = 0;
+    r->freed = r->acquired = 0;
+    t->asked = 0;
 
-    char lease[16], hard[16], share[16], want[16];
+    char lease[16], hard[16], max[16], want[16];
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
-    snprintf(share, sizeof(share), "%d", p->acquire ? r->share : 0);
+    snprintf(max, sizeof(max), "%d", p->max_changes);
 
     struct qw_db_res *res = NULL;
-    int rc = qw_db_query(db, "claims_maintain", 0, NULL, &res, err);
+    const char *maintain_params[] = {p->instance_id, max};
+    int rc = qw_db_query(db, "claims_maintain", 2, maintain_params, &res, err);
     if (rc != QW_OK)
         return rc;
     r->freed = qw_db_res_rows(res);
     qw_db_res_free(res);
-
-    if (p->housekeeping) {
-        const char *release_params[] = {p->instance_id, share};
-        rc = qw_db_query(db, "claims_release_idle", 2, release_params, &res, err);
+    /* Wake the others (at COMMIT): a lease ran out, its services are free
+     * and the fair share changed. Not a service name, so no full fetch. */
+    if (r->freed > 0) {
+        rc = qw_db_exec(db, "NOTIFY queuer_work, 'claims'", err);
         if (rc != QW_OK)
             return rc;
-        r->released = qw_db_res_rows(res);
+    }
+
+    if (p->housekeeping) {
+        const char *idle_params[] = {p->instance_id, max};
+        rc = release(db, "claims_release_idle", 2, idle_params, r, err);
+        if (rc != QW_OK)
+            return rc;
+    }
+    if (p->release) {
+        const char *release_params[] = {p->instance_id, p->release};
+        rc = release(db, "claims_release", 2, release_params, r, err);
+        if (rc != QW_OK)
+            return rc;
+    }
+    if (p->reconcile) {
+        const char *held_params[] = {p->instance_id};
+        rc = qw_db_query(db, "claims_held", 1, held_params, &res, err);
+        if (rc != QW_OK)
+            return rc;
+        rc = collect(&r->claims, &r->n_claims, &r->cap_claims, res, 1, err);
         qw_db_res_free(res);
+        if (rc != QW_OK)
+            return rc;
     }
-
-    const char *renew_params[] = {p->instance_id, lease, hard};
-    rc = qw_db_query(db, "claims_renew", 3, renew_params, NULL, err);
-    if (rc != QW_OK)
-        return rc;
-    const char *held_params[] = {p->instance_id};
-    rc = qw_db_query(db, "claims_held", 1, held_params, &res, err);
-    if (rc != QW_OK)
-        return rc;
-    rc = collect_held(r, res, err);
-    for (int i = 0; i < qw_db_res_rows(res); i++) {
-        int64_t left = qw_db_res_int(res, i, 2);
-        if (left < r->lease_left_ms)
-            r->lease_left_ms = left;
-    }
-    qw_db_res_free(res);
-    if (rc != QW_OK || !p->acquire)
-        return rc;
-
-    int n = r->share - (int)r->n_held;
-    if (n <= 0 || (r->free_with_work == 0 && r->freed == 0))
+    long held = p->reconcile ? (long)r->n_claims : (long)p->held - (long)r->n_released;
+    if (!p->acquire || (r->free_with_work == 0 && r->freed == 0))
         return QW_OK;
-    snprintf(want, sizeof(want), "%d", n);
-    const char *acquire_params[] = {p->instance_id, want, lease, hard};
-    rc = qw_db_query(db, "claims_acquire", 4, acquire_params, &res, err);
+    long n = (long)r->share - held;
+    if (n > p->max_changes)
+        n = p->max_changes;
+    if (n <= 0)
+        return QW_OK;
+    t->asked = n;
+    snprintf(want, sizeof(want), "%ld", n);
+    const char *acquire_params[] = {p->instance_id, want, lease, hard, p->start_key};
+    rc = qw_db_query(db, "claims_acquire", 5, acquire_params, &res, err);
     if (rc != QW_OK)
         return rc;
-    size_t before = r->n_held;
-    rc = collect_held(r, res, err);
-    r->acquired = (int)(r->n_held - before);
-    if (r->acquired > 0 && p->lease_ms < r->lease_left_ms)
-        r->lease_left_ms = p->lease_ms;
+    size_t before = r->n_claims;
+    rc = collect(&r->claims, &r->n_claims, &r->cap_claims, res, 1, err);
+    r->acquired = (int)(r->n_claims - before);
     qw_db_res_free(res);
     return rc;
 }
@@ -106,13 +129,12 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
 static int read_share(struct qw_db *db, const struct qw_claims_params *p,
                       struct qw_claims_result *r, struct qw_error *err)
 {
-    char live[16], slack[16], maxc[16];
-    snprintf(live, sizeof(live), "%d", p->liveness_ms);
+    char slack[16], maxc[16];
     snprintf(slack, sizeof(slack), "%d", p->slack);
     snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
-    const char *params[] = {p->instance_id, live, slack, maxc};
+    const char *params[] = {p->instance_id, slack, maxc};
     struct qw_db_res *res = NULL;
-    int rc = qw_db_query(db, "claims_share", 4, params, &res, err);
+    int rc = qw_db_query(db, "claims_share", 3, params, &res, err);
     if (rc != QW_OK)
         return rc;
     r->share = (int)qw_db_res_int(res, 0, 0);
@@ -121,6 +143,21 @@ static int read_share(struct qw_db *db, const struct qw_claims_params *p,
     r->free_with_work = qw_db_res_int(res, 0, 3);
     qw_db_res_free(res);
     return QW_OK;
+}
+
+int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p, struct qw_error *err)
+{
+    char lease[16], hard[16], held[24];
+    snprintf(lease, sizeof(lease), "%d", p->lease_ms);
+    snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
+    snprintf(held, sizeof(held), "%zu", p->held);
+    const char *params[] = {p->instance_id, lease, hard, held};
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "claims_lease", 4, params, &res, err);
+    if (rc == QW_OK && qw_db_res_rows(res) != 1)
+        rc = qw_error_set(err, QW_ERR_DB, "instance %s is not registered", p->instance_id);
+    qw_db_res_free(res);
+    return rc;
 }
 
 int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
@@ -132,12 +169,17 @@ int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
     int rc = p->housekeeping ? read_share(db, p, out, err) : QW_OK;
     if (rc != QW_OK)
         return rc;
-    return qw_txn_run(&qw_txn_db_ops, db, policy, claims_body, &t, stats, err);
+    rc = qw_txn_run(&qw_txn_db_ops, db, policy, claims_body, &t, stats, err);
+    /* Claiming found fewer than it asked for: none left until the next look. */
+    if (rc == QW_OK && out->acquired < t.asked)
+        out->free_with_work = 0;
+    return rc;
 }
 
 void qw_claims_result_free(struct qw_claims_result *r)
 {
-    free(r->held);
+    free(r->claims);
+    free(r->released);
     memset(r, 0, sizeof(*r));
 }
 

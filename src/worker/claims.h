@@ -1,13 +1,21 @@
 /*
- * Steps 1-3 of the worker cycle (DESIGN §3) as one retried SERIALIZABLE
- * transaction: maintenance (free expired claims, decided per service),
- * release of idle claims and of claims beyond the fair share, renewal of
- * our claims (those past half their lease, so claim rows are written
- * rarely), and new claims up to the fair share. The fair share itself is
- * advisory and read just before, outside the transaction, so the
- * transaction's reads stay narrow and conflicts between workers rare. The result is the set
- * of claims this instance holds after COMMIT, with their epochs; nothing
- * in it may be acted on unless qw_claims_cycle() returned QW_OK.
+ * Steps 1-3 of the worker cycle (DESIGN §3) at a cost that follows what
+ * changed, not the number of services (docs/CLAIMS.md):
+ *
+ * - qw_claims_lease() renews this instance's lease, one row, every cycle,
+ *   outside the serializable transaction. Every claim we hold is held while
+ *   its own expiry or our lease is in the future, so claims are never
+ *   renewed one by one.
+ * - qw_claims_cycle() runs one retried SERIALIZABLE transaction:
+ *   maintenance (free the claims of instances whose lease ran out, decided
+ *   per service), release of our idle claims and of the surplus the caller
+ *   lists, and new claims up to the fair share, each step bounded per
+ *   call. The fair share is advisory and read just before, outside the
+ *   transaction. It reads every claim we hold only when asked to
+ *   (`reconcile`: at start and after our lease may have lapsed); otherwise
+ *   the result lists what changed and the caller keeps its own set.
+ *
+ * Nothing in a result may be acted on unless the call returned QW_OK.
  */
 #ifndef QW_WORKER_CLAIMS_H
 #define QW_WORKER_CLAIMS_H
@@ -29,35 +37,50 @@ struct qw_claim {
 /** What one claims transaction asks for. */
 struct qw_claims_params {
     const char *instance_id; /* our claimant id */
-    int lease_ms;            /* expiry_1 = now() + lease_ms */
-    int hard_expiry_ms;      /* expiry_2 = now() + hard_expiry_ms */
-    int liveness_ms;         /* instances with a heartbeat this recent count as live */
+    int lease_ms;            /* expiry_1 of a new claim = now() + lease_ms */
+    int hard_expiry_ms;      /* expiry_2 of a new claim = now() + hard_expiry_ms */
     int slack;               /* claims allowed over the fair share */
     int max_claims;          /* hard cap, 0 = none */
-    bool acquire;            /* false: renew and release only (shutting down) */
-    bool housekeeping;       /* also recompute the fair share and give back idle and
-                                surplus claims; the scans behind them cost O(services),
-                                so the caller asks for them every few cycles, not each */
+    int max_changes;         /* at most this many claims freed, acquired or released
+                                (each) per call: bounded batches */
+    size_t held;             /* claims we hold before the call (the caller's count) */
+    const char *start_key;   /* where claiming starts in key order (spreads workers) */
+    const char *release;     /* text[] literal of our claims to give back (surplus), or
+                                NULL */
+    bool acquire;            /* false: no new claims (shutting down) */
+    bool housekeeping;       /* also recompute the fair share and give back idle claims */
+    bool reconcile;          /* list every claim we hold (claims_held) */
 };
 
-/** What it did; `held` is owned and reused across calls. */
+/** What it did; the arrays are owned and reused across calls. */
 struct qw_claims_result {
-    struct qw_claim *held;  /* claims held after COMMIT */
-    size_t n_held;          /* entries in held */
-    size_t cap_held;        /* allocated entries */
-    int freed;              /* expired claims (anyone's) freed by maintenance */
-    int released;           /* our idle or surplus claims given back */
-    int acquired;           /* new claims */
-    int share;              /* our fair share this cycle */
-    int64_t with_work;      /* services with non-final batches */
-    int64_t free_with_work; /* of those, held by nobody (before maintenance) */
-    int live;               /* live instances */
-    int64_t lease_left_ms;  /* shortest lease left among held claims, database clock */
+    struct qw_claim *claims;   /* reconcile: every claim held after COMMIT; otherwise the
+                                  new ones */
+    size_t n_claims;           /* entries in claims */
+    size_t cap_claims;         /* allocated entries */
+    struct qw_claim *released; /* our claims given back (epoch unused) */
+    size_t n_released;         /* entries in released */
+    size_t cap_released;       /* allocated entries */
+    int freed;                 /* expired claims (anyone's) freed by maintenance */
+    int acquired;              /* new claims */
+    int share;                 /* our fair share this cycle */
+    int64_t with_work;         /* services with non-final batches (estimate) */
+    int64_t free_with_work;    /* of those, held by nobody (before maintenance; set to 0
+                                  when claiming found fewer than it asked for) */
+    int live;                  /* live instances */
 };
 
 /**
+ * Renews this instance's lease (`lease_ms`, `hard_expiry_ms` from now on
+ * the database clock) and records `held` claims, on `db` (owned by the
+ * calling thread), in a single autocommit statement. QW_ERR_DB when the
+ * instance is not registered.
+ */
+int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p, struct qw_error *err);
+
+/**
  * Runs the claims transaction on `db` (owned by the calling thread) with
- * the retry `policy`. On QW_OK `out` describes the committed state; on
+ * the retry `policy`. On QW_OK `out` describes the committed changes; on
  * failure it is meaningless. `stats` (may be NULL) gets the retry counts.
  */
 int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,

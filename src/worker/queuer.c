@@ -37,6 +37,14 @@
  * 429 storm) the surplus was never released. */
 #define HOUSEKEEPING_EVERY 5
 
+/* At most this many claims freed, acquired or released (each) per claims
+ * transaction: a cycle stays short, and what is left goes next cycle. */
+#define CLAIMS_BATCH 5000
+
+/* Every this many cycles the worker reads all its claims again (a safety
+ * net: only its own lease running out lets others free them). */
+#define RECONCILE_EVERY 60
+
 /* Durations kept for the summary logged at shutdown (the latest ones). */
 #define SAMPLES_MAX 16384
 
@@ -72,6 +80,11 @@ struct queuer {
     size_t cap_dirty;                  /* allocated entries */
     struct qw_queue_bufs bufs;         /* reusable parameters of the queue transaction */
     struct qw_pgarray filter;          /* services of a partial fetch */
+    struct qw_pgarray release;         /* surplus claims to give back */
+    size_t n_held;                     /* services in svcs with held set */
+    int cycles_since_reconcile;        /* claims cycles since all our claims were read */
+    bool surplus_released;             /* the last claims cycle gave surplus claims back */
+    char start_key[16];                /* where claiming starts this cycle (random) */
     char **backlog;                    /* services chosen but left out for want of room,
                                           started as jobs come back (ids owned) */
     size_t n_backlog;                  /* entries in backlog */
@@ -227,10 +240,12 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
     return QW_OK;
 }
 
-static int heartbeat(struct queuer *q, struct qw_error *err)
+/* A random place in the hash order claiming reads free services in (an int4). */
+static const char *random_key(struct queuer *q)
 {
-    const char *params[] = {q->w->instance_id};
-    return qw_db_query(q->db, "instance_heartbeat", 1, params, NULL, err);
+    int32_t at = (int32_t)(uint32_t)qw_rng_next(&q->rng);
+    snprintf(q->start_key, sizeof(q->start_key), "%d", at);
+    return q->start_key;
 }
 
 static int add_dirty(struct queuer *q, const char *service_id);
@@ -270,29 +285,98 @@ static void mark_draining(struct queuer *q)
     free(held);
 }
 
-/* Steps 1-3, then reconcile the local map with what the database says we hold. */
+/* Our surplus claims with no job out (draining), as a text[] literal for
+ * claims_release; NULL when there are none (or no memory: next time). */
+static const char *surplus_to_release(struct queuer *q, int max)
+{
+    size_t pos = 0;
+    int n = 0;
+    struct qw_svc *s;
+    qw_pgarray_reset(&q->release);
+    while (n < max && (s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
+        if (s->held && s->draining && !s->busy) {
+            qw_pgarray_text(&q->release, s->service_id);
+            n++;
+        }
+    }
+    return n > 0 ? qw_pgarray_finish(&q->release) : NULL;
+}
+
+static void set_held(struct queuer *q, struct qw_svc *s, bool held)
+{
+    if (s->held != held)
+        q->n_held += held ? 1 : -1;
+    s->held = held;
+}
+
+/* A claim of ours: remember its epoch; a new claim (or a new epoch) is fetched at once. */
+static int note_claim(struct queuer *q, const struct qw_claim *c)
+{
+    struct qw_svc *s = qw_svcmap_put(&q->svcs, c->service_id);
+    if (!s)
+        return QW_ERR_NOMEM;
+    if (s->epoch != c->epoch && s->epoch != 0)
+        qw_log_info("claim.epoch_changed", "service=%s old=%lld new=%lld", c->service_id,
+                    (long long)s->epoch, (long long)c->epoch);
+    if (s->epoch != c->epoch && add_dirty(q, c->service_id) != QW_OK)
+        q->cycles_since_full = FULL_FETCH_EVERY;
+    s->epoch = c->epoch;
+    set_held(q, s, true);
+    return QW_OK;
+}
+
+/* A claim we no longer hold: forget it, or (a job of it is out) when the job comes back. */
+static void drop_claim(struct queuer *q, struct qw_svc *s)
+{
+    set_held(q, s, false);
+    if (s->busy)
+        s->epoch = -1;
+    else
+        qw_svcmap_del(&q->svcs, s->service_id);
+}
+
+/*
+ * Steps 1-3: renew our lease, then the claims transaction, then bring the
+ * local map up to date with what it changed. Every claim we hold is held
+ * while our lease is, so the map needs the full list of our claims only
+ * at start and when the lease may have lapsed (others may have freed some
+ * of them meanwhile), and once in a while as a safety net.
+ */
 static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct qw_error *err)
 {
     const struct qw_config *cfg = q->cfg;
+    int64_t began = qw_clock_mono_ms();
+    bool first = q->lease_deadline_ms == 0;
+    bool lapsed = began >= q->lease_deadline_ms;
+    bool reconcile = lapsed || ++q->cycles_since_reconcile >= RECONCILE_EVERY;
+    housekeeping = housekeeping || q->claims.share == 0;
     struct qw_claims_params p = {
         .instance_id = q->w->instance_id,
         .lease_ms = cfg->worker_lease_ms,
         .hard_expiry_ms = cfg->worker_hard_expiry_ms,
-        /* Two leases: a worker that misses a heartbeat or two (a database
-         * restart) still counts, so the first one back does not take all. */
-        .liveness_ms = 2 * cfg->worker_lease_ms,
         .slack = cfg->worker_claim_slack,
         .max_claims = cfg->worker_max_claims,
+        .max_changes = CLAIMS_BATCH,
+        .held = q->n_held,
+        .start_key = random_key(q),
+        .release = housekeeping && !reconcile ? surplus_to_release(q, CLAIMS_BATCH) : NULL,
         .acquire = acquire,
-        .housekeeping = housekeeping || q->claims.share == 0,
+        .housekeeping = housekeeping,
+        .reconcile = reconcile,
     };
-    int64_t began = qw_clock_mono_ms();
+    int rc = qw_claims_lease(q->db, &p, err);
+    if (rc != QW_OK)
+        return rc;
+    /* Conservative: every claim we hold is held at least until our lease,
+     * renewed after `began`; keep a tenth of the lease as a safety margin. */
+    int64_t deadline = began + cfg->worker_lease_ms - cfg->worker_lease_ms / 10;
+
     int64_t began_us = qw_clock_mono_us();
     struct qw_txn_stats st = {0};
-    int rc = qw_claims_cycle(q->db, &q->policy, &p, &q->claims, &st, err);
+    rc = qw_claims_cycle(q->db, &q->policy, &p, &q->claims, &st, err);
     add_serialization_retries(q, &st);
     int64_t took_us = qw_clock_mono_us() - began_us;
-    qw_log_debug("claims.done", "held=%zu attempts=%d us=%lld", q->claims.n_held, st.attempts,
+    qw_log_debug("claims.done", "held=%zu attempts=%d us=%lld", q->n_held, st.attempts,
                  (long long)took_us);
     if (q->tally) {
         q->tally->ser_failures += st.serialization_retries;
@@ -306,47 +390,49 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
     atomic_fetch_add_explicit(&q->w->stats.cycles, 1, memory_order_relaxed);
     if (rc != QW_OK)
         return rc;
-    /* Conservative: every claim held has at least lease_left_ms left as of a
-     * moment after `began`; keep a tenth of the lease as a safety margin. */
-    int64_t left =
-        q->claims.lease_left_ms == INT64_MAX ? cfg->worker_lease_ms : q->claims.lease_left_ms;
-    q->lease_deadline_ms = began + left - cfg->worker_lease_ms / 10;
+    q->lease_deadline_ms = deadline;
 
+    const struct qw_claims_result *r = &q->claims;
+    q->surplus_released = p.release != NULL && r->n_released > 0;
     size_t pos = 0;
     struct qw_svc *s;
-    while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL)
-        s->held = false;
-    for (size_t i = 0; i < q->claims.n_held; i++) {
-        const struct qw_claim *c = &q->claims.held[i];
-        s = qw_svcmap_put(&q->svcs, c->service_id);
-        if (!s)
-            return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-        if (s->epoch != c->epoch && s->epoch != 0)
-            qw_log_info("claim.epoch_changed", "service=%s old=%lld new=%lld", c->service_id,
-                        (long long)s->epoch, (long long)c->epoch);
-        /* A new claim (or a new epoch): fetch that service at once. */
-        if (s->epoch != c->epoch && add_dirty(q, c->service_id) != QW_OK)
-            q->cycles_since_full = FULL_FETCH_EVERY;
-        s->epoch = c->epoch;
-        s->held = true;
-    }
-    pos = 0;
-    while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
-        if (!s->held && !s->busy) {
-            qw_svcmap_del(&q->svcs, s->service_id);
-        } else if (!s->held) {
-            s->epoch = -1; /* lost; forgotten when its job comes back */
+    if (reconcile) {
+        q->cycles_since_reconcile = 0;
+        while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL)
+            s->seen = false;
+        for (size_t i = 0; i < r->n_claims; i++) {
+            if (note_claim(q, &r->claims[i]) != QW_OK)
+                return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+            qw_svcmap_get(&q->svcs, r->claims[i].service_id)->seen = true;
+        }
+        pos = 0;
+        while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
+            if (s->held && !s->seen)
+                drop_claim(q, s);
+        }
+        if (lapsed && !first)
+            qw_log_warn("claims.lease_lapsed", "held=%zu", q->n_held);
+    } else {
+        for (size_t i = 0; i < r->n_claims; i++) {
+            if (note_claim(q, &r->claims[i]) != QW_OK)
+                return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
         }
     }
-    mark_draining(q);
-    atomic_store_explicit(&q->w->stats.claims_held, (long long)q->claims.n_held,
-                          memory_order_relaxed);
-    if (q->claims.acquired || q->claims.released || q->claims.freed)
+    for (size_t i = 0; i < r->n_released; i++) {
+        s = qw_svcmap_get(&q->svcs, r->released[i].service_id);
+        if (s && s->held)
+            drop_claim(q, s);
+    }
+    /* Surplus over the (new) share drains, and goes back at the next housekeeping. */
+    if (housekeeping)
+        mark_draining(q);
+    atomic_store_explicit(&q->w->stats.claims_held, (long long)q->n_held, memory_order_relaxed);
+    if (r->acquired || r->n_released || r->freed)
         qw_log_info("claims.changed",
-                    "held=%zu acquired=%d released=%d freed=%d share=%d services_with_work=%lld "
+                    "held=%zu acquired=%d released=%zu freed=%d share=%d services_with_work=%lld "
                     "live_instances=%d",
-                    q->claims.n_held, q->claims.acquired, q->claims.released, q->claims.freed,
-                    q->claims.share, (long long)q->claims.with_work, q->claims.live);
+                    q->n_held, r->acquired, r->n_released, r->freed, r->share,
+                    (long long)r->with_work, r->live);
     return QW_OK;
 }
 
@@ -474,7 +560,8 @@ static void announce_released(struct queuer *q)
 {
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_db_exec(q->db, "NOTIFY queuer_work", &err) != QW_OK)
+    /* Not a service name and not empty: a claims cycle, no full fetch. */
+    if (qw_db_exec(q->db, "NOTIFY queuer_work, 'claims'", &err) != QW_OK)
         qw_log_debug("claims.notify_failed", "error=%s",
                      qw_log_quote((char[300]){0}, 300, err.msg));
 }
@@ -564,10 +651,8 @@ static void queuer_loop(struct queuer *q)
                                 q->notified_all || !cfg->worker_listen;
             if (housekeeping)
                 q->cycles_since_housekeeping = 0;
-            rc = heartbeat(q, &err);
-            if (rc == QW_OK)
-                rc = claims_step(q, true, housekeeping, &err);
-            if (rc == QW_OK && q->claims.released > 0)
+            rc = claims_step(q, true, housekeeping, &err);
+            if (rc == QW_OK && q->surplus_released)
                 announce_released(q);
             if (rc == QW_OK)
                 rc = queue_now(q, full, &err);
@@ -605,7 +690,7 @@ static void queuer_loop(struct queuer *q)
 /* Stops: hands no more jobs, waits for the submitter, gives the claims back. */
 static void queuer_shutdown(struct queuer *q, pthread_t submitter)
 {
-    qw_log_info("worker.stopping", "claims=%zu busy=%zu", q->claims.n_held, q->svcs.busy);
+    qw_log_info("worker.stopping", "claims=%zu busy=%zu", q->n_held, q->svcs.busy);
     qw_handoff_close(q->w->jobs);
     pthread_join(submitter, NULL);
     take_done(q);
@@ -648,6 +733,7 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
     qw_queue_bufs_init(&q.bufs);
     qw_pgarray_init(&q.filter);
+    qw_pgarray_init(&q.release);
     qw_rng_seed(&q.rng, (uint64_t)qw_clock_mono_us() ^ (uint64_t)getpid());
     qw_outage_init(&q.outage, "queuer");
     const struct qw_txn_hooks hooks = {
@@ -682,5 +768,6 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
     qw_svcmap_free(&q.svcs);
     qw_queue_bufs_free(&q.bufs);
     qw_pgarray_free(&q.filter);
+    qw_pgarray_free(&q.release);
     return QW_OK;
 }

@@ -16,7 +16,9 @@ struct qw_svc {
     char service_id[QW_SERVICE_ID_MAX]; /* key; "" = empty slot */
     int64_t epoch;                      /* claim epoch we hold */
     bool busy;                          /* a job of this service is with the submitter */
-    bool held;                          /* seen in the latest renewal (mark-and-sweep) */
+    bool held;                          /* we hold its claim */
+    bool seen;                          /* listed by the latest full read of our claims
+                                           (mark-and-sweep) */
     bool draining;                      /* above our fair share: queue nothing more, so it
                                            goes idle and the next cycle releases it */
     bool tombstone;                     /* deleted slot */

@@ -53,7 +53,7 @@ static void enqueue(struct qw_db *db, const char *id, uint64_t seed)
 }
 
 /* Three batches, none submitted; w1 holds the claim at epoch 3 for LEASE_MS
- * (soft) and an hour (hard). */
+ * (soft) and an hour (hard), by its own expiries and its instance lease. */
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
@@ -68,6 +68,11 @@ static int setup(void **state)
     snprintf(sql, sizeof(sql),
              "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 3, "
              "expiry_1 = now() + interval '%d ms', expiry_2 = now() + interval '1 h'",
+             LEASE_MS);
+    itest_exec(f->a, sql);
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, lease_2) "
+             "VALUES ('w1', 'h', 1, 'v', now() + interval '%d ms', now() + interval '1 h')",
              LEASE_MS);
     itest_exec(f->a, sql);
     *state = f;
@@ -129,17 +134,21 @@ static void set_batch(struct fixture *f, int k, const char *assignments)
     itest_exec(f->a, sql);
 }
 
+/* Maintenance as another worker runs it. */
+static const char *const maintain_params[] = {"w2", "1000"};
+
 static int64_t submitting(struct fixture *f)
 {
     return itest_scalar(f->b, "SELECT submitting::int FROM queuer.service_id_claims");
 }
 
-/* Waits (on the database clock) until the claim's expiry_1 has passed. */
+/* Waits (on the database clock) until the claim's effective expiry_1 (its
+ * own or its holder's lease, whichever is later) has passed. */
 static void wait_soft_expiry(struct fixture *f)
 {
     for (int i = 0; i < 200; i++) {
         if (itest_scalar(f->b, "SELECT (clock_timestamp() > expiry_1)::int "
-                               "FROM queuer.service_id_claims") == 1)
+                               "FROM queuer.claims") == 1)
             return;
         usleep(20 * 1000);
     }
@@ -164,7 +173,7 @@ static void race_maintenance(struct fixture *f)
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    int rc = qw_db_query(f->b, "claims_maintain", 0, NULL, &res, &err);
+    int rc = qw_db_query(f->b, "claims_maintain", 2, maintain_params, &res, &err);
     if (rc == QW_OK) {
         int freed = qw_db_res_rows(res);
         qw_db_res_free(res);
@@ -182,12 +191,13 @@ static void race_maintenance(struct fixture *f)
 
     /* The re-run, on a snapshot that sees the batch mid-submission. */
     itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->b, "claims_maintain", 0, NULL, 0);
+    query(f->b, "claims_maintain", 2, maintain_params, 0);
     itest_exec(f->b, "COMMIT");
     /* Hard expiry frees it, mid-submission or not. */
     itest_exec(f->b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
+    itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = lease_1");
     itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->b, "claims_maintain", 0, NULL, 1);
+    query(f->b, "claims_maintain", 2, maintain_params, 1);
     itest_exec(f->b, "COMMIT");
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                         "WHERE claimant IS NULL AND claim_epoch = 4"),
@@ -220,7 +230,7 @@ static void test_soft_expiry_frees_an_idle_claim(void **state)
     set_batch(f, 0, "submitted = true, status = 'Pending', attempts = 1");
     wait_soft_expiry(f);
     itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->b, "claims_maintain", 0, NULL, 1);
+    query(f->b, "claims_maintain", 2, maintain_params, 1);
     itest_exec(f->b, "COMMIT");
 }
 
@@ -228,8 +238,8 @@ static void test_soft_expiry_frees_an_idle_claim(void **state)
 static void test_submitting_follows_the_batches(void **state)
 {
     struct fixture *f = *state;
-    itest_exec(f->a, "UPDATE queuer.service_id_claims SET expiry_1 = now() + interval '1 h', "
-                     "expiry_2 = now() + interval '2 h'");
+    itest_exec(f->a, "UPDATE queuer.instances SET lease_1 = now() + interval '1 h', "
+                     "lease_2 = now() + interval '2 h'");
     assert_int_equal(submitting(f), 0);
     mark(f, 0, 1);
     assert_int_equal(submitting(f), 1);

@@ -202,7 +202,8 @@ CREATE SCHEMA IF NOT EXISTS scenario;
 -- statement's snapshot (an upper bound of the takeover's commit);
 -- last_unseen_at before the last snapshot that still saw the old holder
 -- (a lower bound). taken_at is exact: the acquiring transaction's now(),
--- recovered from the new expiry_1 (set to now() + lease_ms on acquire).
+-- recovered from the new claim's own expiry_1 (set to now() + lease_ms on
+-- acquire, never renewed: the holder's instance lease extends it).
 CREATE TABLE IF NOT EXISTS scenario.watch (
     tag            text NOT NULL,
     service_id     text NOT NULL,
@@ -448,12 +449,14 @@ sc_services_sql() {
 # ---- claims -----------------------------------------------------------------
 
 # sc_watch_claims TAG WHERE: remembers the current holder, epoch and expiries
-# of the claims matching WHERE (on queuer.service_id_claims c); prints how many.
+# of the claims matching WHERE (on the view queuer.claims c, whose expiries
+# are the effective ones: the claim's own or its holder's lease, whichever
+# is later); prints how many.
 sc_watch_claims() {
     qw_sql "WITH ins AS (
               INSERT INTO scenario.watch (tag, service_id, old_claimant, old_epoch, old_expiry_1, old_expiry_2)
               SELECT '$1', c.service_id, c.claimant, c.claim_epoch, c.expiry_1, c.expiry_2
-                FROM queuer.service_id_claims c WHERE c.claimant IS NOT NULL AND ($2)
+                FROM queuer.claims c WHERE c.claimant IS NOT NULL AND ($2)
               RETURNING 1)
             SELECT count(*) FROM ins"
 }
@@ -463,7 +466,7 @@ sc_watch_claims() {
 sc_watch_refresh() {
     qw_sql "UPDATE scenario.watch w
                SET old_epoch = c.claim_epoch, old_expiry_1 = c.expiry_1, old_expiry_2 = c.expiry_2
-              FROM queuer.service_id_claims c
+              FROM queuer.claims c
              WHERE w.tag = '$1' AND w.seen_at IS NULL AND c.service_id = w.service_id
                AND c.claimant = w.old_claimant" >/dev/null
 }

@@ -43,7 +43,7 @@ frozen=
 for try in $(seq 1 20); do
     sc_wait "w1 renewed its claims a moment ago" 10 \
         "SELECT count(*) > 0 AND min(expiry_1) > now() + $((SC_LEASE_MS * 8 / 10)) * interval '1 millisecond'
-           FROM queuer.service_id_claims WHERE claimant = 'w1'"
+           FROM queuer.claims WHERE claimant = 'w1'"
     sc_worker_signal w1 STOP
     sleep 0.1
     frozen=$(qw_sql "WITH busy AS (
@@ -53,7 +53,7 @@ for try in $(seq 1 20); do
             ), ins AS (
                 INSERT INTO scenario.watch (tag, service_id, old_claimant, old_epoch, old_expiry_1, old_expiry_2)
                 SELECT 'stopped', c.service_id, c.claimant, c.claim_epoch, c.expiry_1, c.expiry_2
-                  FROM queuer.service_id_claims c, busy
+                  FROM queuer.claims c, busy
                  WHERE busy.n = 0 AND c.claimant = 'w1'
                 RETURNING 1)
             SELECT CASE WHEN busy.n = 0 THEN (SELECT count(*) FROM ins)::text

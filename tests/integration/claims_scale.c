@@ -1,0 +1,307 @@
+/*
+ * Integration: the claim design of migration 0008 (docs/CLAIMS.md). The
+ * work counter n_open stays exact through every kind of write to batches
+ * (enqueue, marks, outcomes with the fast path, operator cancel, delete);
+ * claiming takes only free services with work; idle release gives back
+ * only services without work and never one whose work arrives while it
+ * runs; the surplus release keeps services with a batch mid-submission;
+ * maintenance frees claims through their holder's lease, per service.
+ */
+#include "itest.h"
+#include "common/hex.h"
+#include "ingest/batchlist.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S1 "scale-aaaaa::0001"
+#define S2 "scale-aaaaa::0002"
+#define S3 "scale-aaaaa::0003"
+
+struct fixture {
+    char *conninfo;
+    struct qw_db *a;  /* the worker w1, or an application */
+    struct qw_db *b;  /* another session */
+    char ids[4][129]; /* S1's batches, oldest first */
+    uint64_t seed;    /* next sample seed */
+};
+
+static void enqueue(struct fixture *f, struct qw_db *db, const char *svc, char *id_out)
+{
+    char id[129];
+    uint64_t seed = f->seed++;
+    qw_batchlist_sample_id(seed, id);
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    assert_int_equal(qw_batchlist_sample(id, seed, &payload, &len), 0);
+    char *hex = malloc(2 * len + 1);
+    qw_hex_encode(payload, len, hex);
+    const char *params[] = {svc, id, hex};
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3, params,
+                        NULL, &err) != QW_OK)
+        fail_msg("enqueue: %s", err.msg);
+    if (id_out)
+        memcpy(id_out, id, sizeof(id));
+    free(hex);
+    free(payload);
+}
+
+/* S1 with four batches, S2 with one, S3 with none (a row, no work); w1 is
+ * a registered instance with a lease of an hour. Nobody holds anything. */
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    f->seed = 5000;
+    f->conninfo = itest_db_create("claims_scale", 1);
+    f->a = itest_connect(f->conninfo);
+    f->b = itest_connect(f->conninfo);
+    for (int i = 0; i < 4; i++)
+        enqueue(f, f->a, S1, f->ids[i]);
+    enqueue(f, f->a, S2, NULL);
+    itest_exec(f->a, "INSERT INTO queuer.service_id_claims (service_id) VALUES ('" S3 "')");
+    itest_exec(f->a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
+                     "lease_2) VALUES ('w1', 'h', 1, 'v', now() + interval '1 h', "
+                     "now() + interval '2 h'), ('w2', 'h', 2, 'v', now() + interval '1 h', "
+                     "now() + interval '2 h')");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    qw_db_close(f->a);
+    qw_db_close(f->b);
+    free(f->conninfo);
+    free(f);
+    return 0;
+}
+
+/* Runs a prepared statement; returns its rows and frees the result. */
+static int run(struct qw_db *db, const char *name, int n, const char *const *params)
+{
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(db, name, n, params, &res, &err) != QW_OK)
+        fail_msg("%s: %s", name, err.msg);
+    int rows = qw_db_res_rows(res);
+    qw_db_res_free(res);
+    return rows;
+}
+
+static int64_t n_open(struct fixture *f, const char *svc)
+{
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "SELECT n_open FROM queuer.service_id_claims WHERE service_id = '%s'", svc);
+    return itest_scalar(f->b, sql);
+}
+
+/* The counter as the batches say it should be, for every service. */
+static void assert_counters_exact(struct fixture *f)
+{
+    assert_int_equal(itest_scalar(f->b,
+                                  "SELECT count(*) FROM queuer.service_id_claims c "
+                                  "WHERE c.n_open <> (SELECT count(*) FROM queuer.batches b "
+                                  "WHERE b.service_id = c.service_id AND (b.status IS NULL OR "
+                                  "b.status IN ('Pending', 'Unknown', 'Delayed'))) "
+                                  "OR c.submitting <> EXISTS (SELECT 1 FROM queuer.batches b "
+                                  "WHERE b.service_id = c.service_id AND b.submitted "
+                                  "AND b.status IS NULL)"),
+                     0);
+}
+
+static void hold(struct fixture *f, const char *svc, const char *who)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.service_id_claims SET claimant = '%s', claim_epoch = claim_epoch + 1, "
+             "expiry_1 = now(), expiry_2 = now() WHERE service_id = '%s'",
+             who, svc);
+    itest_exec(f->a, sql);
+}
+
+static int64_t epoch_of(struct fixture *f, const char *svc)
+{
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "SELECT claim_epoch FROM queuer.service_id_claims WHERE service_id = '%s'", svc);
+    return itest_scalar(f->b, sql);
+}
+
+/* Marks S1's batch k for w1 (batches_mark); returns the rows marked. */
+static int mark(struct fixture *f, int k)
+{
+    char ids[160], epochs[32];
+    snprintf(ids, sizeof(ids), "{%s}", f->ids[k]);
+    snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch_of(f, S1));
+    const char *params[] = {"w1", ids, "{" S1 "}", epochs, "{\"\"}"};
+    return run(f->a, "batches_mark", 5, params);
+}
+
+/* Records `status` for S1's batch k (expected being posted), fast path on. */
+static int record(struct fixture *f, int k, const char *status, const char *submitted)
+{
+    /* one queuer.outcome: batch, service, epoch, expect, status ("" = none),
+     * submitted, attempts_add, retry_ms, last_error, detail, posted, go_on */
+    char outcomes[512];
+    snprintf(outcomes, sizeof(outcomes), "{\"(%s," S1 ",%lld,posting,%s,%s,0,,,test,f,t)\"}",
+             f->ids[k], (long long)epoch_of(f, S1), status, submitted);
+    const char *params[] = {"w1", outcomes};
+    return run(f->a, "outcomes_record", 2, params);
+}
+
+static void test_counter_follows_every_write(void **state)
+{
+    struct fixture *f = *state;
+    assert_int_equal(n_open(f, S1), 4);
+    assert_int_equal(n_open(f, S2), 1);
+    assert_int_equal(n_open(f, S3), 0);
+    assert_counters_exact(f);
+
+    hold(f, S1, "w1");
+    assert_int_equal(mark(f, 0), 1);
+    assert_counters_exact(f);
+    assert_int_equal(record(f, 0, "Committed", "t"), 2); /* ends, ids[1] marked */
+    assert_int_equal(n_open(f, S1), 3);
+    assert_counters_exact(f);
+    assert_int_equal(record(f, 1, "Delayed", "f"), 1);
+    assert_int_equal(n_open(f, S1), 3);
+    assert_counters_exact(f);
+
+    /* an operator cancels the Delayed batch: it is final now */
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_cancel('%s', 'test')", f->ids[1]);
+    char *outcome = itest_string(f->a, sql);
+    assert_string_equal(outcome, "done");
+    free(outcome);
+    assert_int_equal(n_open(f, S1), 2);
+    assert_counters_exact(f);
+
+    /* a waiting batch deleted by hand; then more work arrives */
+    snprintf(sql, sizeof(sql), "DELETE FROM queuer.batches WHERE batch_id = '%s'", f->ids[3]);
+    itest_exec(f->a, sql);
+    assert_int_equal(n_open(f, S1), 1);
+    enqueue(f, f->a, S1, NULL);
+    enqueue(f, f->a, S3, NULL);
+    assert_int_equal(n_open(f, S1), 2);
+    assert_int_equal(n_open(f, S3), 1);
+    assert_counters_exact(f);
+}
+
+static void test_acquire_takes_free_services_with_work(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S2, "w2");
+    const char *params[] = {"w1", "10", "30000", "60000", "2147483647"}; /* wraps */
+    assert_int_equal(run(f->a, "claims_acquire", 5, params), 1);         /* S1: S2 held, S3 idle */
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant = 'w1' AND service_id = '" S1 "'"),
+                     1);
+    assert_int_equal(run(f->a, "claims_acquire", 5, params), 0);
+}
+
+static void test_release_idle_gives_back_only_idle(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S1, "w1");
+    hold(f, S3, "w1");
+    const char *params[] = {"w1", "10"};
+    itest_exec(f->a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    assert_int_equal(run(f->a, "claims_release_idle", 2, params), 1); /* S3 */
+    itest_exec(f->a, "COMMIT");
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant = 'w1'"),
+                     1);
+}
+
+/* Work for an idle service arrives after the release's snapshot: the
+ * release must not give it back on what it saw (or must fail and re-run). */
+static void test_release_idle_races_enqueue(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S3, "w1");
+    const char *params[] = {"w1", "10"};
+    itest_exec(f->a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    itest_exec(f->a, "SELECT 1"); /* the snapshot: S3 idle */
+    enqueue(f, f->b, S3, NULL);
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    int rc = qw_db_query(f->a, "claims_release_idle", 2, params, &res, &err);
+    if (rc == QW_OK) {
+        assert_int_equal(qw_db_res_rows(res), 0);
+        qw_db_res_free(res);
+        itest_exec(f->a, "COMMIT");
+    } else {
+        assert_int_equal(rc, QW_ERR_SERIALIZATION);
+        itest_exec(f->a, "ROLLBACK");
+    }
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims WHERE "
+                                        "service_id = '" S3 "' AND claimant = 'w1' AND has_work"),
+                     1);
+}
+
+static void test_release_keeps_mid_submission(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S1, "w1");
+    hold(f, S2, "w1");
+    assert_int_equal(mark(f, 0), 1);
+    const char *params[] = {"w1", "{" S1 "," S2 "}"};
+    assert_int_equal(run(f->a, "claims_release", 2, params), 1); /* S2 only */
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant = 'w1' AND service_id = '" S1 "'"),
+                     1);
+}
+
+static void test_maintenance_follows_the_holders_lease(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S1, "w1");
+    hold(f, S2, "w1");
+    assert_int_equal(mark(f, 0), 1); /* S1 mid-submission */
+    const char *params[] = {"w2", "1000"};
+    /* the claims' own expiries have passed, w1's lease has not */
+    assert_int_equal(run(f->b, "claims_maintain", 2, params), 0);
+    /* soft expiry of w1's lease: S2 goes, S1 (mid-submission) stays */
+    itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
+                     "WHERE instance_id = 'w1'");
+    assert_int_equal(run(f->b, "claims_maintain", 2, params), 1);
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant = 'w1'"),
+                     1);
+    /* the held claims of w1 no longer pass its fences */
+    assert_int_equal(record(f, 0, "Committed", "t"), 0);
+    /* hard expiry: S1 goes too */
+    itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = now() - interval '1 s' "
+                     "WHERE instance_id = 'w1'");
+    assert_int_equal(run(f->b, "claims_maintain", 2, params), 1);
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant IS NOT NULL"),
+                     0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_acquire_takes_free_services_with_work, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_follows_the_holders_lease, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
