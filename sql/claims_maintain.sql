@@ -25,10 +25,10 @@ WITH gone AS MATERIALIZED (
        FOR UPDATE OF i SKIP LOCKED
 ), expired AS MATERIALIZED (
     -- per expired instance, through the claimant index (never a scan of all claims)
-    SELECT x.service_id
+    SELECT x.ctid, g.instance_id
       FROM gone g
      CROSS JOIN LATERAL (
-           SELECT c.service_id FROM queuer.service_id_claims c
+           SELECT c.ctid FROM queuer.service_id_claims c
             -- (claimant = g.instance_id, written as a range with an order
             -- only the claimant index gives without a sort: no plan, however
             -- its statistics look, scans the whole table for it)
@@ -39,8 +39,16 @@ WITH gone AS MATERIALIZED (
             LIMIT $2::integer
               FOR UPDATE OF c SKIP LOCKED) x
      LIMIT $2::integer
+), counted AS (
+    -- the freed claims no longer count in their holder's claims_held (fair share)
+    UPDATE queuer.instances i
+       SET claims_held = greatest(0, i.claims_held - e.n)
+      FROM (SELECT x.instance_id, count(*) AS n FROM expired x GROUP BY 1) e
+     WHERE i.instance_id = e.instance_id
 )
 UPDATE queuer.service_id_claims c
    SET claimant = NULL, expiry_1 = NULL, expiry_2 = NULL, claim_epoch = c.claim_epoch + 1
- WHERE c.service_id = ANY (ARRAY(SELECT e.service_id FROM expired e))
+ -- by the ctid just locked: no key lookup, so no predicate lock on whole
+ -- primary-key pages that others' updates of neighbouring keys write into
+ WHERE c.ctid = ANY (ARRAY(SELECT e.ctid FROM expired e))
 RETURNING c.service_id

@@ -7,13 +7,14 @@
 -- and claimed again. $1 instance, $2 how many. Returns the released
 -- services.
 WITH idle AS MATERIALIZED (
-    SELECT c.service_id FROM queuer.service_id_claims c
+    SELECT c.ctid FROM queuer.service_id_claims c
      WHERE c.claimant = $1 AND NOT c.has_work
      LIMIT $2::integer
        FOR UPDATE SKIP LOCKED
 )
 UPDATE queuer.service_id_claims c
    SET claimant = NULL, expiry_1 = NULL, expiry_2 = NULL, claim_epoch = c.claim_epoch + 1
- WHERE c.service_id = ANY (ARRAY(SELECT i.service_id FROM idle i))
+ -- by the ctid just locked (see claims_acquire.sql)
+ WHERE c.ctid = ANY (ARRAY(SELECT i.ctid FROM idle i))
    AND c.claimant IS NOT DISTINCT FROM $1
 RETURNING c.service_id

@@ -16,8 +16,8 @@
 . "$(dirname "$0")/lib_scenario.sh"
 
 SERVICES=100000
-SC_LEASE_MS=4000
-SC_HARD_MS=14000
+SC_LEASE_MS=8000
+SC_HARD_MS=24000
 SC_CYCLE_MS=1000
 sc_begin claims_failover_scale
 sc_pg_start
