@@ -4,11 +4,17 @@
 -- instances held at their last lease renewal (less what maintenance freed
 -- since: a dead worker's claims count until they are free) plus the free
 -- ones with work (an index of its own); idle claims are given back, so
--- held is close to with work. Live: a lease that has not run out, or ours.
--- Advisory: read outside the claims transaction. $1 instance, $2 slack, $3
--- max claims (0 = none).
+-- held is close to with work. Live: a lease that has not run out, ours, or
+-- an instance registered less than $4 ms ago that has not taken a lease
+-- yet (so the first of several workers started together does not take
+-- everything). Advisory: read outside the claims transaction. $1 instance,
+-- $2 slack, $3 max claims (0 = none), $4 lease ms.
 WITH inst AS (
-    SELECT greatest(1, count(*) FILTER (WHERE i.lease_1 > now() OR i.instance_id = $1)) AS live,
+    SELECT greatest(1, count(*) FILTER (
+               WHERE i.lease_1 > now() OR i.instance_id = $1
+                  OR (i.lease_1 IS NULL
+                      AND i.heartbeat_at > now() - $4::integer * interval '1 millisecond')))
+               AS live,
            coalesce(sum(i.claims_held), 0) AS held
       FROM queuer.instances i
      WHERE i.stopped_at IS NULL

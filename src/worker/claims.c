@@ -62,13 +62,14 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     r->freed = r->acquired = 0;
     t->asked = 0;
 
-    char lease[16], hard[16], max[16], want[16];
+    char lease[16], hard[16], max[16], max_freed[16], want[16], start[16];
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
     snprintf(max, sizeof(max), "%d", p->max_changes);
+    snprintf(max_freed, sizeof(max_freed), "%d", 5 * p->max_changes);
 
     struct qw_db_res *res = NULL;
-    const char *maintain_params[] = {p->instance_id, max};
+    const char *maintain_params[] = {p->instance_id, max_freed};
     int rc = qw_db_query(db, "claims_maintain", 2, maintain_params, &res, err);
     if (rc != QW_OK)
         return rc;
@@ -114,7 +115,8 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
         return QW_OK;
     t->asked = n;
     snprintf(want, sizeof(want), "%ld", n);
-    const char *acquire_params[] = {p->instance_id, want, lease, hard, p->start_key};
+    snprintf(start, sizeof(start), "%d", (int32_t)(uint32_t)qw_rng_next(p->rng));
+    const char *acquire_params[] = {p->instance_id, want, lease, hard, start};
     rc = qw_db_query(db, "claims_acquire", 5, acquire_params, &res, err);
     if (rc != QW_OK)
         return rc;
@@ -129,12 +131,13 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
 static int read_share(struct qw_db *db, const struct qw_claims_params *p,
                       struct qw_claims_result *r, struct qw_error *err)
 {
-    char slack[16], maxc[16];
+    char slack[16], maxc[16], lease[16];
     snprintf(slack, sizeof(slack), "%d", p->slack);
     snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
-    const char *params[] = {p->instance_id, slack, maxc};
+    snprintf(lease, sizeof(lease), "%d", p->lease_ms);
+    const char *params[] = {p->instance_id, slack, maxc, lease};
     struct qw_db_res *res = NULL;
-    int rc = qw_db_query(db, "claims_share", 3, params, &res, err);
+    int rc = qw_db_query(db, "claims_share", 4, params, &res, err);
     if (rc != QW_OK)
         return rc;
     r->share = (int)qw_db_res_int(res, 0, 0);

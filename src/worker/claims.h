@@ -20,6 +20,7 @@
 #ifndef QW_WORKER_CLAIMS_H
 #define QW_WORKER_CLAIMS_H
 
+#include "common/backoff.h"
 #include "common/err.h"
 #include "db/db.h"
 #include "db/txn.h"
@@ -41,10 +42,12 @@ struct qw_claims_params {
     int hard_expiry_ms;      /* expiry_2 of a new claim = now() + hard_expiry_ms */
     int slack;               /* claims allowed over the fair share */
     int max_claims;          /* hard cap, 0 = none */
-    int max_changes;         /* at most this many claims freed, acquired or released
-                                (each) per call: bounded batches */
+    int max_changes;         /* at most this many claims acquired or released (each)
+                                per call, and 5 times as many freed: bounded batches */
     size_t held;             /* claims we hold before the call (the caller's count) */
-    const char *start_key;   /* where claiming starts in key order (spreads workers) */
+    struct qw_rng *rng;      /* where claiming starts (random, new on every attempt, so
+                                workers and retries read different ranges); the
+                                caller's, used by this thread only */
     const char *release;     /* text[] literal of our claims to give back (surplus), or
                                 NULL */
     bool acquire;            /* false: no new claims (shutting down) */

@@ -37,9 +37,10 @@
  * 429 storm) the surplus was never released. */
 #define HOUSEKEEPING_EVERY 5
 
-/* At most this many claims freed, acquired or released (each) per claims
- * transaction: a cycle stays short, and what is left goes next cycle. */
-#define CLAIMS_BATCH 5000
+/* At most this many claims acquired or released (each) per claims
+ * transaction, and five times as many freed: a cycle stays short, and what
+ * is left goes next cycle. */
+#define CLAIMS_BATCH 2000
 
 /* Every this many cycles the worker reads all its claims again (a safety
  * net: only its own lease running out lets others free them). */
@@ -84,7 +85,6 @@ struct queuer {
     size_t n_held;                     /* services in svcs with held set */
     int cycles_since_reconcile;        /* claims cycles since all our claims were read */
     bool surplus_released;             /* the last claims cycle gave surplus claims back */
-    char start_key[16];                /* where claiming starts this cycle (random) */
     char **backlog;                    /* services chosen but left out for want of room,
                                           started as jobs come back (ids owned) */
     size_t n_backlog;                  /* entries in backlog */
@@ -240,14 +240,6 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
     return QW_OK;
 }
 
-/* A random place in the hash order claiming reads free services in (an int4). */
-static const char *random_key(struct queuer *q)
-{
-    int32_t at = (int32_t)(uint32_t)qw_rng_next(&q->rng);
-    snprintf(q->start_key, sizeof(q->start_key), "%d", at);
-    return q->start_key;
-}
-
 static int add_dirty(struct queuer *q, const char *service_id);
 
 static int by_service_id_desc(const void *a, const void *b)
@@ -358,7 +350,7 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         .max_claims = cfg->worker_max_claims,
         .max_changes = CLAIMS_BATCH,
         .held = q->n_held,
-        .start_key = random_key(q),
+        .rng = &q->rng,
         .release = housekeeping && !reconcile ? surplus_to_release(q, CLAIMS_BATCH) : NULL,
         .acquire = acquire,
         .housekeeping = housekeeping,
