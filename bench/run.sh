@@ -36,6 +36,8 @@
 # BENCH_ANALYZE: a bench-analyze binary to use instead of the build's;
 # BENCH_WORKER_ROLE=1: workers log in as a member of queuer_worker (as in
 # production) instead of the superuser that owns the schema.
+# BENCH_PG_CONF: extra postgresql.conf lines for the benchmark clusters
+# (e.g. "max_pred_locks_per_transaction = 4096", see docs/CLAIMS.md).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -184,8 +186,9 @@ use_cluster() {
     if [ "$1" = on ]; then dir=$PG_ON_DIR; else dir=$PG_OFF_DIR; fi
     if [ ! -f "$dir/data/postmaster.pid" ]; then
         say "starting PostgreSQL in $dir (fsync, synchronous_commit, full_page_writes = $1)"
-        local extra=""
-        [ "$PG_STATEMENTS" = 0 ] || extra="shared_preload_libraries = 'pg_stat_statements'
+        local extra=${BENCH_PG_CONF:-}
+        [ "$PG_STATEMENTS" = 0 ] || extra="$extra
+shared_preload_libraries = 'pg_stat_statements'
 log_min_duration_statement = 1000
 log_lock_waits = on"
         QW_PG_FSYNC=$1 QW_PG_CONF_EXTRA=$extra qw_pg_start "$dir" || die "PostgreSQL did not start"
@@ -616,7 +619,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "## queuer benchmark $(date -u +%Y-%m-%dT%H:%MZ)$([ "$QUICK" = 1 ] && echo " (--quick: reduced sizes, not comparable to the full table)")"
     echo
     echo "$MACHINE_BEFORE; after the runs: load average $LOAD_AFTER; took $(($(date +%s) - START_S)) s"
-    echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off)${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}"
+    echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off)${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}${BENCH_PG_CONF:+; PostgreSQL settings: $(echo "$BENCH_PG_CONF" | paste -sd';' -)}"
     echo
     echo "| run | services x batches | workers | batches/s | turnaround p50 / p99 ms | DB commits/batch | ledger requests/batch | worker RSS peak MB | CPU s/1k batches: workers / PostgreSQL / sim |"
     echo "|---|---|---|---|---|---|---|---|---|"
