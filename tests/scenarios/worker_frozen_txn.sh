@@ -49,7 +49,8 @@ freeze_inside_txn() {
     helper=$!
     exec 3>"$SC_DIR/helper.fifo"
     echo "BEGIN; SELECT service_id FROM queuer.service_id_claims WHERE service_id = '$victim' FOR SHARE;" >&3
-    [ -n "$W2_STARTED" ] || sc_worker_start w2 QUEUER_WORKER_CLAIM_SLACK=0
+    # (without the helper's fifo: a worker holding it open would keep the helper waiting)
+    [ -n "$W2_STARTED" ] || sc_worker_start w2 QUEUER_WORKER_CLAIM_SLACK=0 3>&-
     W2_STARTED=1
     sc_wait "w1's release waits on the helper's lock" 15 \
         "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
