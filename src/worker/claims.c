@@ -66,7 +66,7 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
     snprintf(max, sizeof(max), "%d", p->max_changes);
-    snprintf(max_freed, sizeof(max_freed), "%d", 5 * p->max_changes);
+    snprintf(max_freed, sizeof(max_freed), "%d", 10 * p->max_changes);
 
     struct qw_db_res *res = NULL;
     const char *maintain_params[] = {p->instance_id, max_freed};

@@ -38,8 +38,9 @@
 #define HOUSEKEEPING_EVERY 5
 
 /* At most this many claims acquired or released (each) per claims
- * transaction, and five times as many freed: a cycle stays short, and what
- * is left goes next cycle. */
+ * transaction, and ten times as many freed (one worker frees a dead one's
+ * claims at a time): a cycle stays short, and what is left goes next
+ * cycle. */
 #define CLAIMS_BATCH 2000
 
 /* Every this many cycles the worker reads all its claims again (a safety
@@ -341,7 +342,11 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
     bool first = q->lease_deadline_ms == 0;
     bool lapsed = began >= q->lease_deadline_ms;
     bool reconcile = lapsed || ++q->cycles_since_reconcile >= RECONCILE_EVERY;
-    housekeeping = housekeeping || q->claims.share == 0;
+    /* Free services with work that found no room last time: look at the
+     * share again (the claims others took meanwhile are reported with
+     * their leases), so a dead worker's services do not wait for the next
+     * scheduled look. */
+    housekeeping = housekeeping || q->claims.share == 0 || q->claims.free_with_work > 0;
     struct qw_claims_params p = {
         .instance_id = q->w->instance_id,
         .lease_ms = cfg->worker_lease_ms,
