@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Scenario: failover at scale (issue #10). 100,000 claimed services and 8
 # workers; one is killed with SIGKILL. Its services are taken over by the
-# other seven within lease + 2 cycles of the kill (measured as: within two
-# cycles of each claim's effective expiry_1, which is at most a lease after
-# the kill), except those with a batch mid-submission, which are taken only
-# after their hard expiry, never earlier. Times are the database's, as in
-# worker_kill9.sh; the claims' expiries are read after the killed worker's
-# sessions are gone.
+# other seven within lease + 2 cycles of the kill, and never before their
+# effective expiry_1, except those with a batch mid-submission, which are
+# taken only after their hard expiry, never earlier. Times are the
+# database's, as in worker_kill9.sh (the kill time is read just before the
+# signal, so the bound is if anything tighter); the claims' expiries are
+# read after the killed worker's sessions are gone. The time after expiry_1
+# is printed too: freeing and claiming again ~12,500 services (~25,000 row
+# updates) takes a few seconds on a loaded 2-core machine.
 #
 # The ledger holds every commit (batches stay Pending once accepted), so
 # each worker's in-flight slots fill and every other service just waits,
@@ -80,16 +82,19 @@ sc_show "SELECT new_claimant, count(*) FROM scenario.watch GROUP BY 1 ORDER BY 1
 EVIDENCE="SELECT w.tag, w.service_id, w.old_expiry_1, w.old_expiry_2, $TAKEN AS taken_at,
                  w.seen_at, w.new_claimant
             FROM scenario.watch w ORDER BY $TAKEN - w.old_expiry_1 DESC LIMIT 10"
+EVIDENCE_IDLE="SELECT w.service_id, w.old_expiry_1, $TAKEN AS taken_at, w.seen_at, w.new_claimant
+                  FROM scenario.watch w WHERE w.tag = 'idle' ORDER BY $TAKEN DESC LIMIT 10"
 sc_check_sql "every watched service was taken by a survivor, with a higher epoch" 0 \
     "SELECT count(*) FROM scenario.watch w WHERE w.new_claimant = 'w1' OR w.new_epoch <= w.old_epoch" \
     "$EVIDENCE"
 sc_check_sql "no idle service was taken before its expiry_1" 0 \
     "SELECT count(*) FROM scenario.watch w WHERE w.tag = 'idle' AND $TAKEN <= w.old_expiry_1" \
     "$EVIDENCE"
-sc_check_sql "every idle service was taken within two cycles of its expiry_1 (lease + 2 cycles of the kill)" 0 \
+sc_check_sql "every idle service was taken within lease + 2 cycles of the kill" 0 \
     "SELECT count(*) FROM scenario.watch w
-      WHERE w.tag = 'idle' AND $TAKEN > w.old_expiry_1 + $((2 * SC_CYCLE_MS)) * interval '1 millisecond'" \
-    "$EVIDENCE"
+      WHERE w.tag = 'idle'
+        AND $TAKEN > '$kill_at'::timestamptz + $((SC_LEASE_MS + 2 * SC_CYCLE_MS)) * interval '1 millisecond'" \
+    "$EVIDENCE_IDLE"
 sc_check_sql "no service with a batch mid-submission was taken before its expiry_2" 0 \
     "SELECT count(*) FROM scenario.watch w WHERE w.tag = 'submitting' AND $TAKEN <= w.old_expiry_2" \
     "$EVIDENCE"
