@@ -19,7 +19,7 @@
 
 SERVICES=100000
 SC_LEASE_MS=8000
-SC_HARD_MS=24000
+SC_HARD_MS=40000
 SC_CYCLE_MS=1000
 sc_begin claims_failover_scale
 sc_pg_start
@@ -40,9 +40,10 @@ sc_wait "seven workers hold every service" 180 \
     "SELECT claimant, count(*) FROM queuer.service_id_claims GROUP BY 1 ORDER BY 1"
 
 # From now on POSTs hang: only w1 posts (the others' slots are full of
-# Pending batches), so its batches stay mid-submission.
+# Pending batches), so its batches stay mid-submission (for its request
+# timeout, 30 s, under hard expiry - lease as run requires).
 sc_sim_faults '{"fault-hang": 1}'
-sc_worker_start w1 QUEUER_DLT_REQUEST_TIMEOUT_MS=60000 QUEUER_DLT_UNKNOWN_CONFIRM_MS=300
+sc_worker_start w1 QUEUER_DLT_REQUEST_TIMEOUT_MS=30000 QUEUER_DLT_UNKNOWN_CONFIRM_MS=300
 sc_wait_registered 15 w1
 sc_wait "w1 holds its share, some of it mid-submission, and every service is held" 180 \
     "SELECT count(*) FILTER (WHERE claimant = 'w1') >= $((SERVICES / 8 - 200))
