@@ -4,12 +4,19 @@
 -- lease_1) and hard-expires at greatest(its expiry_2, lease_2). Also the
 -- heartbeat and the number of claims we hold (for the fair share). $1
 -- instance, $2 lease ms, $3 hard-expiry ms, $4 claims held. Returns the
--- database clock in microseconds since the epoch; no row when the
--- instance is not registered.
+-- database clock in microseconds since the epoch and the milliseconds
+-- until the first lease of another running instance runs out (NULL when
+-- none runs): live workers renew theirs every cycle, so one that ends
+-- within a cycle is a worker that stopped renewing, and maintenance is
+-- run at that moment, not up to a cycle later. No row when the instance
+-- is not registered.
 UPDATE queuer.instances
    SET heartbeat_at = now(), stopped_at = NULL,
        lease_1 = now() + $2::integer * interval '1 millisecond',
        lease_2 = now() + $3::integer * interval '1 millisecond',
        claims_held = $4::integer
  WHERE instance_id = $1
-RETURNING (extract(epoch FROM now()) * 1000000)::bigint
+RETURNING (extract(epoch FROM now()) * 1000000)::bigint,
+          (SELECT ceil(extract(epoch FROM min(o.lease_1) - now()) * 1000)::bigint
+             FROM queuer.instances o
+            WHERE o.instance_id <> $1 AND o.lease_1 > now() AND o.stopped_at IS NULL)

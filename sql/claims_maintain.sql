@@ -1,21 +1,31 @@
--- Maintenance: frees the claims of instances whose lease ran out, decided
--- per service from the claim row itself: past the hard expiry
+-- Maintenance: takes over the claims of instances whose lease ran out,
+-- decided per service from the claim row itself: past the hard expiry
 -- (greatest(claim expiry_2, holder's lease_2)) always; past the soft one
 -- only when no batch of the service is mid-submission (`submitting`, kept
--- by the trigger on batches in the same statement as the batch). Every
--- change of claimant bumps claim_epoch. At most $2 claims per call, so a
--- cycle stays short; the rest go in the next cycles.
+-- by the trigger on batches in the same statement as the batch). A claim
+-- whose service has work is handed straight to a live instance (this one
+-- included), chosen by a hash of the service over the live instances, with
+-- a fresh lease; one without work is freed. One row update per claim, so
+-- a dead worker's services are served again after one step, not after a
+-- step that frees them and another that claims them. Every change of
+-- claimant bumps claim_epoch. At most $2 claims per call, so a cycle stays
+-- short; the rest go in the next cycles.
 --
 -- Only live instances are read, through their lease, and only the claims
 -- of the expired ones: the cost follows what expired, not the number of
 -- services. The expired instance's row is locked SKIP LOCKED, so one
--- worker at a time frees its claims (others' transactions never read
+-- worker at a time takes over its claims (others' transactions never read
 -- them); claim rows locked by a live transaction (a worker stuck
 -- mid-transaction, a mark or outcome in progress) are skipped, not
 -- waited for. A claim row changed after this transaction's snapshot
 -- cannot be locked here (SERIALIZABLE: 40001, the transaction is re-run
--- on a fresh snapshot), so a claim is never freed on a stale
--- `submitting`. $1 instance (ours, skipped). Returns the freed services.
+-- on a fresh snapshot), so a claim is never taken on a stale
+-- `submitting`. The receivers learn of their new claims by the NOTIFY the
+-- caller sends (or their periodic full list of claims); until then they
+-- hold them without writing anything about them.
+-- $1 instance (ours, skipped), $2 at most this many, $3 lease ms and $4
+-- hard-expiry ms of a handed-over claim. Returns each service with its new
+-- claimant (NULL: freed) and epoch.
 WITH gone AS MATERIALIZED (
     SELECT i.instance_id, i.lease_1, i.lease_2
       FROM queuer.instances i
@@ -23,6 +33,11 @@ WITH gone AS MATERIALIZED (
        AND coalesce(i.lease_1, '-infinity') < now()
        AND EXISTS (SELECT 1 FROM queuer.service_id_claims h WHERE h.claimant = i.instance_id)
        FOR UPDATE OF i SKIP LOCKED
+), live AS MATERIALIZED (
+    -- the receivers: every instance whose lease runs, this one included
+    SELECT array_agg(l.instance_id ORDER BY l.instance_id) AS ids
+      FROM queuer.instances l
+     WHERE l.lease_1 > now() AND l.stopped_at IS NULL
 ), expired AS MATERIALIZED (
     -- per expired instance, through the claimant index (never a scan of all claims)
     SELECT x.ctid, g.instance_id
@@ -40,15 +55,24 @@ WITH gone AS MATERIALIZED (
               FOR UPDATE OF c SKIP LOCKED) x
      LIMIT $2::integer
 ), counted AS (
-    -- the freed claims no longer count in their holder's claims_held (fair share)
+    -- the claims taken no longer count in their old holder's claims_held
+    -- (fair share); the receivers count them from their next lease on
     UPDATE queuer.instances i
        SET claims_held = greatest(0, i.claims_held - e.n)
       FROM (SELECT x.instance_id, count(*) AS n FROM expired x GROUP BY 1) e
      WHERE i.instance_id = e.instance_id
 )
 UPDATE queuer.service_id_claims c
-   SET claimant = NULL, expiry_1 = NULL, expiry_2 = NULL, claim_epoch = c.claim_epoch + 1
+   SET (claimant, expiry_1, expiry_2) =
+           (SELECT t.who,
+                   CASE WHEN t.who IS NOT NULL THEN now() + $3::integer * interval '1 millisecond' END,
+                   CASE WHEN t.who IS NOT NULL THEN now() + $4::integer * interval '1 millisecond' END
+              FROM (SELECT CASE WHEN c.has_work
+                                THEN l.ids[1 + abs(hashtext(c.service_id)::bigint)
+                                               % cardinality(l.ids)] END AS who
+                      FROM live l) t),
+       claim_epoch = c.claim_epoch + 1
  -- by the ctid just locked: no key lookup, so no predicate lock on whole
  -- primary-key pages that others' updates of neighbouring keys write into
  WHERE c.ctid = ANY (ARRAY(SELECT e.ctid FROM expired e))
-RETURNING c.service_id
+RETURNING c.service_id, c.claimant, c.claim_epoch

@@ -52,6 +52,30 @@ static int release(struct qw_db *db, const char *name, int n, const char *const 
     return rc;
 }
 
+/*
+ * Maintenance's rows: (service, new claimant or NULL when freed, epoch).
+ * What it handed to us is a new claim of ours; what went to another live
+ * instance is counted, so the caller wakes the receivers.
+ */
+static int take_over(const struct qw_claims_params *p, struct qw_claims_result *r,
+                     struct qw_db_res *res, struct qw_error *err)
+{
+    r->freed = qw_db_res_rows(res);
+    for (int i = 0; i < r->freed; i++) {
+        if (qw_db_res_isnull(res, i, 1))
+            continue;
+        if (strcmp(qw_db_res_get(res, i, 1), p->instance_id) != 0) {
+            r->handed_over++;
+            continue;
+        }
+        if (append_claim(&r->claims, &r->n_claims, &r->cap_claims, qw_db_res_get(res, i, 0),
+                         qw_db_res_int(res, i, 2)) != QW_OK)
+            return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+        r->taken++;
+    }
+    return QW_OK;
+}
+
 static int claims_body(void *conn, void *arg, struct qw_error *err)
 {
     struct qw_db *db = conn;
@@ -59,7 +83,7 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     const struct qw_claims_params *p = t->p;
     struct qw_claims_result *r = t->out;
     r->n_claims = r->n_released = 0;
-    r->freed = r->acquired = 0;
+    r->freed = r->acquired = r->taken = r->handed_over = 0;
     t->asked = 0;
 
     char lease[16], hard[16], max[16], max_freed[16], want[16], start[16];
@@ -69,16 +93,22 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     snprintf(max_freed, sizeof(max_freed), "%d", 10 * p->max_changes);
 
     struct qw_db_res *res = NULL;
-    const char *maintain_params[] = {p->instance_id, max_freed};
-    int rc = qw_db_query(db, "claims_maintain", 2, maintain_params, &res, err);
+    const char *maintain_params[] = {p->instance_id, max_freed, lease, hard};
+    int rc = qw_db_query(db, "claims_maintain", 4, maintain_params, &res, err);
     if (rc != QW_OK)
         return rc;
-    r->freed = qw_db_res_rows(res);
+    rc = take_over(p, r, res, err);
     qw_db_res_free(res);
+    if (rc != QW_OK)
+        return rc;
     /* Wake the others (at COMMIT): a lease ran out, its services are free
-     * and the fair share changed. Not a service name, so no full fetch. */
-    if (r->freed > 0) {
-        rc = qw_db_exec(db, "NOTIFY queuer_work, 'claims'", err);
+     * or theirs now, and the fair share changed. Not a service name, so no
+     * full fetch; "handover" also makes them read their claims again. */
+    if (r->freed > r->taken) {
+        rc = qw_db_exec(db,
+                        r->handed_over > 0 ? "NOTIFY queuer_work, '" QW_CLAIMS_HANDOVER "'"
+                                           : "NOTIFY queuer_work, 'claims'",
+                        err);
         if (rc != QW_OK)
             return rc;
     }
@@ -96,6 +126,8 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
             return rc;
     }
     if (p->reconcile) {
+        /* the list of every claim we hold includes those maintenance took */
+        r->n_claims = 0;
         const char *held_params[] = {p->instance_id};
         rc = qw_db_query(db, "claims_held", 1, held_params, &res, err);
         if (rc != QW_OK)
@@ -105,7 +137,7 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
         if (rc != QW_OK)
             return rc;
     }
-    long held = p->reconcile ? (long)r->n_claims : (long)p->held - (long)r->n_released;
+    long held = p->reconcile ? (long)r->n_claims : (long)p->held - (long)r->n_released + r->taken;
     if (!p->acquire || (r->free_with_work == 0 && r->freed == 0))
         return QW_OK;
     long n = (long)r->share - held;
@@ -148,7 +180,8 @@ static int read_share(struct qw_db *db, const struct qw_claims_params *p,
     return QW_OK;
 }
 
-int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p, struct qw_error *err)
+int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
+                    struct qw_claims_result *out, struct qw_error *err)
 {
     char lease[16], hard[16], held[24];
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
@@ -159,6 +192,8 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p, struct q
     int rc = qw_db_query(db, "claims_lease", 4, params, &res, err);
     if (rc == QW_OK && qw_db_res_rows(res) != 1)
         rc = qw_error_set(err, QW_ERR_DB, "instance %s is not registered", p->instance_id);
+    if (rc == QW_OK)
+        out->peer_lease_ms = qw_db_res_isnull(res, 0, 1) ? -1 : qw_db_res_int(res, 0, 1);
     qw_db_res_free(res);
     return rc;
 }

@@ -7,11 +7,13 @@
  *   its own expiry or our lease is in the future, so claims are never
  *   renewed one by one.
  * - qw_claims_cycle() runs one retried SERIALIZABLE transaction:
- *   maintenance (free the claims of instances whose lease ran out, decided
- *   per service), release of our idle claims and of the surplus the caller
- *   lists, and new claims up to the fair share, each step bounded per
- *   call. The fair share is advisory and read just before, outside the
- *   transaction. It reads every claim we hold only when asked to
+ *   maintenance (take over the claims of instances whose lease ran out,
+ *   decided per service: those with work go straight to a live instance,
+ *   the others are freed; the receivers are woken with a NOTIFY
+ *   QW_CLAIMS_HANDOVER and read their claims again), release of our idle claims and of the surplus
+ * the caller lists, and new claims up to the fair share, each step bounded per call. The fair share
+ * is advisory and read just before, outside the transaction. It reads every claim we hold only when
+ * asked to
  *   (`reconcile`: at start and after our lease may have lapsed); otherwise
  *   the result lists what changed and the caller keeps its own set.
  *
@@ -29,6 +31,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/** NOTIFY payload on queuer_work: claims were handed over, read yours again. */
+#define QW_CLAIMS_HANDOVER "handover"
 
 struct qw_claim {
     char service_id[QW_SERVICE_ID_MAX]; /* the service */
@@ -64,22 +69,27 @@ struct qw_claims_result {
     struct qw_claim *released; /* our claims given back (epoch unused) */
     size_t n_released;         /* entries in released */
     size_t cap_released;       /* allocated entries */
-    int freed;                 /* expired claims (anyone's) freed by maintenance */
+    int freed;                 /* expired claims (anyone's) maintenance freed or handed over */
+    int taken;                 /* ... of those, handed to us (in claims) */
+    int handed_over;           /* ... handed to other live instances */
     int acquired;              /* new claims */
     int share;                 /* our fair share this cycle */
     int64_t with_work;         /* services with non-final batches (estimate) */
     int64_t free_with_work;    /* of those, held by nobody (before maintenance; set to 0
                                   when claiming found fewer than it asked for) */
     int live;                  /* live instances */
+    int64_t peer_lease_ms;     /* the lease call: ms until the first other live lease runs
+                                  out (maintenance may have work then), -1 for none */
 };
 
 /**
  * Renews this instance's lease (`lease_ms`, `hard_expiry_ms` from now on
  * the database clock) and records `held` claims, on `db` (owned by the
- * calling thread), in a single autocommit statement. QW_ERR_DB when the
- * instance is not registered.
+ * calling thread), in a single autocommit statement; sets
+ * `out->peer_lease_ms`. QW_ERR_DB when the instance is not registered.
  */
-int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p, struct qw_error *err);
+int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
+                    struct qw_claims_result *out, struct qw_error *err);
 
 /**
  * Runs the claims transaction on `db` (owned by the calling thread) with

@@ -44,8 +44,12 @@
 #define CLAIMS_BATCH 2000
 
 /* Every this many cycles the worker reads all its claims again (a safety
- * net: only its own lease running out lets others free them). */
+ * net: others take claims of ours only after our lease ran out, and hand
+ * us claims with a NOTIFY, which a lost connection loses). */
 #define RECONCILE_EVERY 60
+/* The next claims cycle runs this long after another worker's lease ends
+ * (the database's clock and ours differ by the round trip). */
+#define PEER_LEASE_MARGIN_MS 5
 
 /* Durations kept for the summary logged at shutdown (the latest ones). */
 #define SAMPLES_MAX 16384
@@ -85,6 +89,10 @@ struct queuer {
     struct qw_pgarray release;         /* surplus claims to give back */
     size_t n_held;                     /* services in svcs with held set */
     int cycles_since_reconcile;        /* claims cycles since all our claims were read */
+    bool reconcile_asked;              /* claims were handed to us: read them all */
+    int64_t settle_until_ms;           /* monotonic: no surplus drained before (the fair
+                                          share lags claims handed over) */
+    int64_t peer_lease_end_ms;         /* monotonic: another worker's lease runs out, or 0 */
     bool surplus_released;             /* the last claims cycle gave surplus claims back */
     char **backlog;                    /* services chosen but left out for want of room,
                                           started as jobs come back (ids owned) */
@@ -341,7 +349,9 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
     int64_t began = qw_clock_mono_ms();
     bool first = q->lease_deadline_ms == 0;
     bool lapsed = began >= q->lease_deadline_ms;
-    bool reconcile = lapsed || ++q->cycles_since_reconcile >= RECONCILE_EVERY;
+    /* A polling worker hears of no handover: it reads its claims more often. */
+    int every = cfg->worker_listen ? RECONCILE_EVERY : HOUSEKEEPING_EVERY;
+    bool reconcile = lapsed || q->reconcile_asked || ++q->cycles_since_reconcile >= every;
     /* Free services with work that found no room last time: look at the
      * share again (the claims others took meanwhile are reported with
      * their leases), so a dead worker's services do not wait for the next
@@ -356,14 +366,18 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         .max_changes = CLAIMS_BATCH,
         .held = q->n_held,
         .rng = &q->rng,
-        .release = housekeeping && !reconcile ? surplus_to_release(q, CLAIMS_BATCH) : NULL,
+        .release = housekeeping && !reconcile && began >= q->settle_until_ms
+                       ? surplus_to_release(q, CLAIMS_BATCH)
+                       : NULL,
         .acquire = acquire,
         .housekeeping = housekeeping,
         .reconcile = reconcile,
     };
-    int rc = qw_claims_lease(q->db, &p, err);
+    int rc = qw_claims_lease(q->db, &p, &q->claims, err);
     if (rc != QW_OK)
         return rc;
+    q->peer_lease_end_ms =
+        q->claims.peer_lease_ms >= 0 ? began + q->claims.peer_lease_ms + PEER_LEASE_MARGIN_MS : 0;
     /* Conservative: every claim we hold is held at least until our lease,
      * renewed after `began`; keep a tenth of the lease as a safety margin. */
     int64_t deadline = began + cfg->worker_lease_ms - cfg->worker_lease_ms / 10;
@@ -395,6 +409,8 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
     struct qw_svc *s;
     if (reconcile) {
         q->cycles_since_reconcile = 0;
+        q->reconcile_asked = false;
+        size_t known = q->n_held;
         while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL)
             s->seen = false;
         for (size_t i = 0; i < r->n_claims; i++) {
@@ -402,6 +418,10 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
                 return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
             qw_svcmap_get(&q->svcs, r->claims[i].service_id)->seen = true;
         }
+        /* Claims handed to us: the others count them only once we report
+         * them with our next lease, so the share read meanwhile is low. */
+        if (!first && q->n_held > known)
+            q->settle_until_ms = began + 2 * cfg->worker_cycle_ms;
         pos = 0;
         while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
             if (s->held && !s->seen)
@@ -420,16 +440,18 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         if (s && s->held)
             drop_claim(q, s);
     }
+    if (r->taken > 0 || r->handed_over > 0)
+        q->settle_until_ms = began + 2 * cfg->worker_cycle_ms;
     /* Surplus over the (new) share drains, and goes back at the next housekeeping. */
-    if (housekeeping)
+    if (housekeeping && began >= q->settle_until_ms)
         mark_draining(q);
     atomic_store_explicit(&q->w->stats.claims_held, (long long)q->n_held, memory_order_relaxed);
     if (r->acquired || r->n_released || r->freed)
         qw_log_info("claims.changed",
-                    "held=%zu acquired=%d released=%zu freed=%d share=%d services_with_work=%lld "
-                    "live_instances=%d",
-                    q->n_held, r->acquired, r->n_released, r->freed, r->share,
-                    (long long)r->with_work, r->live);
+                    "held=%zu acquired=%d released=%zu freed=%d taken_over=%d handed_over=%d "
+                    "share=%d services_with_work=%lld live_instances=%d",
+                    q->n_held, r->acquired, r->n_released, r->freed - r->taken - r->handed_over,
+                    r->taken, r->handed_over, r->share, (long long)r->with_work, r->live);
     return QW_OK;
 }
 
@@ -504,6 +526,11 @@ static void on_notify(const char *channel, const char *payload, void *arg)
     (void)channel;
     if (!payload[0])
         q->notified_all = true;
+    if (strcmp(payload, QW_CLAIMS_HANDOVER) == 0) {
+        q->reconcile_asked = true;
+        q->notified = true;
+        return;
+    }
     struct qw_svc *s = payload[0] ? qw_svcmap_get(&q->svcs, payload) : NULL;
     if (s && s->held) {
         if (!s->busy && add_dirty(q, payload) == QW_OK)
@@ -656,6 +683,9 @@ static void queuer_loop(struct queuer *q)
             if (rc == QW_OK) {
                 failures = 0;
                 next_cycle = t + cfg->worker_cycle_ms;
+                /* a worker that stopped renewing: take its services over at once */
+                if (q->peer_lease_end_ms > t && q->peer_lease_end_ms < next_cycle)
+                    next_cycle = q->peer_lease_end_ms;
                 int64_t cycle_us = qw_clock_mono_us() - cycle_began_us;
                 qw_histogram_observe_us(&q->w->stats.ops.cycle_duration, cycle_us);
                 if (q->tally)

@@ -5,7 +5,8 @@
  * claiming takes only free services with work; idle release gives back
  * only services without work and never one whose work arrives while it
  * runs; the surplus release keeps services with a batch mid-submission;
- * maintenance frees claims through their holder's lease, per service.
+ * maintenance takes claims over through their holder's lease, per service:
+ * those with work handed to the live instances, the others freed.
  */
 #include "itest.h"
 #include "common/hex.h"
@@ -264,31 +265,95 @@ static void test_release_keeps_mid_submission(void **state)
                      1);
 }
 
+/* Asserts the claimant ("-" for none) of a service. */
+static void assert_holder(struct fixture *f, const char *svc, const char *expected)
+{
+    char sql[200];
+    snprintf(sql, sizeof(sql),
+             "SELECT coalesce(claimant, '-') FROM queuer.service_id_claims WHERE service_id = '%s'",
+             svc);
+    char *who = itest_string(f->b, sql);
+    assert_string_equal(who, expected);
+    free(who);
+}
+
 static void test_maintenance_follows_the_holders_lease(void **state)
 {
     struct fixture *f = *state;
     hold(f, S1, "w1");
     hold(f, S2, "w1");
+    hold(f, S3, "w1");
     assert_int_equal(mark(f, 0), 1); /* S1 mid-submission */
-    const char *params[] = {"w2", "1000"};
+    int64_t epoch_s2 = epoch_of(f, S2);
+    /* w1 gone (below), w2 live: w2 maintains, with a lease of 5 s */
+    const char *params[] = {"w2", "1000", "5000", "10000"};
     /* the claims' own expiries have passed, w1's lease has not */
-    assert_int_equal(run(f->b, "claims_maintain", 2, params), 0);
-    /* soft expiry of w1's lease: S2 goes, S1 (mid-submission) stays */
+    assert_int_equal(run(f->b, "claims_maintain", 4, params), 0);
+    /* soft expiry of w1's lease: S2 (work) is handed to the live w2, S3
+     * (no work) is freed, S1 (mid-submission) stays */
     itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
                      "WHERE instance_id = 'w1'");
-    assert_int_equal(run(f->b, "claims_maintain", 2, params), 1);
+    assert_int_equal(run(f->b, "claims_maintain", 4, params), 2);
+    assert_holder(f, S1, "w1");
+    assert_holder(f, S2, "w2");
+    assert_holder(f, S3, "-");
+    assert_int_equal(epoch_of(f, S2), epoch_s2 + 1);
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.claims WHERE service_id = '" S2
+                                        "' AND expiry_1 > now() + interval '4 s' "
+                                        "AND expiry_2 > now() + interval '9 s'"),
+                     1);
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant = 'w1'"),
+                                        "WHERE service_id = '" S3 "' AND expiry_1 IS NULL "
+                                        "AND expiry_2 IS NULL"),
                      1);
     /* the held claims of w1 no longer pass its fences */
     assert_int_equal(record(f, 0, "Committed", "t"), 0);
-    /* hard expiry: S1 goes too */
+    /* hard expiry: S1 goes too, to the live w2 (its batch is followed up there) */
     itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = now() - interval '1 s' "
                      "WHERE instance_id = 'w1'");
-    assert_int_equal(run(f->b, "claims_maintain", 2, params), 1);
+    assert_int_equal(run(f->b, "claims_maintain", 4, params), 1);
+    assert_holder(f, S1, "w2");
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant = 'w1'"),
+                     0);
+}
+
+/* With no live instance (every lease ran out), expired claims are freed. */
+static void test_maintenance_frees_when_none_is_live(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S2, "w1");
+    itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
+    const char *params[] = {"w2", "1000", "5000", "10000"};
+    assert_int_equal(run(f->b, "claims_maintain", 4, params), 1);
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                         "WHERE claimant IS NOT NULL"),
                      0);
+}
+
+/* The handed-over claims are spread over the live instances by service. */
+static void test_maintenance_spreads_over_the_live(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
+                     "lease_2) VALUES ('w3', 'h', 3, 'v', now() + interval '1 h', "
+                     "now() + interval '2 h')");
+    char svc[32];
+    for (int i = 0; i < 200; i++) {
+        snprintf(svc, sizeof(svc), "sprea-aaaaa::%04d", i);
+        enqueue(f, f->a, svc, NULL);
+        hold(f, svc, "w1");
+    }
+    itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
+                     "WHERE instance_id = 'w1'");
+    const char *params[] = {"w2", "1000", "5000", "10000"};
+    assert_int_equal(run(f->b, "claims_maintain", 4, params), 200);
+    int64_t w2 = itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                    "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'");
+    int64_t w3 = itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                    "WHERE service_id LIKE 'sprea-%' AND claimant = 'w3'");
+    assert_int_equal(w2 + w3, 200);
+    assert_true(w2 >= 70 && w3 >= 70);
 }
 
 int main(void)
@@ -302,6 +367,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_follows_the_holders_lease, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_frees_when_none_is_live, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_spreads_over_the_live, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

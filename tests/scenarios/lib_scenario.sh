@@ -472,15 +472,22 @@ sc_watch_refresh() {
 }
 
 # sc_takeover_poll_start SECS: starts the takeover poller in the background
-# (it must run before the takeover for taken_at to be exact) and returns
-# once it is polling. It stops when every watched claim has a new holder,
-# or after SECS.
+# and returns once it is polling, or has already finished (every watched
+# claim had a new holder at its first look: a fast takeover). It stops when
+# every watched claim has a new holder, or after SECS. taken_at does not
+# depend on it (see scenario.watch); seen_at and last_unseen_at do.
 sc_takeover_poll_start() {
     qw_psql -c "CALL scenario.await_takeover($(($1 * 1000)))" >"$SC_DIR/poller.out" 2>&1 &
     SC_POLLER_PID=$!
-    sc_wait "the takeover poller runs" 10 \
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                         WHERE query LIKE 'CALL scenario.await_takeover%' AND pid <> pg_backend_pid())"
+    local _
+    for _ in $(seq 1 200); do
+        kill -0 "$SC_POLLER_PID" 2>/dev/null || return 0
+        [ "$(qw_sql "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                                     WHERE query LIKE 'CALL scenario.await_takeover%'
+                                       AND pid <> pg_backend_pid())")" = t ] && return 0
+        sleep 0.05
+    done
+    sc_fail "timed out after 10s waiting for: the takeover poller runs"
 }
 
 # sc_takeover_poll_wait [EVIDENCE-SQL]: waits for the poller, then fails
