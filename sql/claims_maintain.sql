@@ -14,13 +14,14 @@
 -- Only live instances are read, through their lease, and only the claims
 -- of the expired ones: the cost follows what expired, not the number of
 -- services. The expired instance's row is locked SKIP LOCKED, so one
--- worker at a time takes over its claims (others' transactions never read
--- them); claim rows locked by a live transaction (a worker stuck
--- mid-transaction, a mark or outcome in progress) are skipped, not
--- waited for. A claim row changed after this transaction's snapshot
--- cannot be locked here (SERIALIZABLE: 40001, the transaction is re-run
--- on a fresh snapshot), so a claim is never taken on a stale
--- `submitting`. The receivers learn of their new claims by the NOTIFY the
+-- worker at a time takes over its claims; claim rows locked by a live
+-- transaction (a worker stuck mid-transaction, a mark or outcome in
+-- progress) are skipped, not waited for. Run at READ COMMITTED, in a
+-- transaction of its own: a claim row changed after the statement's
+-- snapshot is re-read at its newest version once locked and its
+-- conditions checked again there, so a claim is never taken on a stale
+-- `submitting` or from a new holder (run inside SERIALIZABLE, such a row
+-- fails with 40001 instead). The receivers learn of their new claims by the NOTIFY the
 -- caller sends (or their periodic full list of claims); until then they
 -- hold them without writing anything about them.
 -- $1 instance (ours, skipped), $2 at most this many, $3 lease ms and $4

@@ -76,43 +76,63 @@ static int take_over(const struct qw_claims_params *p, struct qw_claims_result *
     return QW_OK;
 }
 
+/*
+ * Maintenance, in a READ COMMITTED transaction of its own: the claim rows
+ * are locked and their conditions re-read at their newest version, which
+ * is all the decision needs (docs/CLAIMS.md). In the serializable claims
+ * transaction it read a dead worker's thousands of claims, so its
+ * predicate locks covered the whole table and every other worker's claim
+ * write made it re-run.
+ */
+static int maintain_body(void *conn, void *arg, struct qw_error *err)
+{
+    struct qw_db *db = conn;
+    struct claims_txn *t = arg;
+    const struct qw_claims_params *p = t->p;
+    struct qw_claims_result *r = t->out;
+    r->n_claims = 0;
+    r->freed = r->taken = r->handed_over = 0;
+
+    char lease[16], hard[16], max_freed[16];
+    snprintf(lease, sizeof(lease), "%d", p->lease_ms);
+    snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
+    snprintf(max_freed, sizeof(max_freed), "%d", 10 * p->max_changes);
+    struct qw_db_res *res = NULL;
+    const char *params[] = {p->instance_id, max_freed, lease, hard};
+    int rc = qw_db_query(db, "claims_maintain", 4, params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    rc = take_over(p, r, res, err);
+    qw_db_res_free(res);
+    if (rc != QW_OK || r->freed == r->taken)
+        return rc;
+    /* Wake the others (at COMMIT): a lease ran out, its services are free
+     * or theirs now, and the fair share changed. Not a service name, so no
+     * full fetch; "handover" also makes them read their claims again. */
+    return qw_db_exec(db,
+                      r->handed_over > 0 ? "NOTIFY queuer_work, '" QW_CLAIMS_HANDOVER "'"
+                                         : "NOTIFY queuer_work, 'claims'",
+                      err);
+}
+
 static int claims_body(void *conn, void *arg, struct qw_error *err)
 {
     struct qw_db *db = conn;
     struct claims_txn *t = arg;
     const struct qw_claims_params *p = t->p;
     struct qw_claims_result *r = t->out;
-    r->n_claims = r->n_released = 0;
-    r->freed = r->acquired = r->taken = r->handed_over = 0;
+    r->n_claims = (size_t)r->taken; /* maintenance's come first and stay */
+    r->n_released = 0;
+    r->acquired = 0;
     t->asked = 0;
 
-    char lease[16], hard[16], max[16], max_freed[16], want[16], start[16];
+    char lease[16], hard[16], max[16], want[16], start[16];
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
     snprintf(max, sizeof(max), "%d", p->max_changes);
-    snprintf(max_freed, sizeof(max_freed), "%d", 10 * p->max_changes);
 
+    int rc;
     struct qw_db_res *res = NULL;
-    const char *maintain_params[] = {p->instance_id, max_freed, lease, hard};
-    int rc = qw_db_query(db, "claims_maintain", 4, maintain_params, &res, err);
-    if (rc != QW_OK)
-        return rc;
-    rc = take_over(p, r, res, err);
-    qw_db_res_free(res);
-    if (rc != QW_OK)
-        return rc;
-    /* Wake the others (at COMMIT): a lease ran out, its services are free
-     * or theirs now, and the fair share changed. Not a service name, so no
-     * full fetch; "handover" also makes them read their claims again. */
-    if (r->freed > r->taken) {
-        rc = qw_db_exec(db,
-                        r->handed_over > 0 ? "NOTIFY queuer_work, '" QW_CLAIMS_HANDOVER "'"
-                                           : "NOTIFY queuer_work, 'claims'",
-                        err);
-        if (rc != QW_OK)
-            return rc;
-    }
-
     if (p->housekeeping) {
         const char *idle_params[] = {p->instance_id, max};
         rc = release(db, "claims_release_idle", 2, idle_params, r, err);
@@ -199,12 +219,14 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
 }
 
 int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
-                    const struct qw_claims_params *p, struct qw_claims_result *out,
-                    struct qw_txn_stats *stats, struct qw_error *err)
+                    const struct qw_txn_policy *maintain_policy, const struct qw_claims_params *p,
+                    struct qw_claims_result *out, struct qw_txn_stats *stats, struct qw_error *err)
 {
     struct claims_txn t = {.p = p, .out = out};
     /* Without housekeeping the share of the last one stands. */
     int rc = p->housekeeping ? read_share(db, p, out, err) : QW_OK;
+    if (rc == QW_OK)
+        rc = qw_txn_run(&qw_txn_db_ops, db, maintain_policy, maintain_body, &t, NULL, err);
     if (rc != QW_OK)
         return rc;
     rc = qw_txn_run(&qw_txn_db_ops, db, policy, claims_body, &t, stats, err);

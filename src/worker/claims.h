@@ -6,16 +6,18 @@
  *   outside the serializable transaction. Every claim we hold is held while
  *   its own expiry or our lease is in the future, so claims are never
  *   renewed one by one.
- * - qw_claims_cycle() runs one retried SERIALIZABLE transaction:
- *   maintenance (take over the claims of instances whose lease ran out,
- *   decided per service: those with work go straight to a live instance,
- *   the others are freed; the receivers are woken with a NOTIFY
- *   QW_CLAIMS_HANDOVER and read their claims again), release of our idle claims and of the surplus
- * the caller lists, and new claims up to the fair share, each step bounded per call. The fair share
- * is advisory and read just before, outside the transaction. It reads every claim we hold only when
- * asked to
- *   (`reconcile`: at start and after our lease may have lapsed); otherwise
- *   the result lists what changed and the caller keeps its own set.
+ * - qw_claims_cycle() runs maintenance in a READ COMMITTED transaction
+ *   (take over the claims of instances whose lease ran out, decided per
+ *   service on the locked row: those with work go straight to a live
+ *   instance, the others are freed; the receivers are woken with a NOTIFY
+ *   QW_CLAIMS_HANDOVER and read their claims again), then one retried
+ *   SERIALIZABLE transaction: release of our idle claims and of the
+ *   surplus the caller lists, and new claims up to the fair share, each
+ *   step bounded per call. The fair share is advisory and read just
+ *   before, outside the transactions. It reads every claim we hold only
+ *   when asked to (`reconcile`: at start, after our lease may have lapsed,
+ *   after a handover); otherwise the result lists what changed and the
+ *   caller keeps its own set.
  *
  * Nothing in a result may be acted on unless the call returned QW_OK.
  */
@@ -92,13 +94,17 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
                     struct qw_claims_result *out, struct qw_error *err);
 
 /**
- * Runs the claims transaction on `db` (owned by the calling thread) with
- * the retry `policy`. On QW_OK `out` describes the committed changes; on
- * failure it is meaningless. `stats` (may be NULL) gets the retry counts.
+ * Runs maintenance in a READ COMMITTED transaction of its own
+ * (`maintain_policy`), then the claims transaction with the retry `policy`,
+ * on `db` (owned by the calling thread). On QW_OK `out` describes the
+ * committed changes; on failure it is meaningless, except that
+ * maintenance may have committed and handed us claims (`out->taken` > 0:
+ * read every claim next time). `stats` (may be NULL) gets the claims
+ * transaction's retry counts.
  */
 int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
-                    const struct qw_claims_params *p, struct qw_claims_result *out,
-                    struct qw_txn_stats *stats, struct qw_error *err);
+                    const struct qw_txn_policy *maintain_policy, const struct qw_claims_params *p,
+                    struct qw_claims_result *out, struct qw_txn_stats *stats, struct qw_error *err);
 
 /** Frees the result's storage. */
 void qw_claims_result_free(struct qw_claims_result *r);

@@ -48,7 +48,7 @@
  * us claims with a NOTIFY, which a lost connection loses). */
 #define RECONCILE_EVERY 60
 /* The next claims cycle runs this long after another worker's lease ends
- * (the database's clock and ours differ by the round trip). */
+ * by the database's clock, as our clock reads it after the answer. */
 #define PEER_LEASE_MARGIN_MS 5
 
 /* Durations kept for the summary logged at shutdown (the latest ones). */
@@ -376,15 +376,17 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
     int rc = qw_claims_lease(q->db, &p, &q->claims, err);
     if (rc != QW_OK)
         return rc;
-    q->peer_lease_end_ms =
-        q->claims.peer_lease_ms >= 0 ? began + q->claims.peer_lease_ms + PEER_LEASE_MARGIN_MS : 0;
+    /* (counted from the answer: late rather than early) */
+    q->peer_lease_end_ms = q->claims.peer_lease_ms >= 0
+                               ? qw_clock_mono_ms() + q->claims.peer_lease_ms + PEER_LEASE_MARGIN_MS
+                               : 0;
     /* Conservative: every claim we hold is held at least until our lease,
      * renewed after `began`; keep a tenth of the lease as a safety margin. */
     int64_t deadline = began + cfg->worker_lease_ms - cfg->worker_lease_ms / 10;
 
     int64_t began_us = qw_clock_mono_us();
     struct qw_txn_stats st = {0};
-    rc = qw_claims_cycle(q->db, &q->policy, &p, &q->claims, &st, err);
+    rc = qw_claims_cycle(q->db, &q->policy, &q->queue_policy, &p, &q->claims, &st, err);
     add_serialization_retries(q, &st);
     int64_t took_us = qw_clock_mono_us() - began_us;
     qw_log_debug("claims.done", "held=%zu attempts=%d us=%lld", q->n_held, st.attempts,
@@ -399,8 +401,11 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         }
     }
     atomic_fetch_add_explicit(&q->w->stats.cycles, 1, memory_order_relaxed);
-    if (rc != QW_OK)
+    if (rc != QW_OK) {
+        if (q->claims.taken > 0)
+            q->reconcile_asked = true; /* maintenance handed us claims */
         return rc;
+    }
     q->lease_deadline_ms = deadline;
 
     const struct qw_claims_result *r = &q->claims;

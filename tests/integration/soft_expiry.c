@@ -213,6 +213,36 @@ static void test_mark_races_soft_expiry(void **state)
     race_maintenance(f);
 }
 
+/*
+ * As the worker runs it: maintenance at READ COMMITTED in a transaction of
+ * its own. While the mark's transaction holds the claim row, maintenance
+ * skips it; once the mark committed, it reads the row's newest version
+ * (submitting) and takes nothing; hard expiry takes it.
+ */
+static void test_mark_races_soft_expiry_read_committed(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->a, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    mark(f, 0, 1);
+    wait_soft_expiry(f);
+    itest_exec(f->b, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    query(f->b, "claims_maintain", 4, maintain_params, 0);
+    itest_exec(f->b, "COMMIT");
+    itest_exec(f->a, "COMMIT");
+    itest_exec(f->b, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    query(f->b, "claims_maintain", 4, maintain_params, 0);
+    itest_exec(f->b, "COMMIT");
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant = 'w1' AND claim_epoch = 3"),
+                     1);
+    itest_exec(f->b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
+    itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = lease_1");
+    query(f->b, "claims_maintain", 4, maintain_params, 1);
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE claimant IS NULL AND claim_epoch = 4"),
+                     1);
+}
+
 /* The fast path (a Pending batch ends, the next is marked) races soft expiry. */
 static void test_fast_path_races_soft_expiry(void **state)
 {
@@ -268,6 +298,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry_read_committed, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fast_path_races_soft_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_soft_expiry_frees_an_idle_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_submitting_follows_the_batches, setup, teardown),
