@@ -75,6 +75,11 @@ grep -h 'event=capacity.changed' "$SC_DIR"/cap-w*.log | head -3
 sc_check "capacity show lists the three workers" 3 \
     "$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['ledgers'][0]['instances']))" "$SC_DIR/show.json")"
 
+"$QUEUER_BIN" status --json >"$SC_DIR/status.json" || sc_fail "queuer status failed"
+sc_check "queuer status shows the shared capacity of the three workers" 3 \
+    "$(python3 -c "import json,sys; print(sum(1 for i in json.load(open(sys.argv[1]))['instances'] if i.get('capacity')))" "$SC_DIR/status.json")"
+"$QUEUER_BIN" status | grep -q 'SHARED CAPACITY' || sc_fail "queuer status has no SHARED CAPACITY column"
+
 # 3. A change is picked up within a step: clear lifts the limit.
 "$QUEUER_BIN" capacity clear >/dev/null || sc_fail "capacity clear failed"
 for w in w1 w2 w3; do
