@@ -577,10 +577,12 @@ static bool flush_due(const struct submitter *s, int64_t t)
  */
 static bool capacity_admits(struct submitter *s, struct qw_job *job, int64_t t, int64_t *next)
 {
+    if (!s->gate.grant.active)
+        return true; /* no capacity set: nothing to count, not even the cost */
     int64_t wait_ms;
     enum qw_capacity_verdict v = qw_capacity_try_take(&s->gate, job_cost(s, job), t, &wait_ms);
     if (v == QW_CAP_TAKEN) {
-        job->cap_taken = s->gate.grant.active ? job->cost : 0;
+        job->cap_taken = job->cost;
         job->cap_waited = false;
         return true;
     }
