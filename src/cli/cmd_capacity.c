@@ -1,7 +1,7 @@
 /*
  * `queuer capacity set|show|clear`: a ledger's shared capacity (issue 13).
  * set and clear call queuer.capacity_set() / queuer.capacity_clear()
- * (migration 0008), which check the values and cut the partitions; show
+ * (migration 0009), which check the values and cut the partitions; show
  * reads queuer.capacity and the overview views. The workers pick a change
  * up within one lease step. This file only parses, calls and reports.
  */
