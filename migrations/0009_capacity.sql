@@ -203,3 +203,77 @@ GRANT SELECT, UPDATE, DELETE ON queuer.capacity_partitions TO queuer_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON queuer.capacity_instances TO queuer_worker;
 GRANT SELECT ON queuer.capacity_overview, queuer.capacity_instance_overview
     TO queuer_worker, queuer_operator;
+
+-- What a queuer_worker member may do to the capacity rows, beyond its
+-- table grants (the style of migration 0007). Workers log in under roles
+-- of queuer_worker and cannot be told apart here, so the checks keep the
+-- lease life cycle itself, not who may act on which row:
+--   * a partition's ledger, generation, number and sizes are the
+--     operator's (queuer.capacity_set), never a worker's;
+--   * a partition is taken only when it is free or its lease has lapsed,
+--     and every change of holder moves epoch exactly one step up (a live
+--     lease never passes straight to another holder);
+--   * without such a step only the expiry of a live lease moves (renewal):
+--     a lapsed lease is not revived, a reservation not claimed afterwards;
+--   * a lease (and a published target's liveness) runs at most an hour
+--     from now() (the largest worker.lease_ms), and updated_at is now();
+--   * only partitions of an older generation are deleted (retiring).
+-- What the checks cannot stop: a member of queuer_worker giving back, or
+-- renewing, a partition another worker holds (as it can a claim). The
+-- schema owner (its members, the SECURITY DEFINER functions, cascades)
+-- is not checked.
+CREATE FUNCTION queuer.capacity_check_writer() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, queuer, pg_temp AS $fn$
+DECLARE
+    why text;
+BEGIN
+    IF queuer.role_is_owner() THEN
+        RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
+    IF TG_TABLE_NAME = 'capacity_instances' THEN
+        IF NEW.updated_at IS DISTINCT FROM now()
+           OR NEW.expiry > now() + interval '1 hour' THEN
+            why := 'a target is published at now(), live for at most an hour';
+        END IF;
+    ELSIF TG_OP = 'DELETE' THEN
+        IF NOT EXISTS (SELECT 1 FROM queuer.capacity c
+                        WHERE c.ledger = OLD.ledger AND c.generation > OLD.generation) THEN
+            why := 'only partitions of an older generation are deleted';
+        END IF;
+    ELSIF (NEW.ledger, NEW.generation, NEW.partition_no)
+              IS DISTINCT FROM (OLD.ledger, OLD.generation, OLD.partition_no)
+          OR (NEW.in_flight, NEW.per_second) IS DISTINCT FROM (OLD.in_flight, OLD.per_second) THEN
+        why := 'a partition''s identity and sizes are set by queuer.capacity_set';
+    ELSIF NEW.epoch = OLD.epoch + 1 THEN
+        IF NEW.holder IS NOT NULL AND OLD.holder IS NOT NULL AND OLD.expiry > now() THEN
+            why := 'a partition is taken only when free or lapsed';
+        END IF;
+    ELSIF NEW.epoch IS DISTINCT FROM OLD.epoch THEN
+        why := 'epoch goes up by exactly one with every change of holder';
+    ELSIF NEW.holder IS DISTINCT FROM OLD.holder OR NEW.reserved IS DISTINCT FROM OLD.reserved THEN
+        why := 'a change of holder or reservation moves epoch one step up';
+    ELSIF NEW.expiry IS DISTINCT FROM OLD.expiry AND NOT coalesce(OLD.expiry > now(), false) THEN
+        why := 'only a live lease is renewed';
+    END IF;
+    IF why IS NULL AND TG_TABLE_NAME = 'capacity_partitions' AND TG_OP = 'UPDATE'
+       AND NEW.expiry IS DISTINCT FROM OLD.expiry AND NEW.expiry > now() + interval '1 hour' THEN
+        why := 'a lease runs at most an hour';
+    END IF;
+    IF why IS NOT NULL THEN
+        RAISE EXCEPTION 'role % may not % this % row (ledger %): %', current_user,
+                        lower(TG_OP), TG_TABLE_NAME,
+                        CASE TG_OP WHEN 'DELETE' THEN OLD.ledger ELSE NEW.ledger END, why
+            USING ERRCODE = '42501',
+                  HINT = 'workers take free or lapsed partitions, renew and give back '
+                         'their own, and delete retired ones (sql/capacity_*.sql)';
+    END IF;
+    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+END
+$fn$;
+CREATE TRIGGER capacity_partitions_check_writer BEFORE UPDATE OR DELETE
+    ON queuer.capacity_partitions
+    FOR EACH ROW EXECUTE FUNCTION queuer.capacity_check_writer();
+CREATE TRIGGER capacity_instances_check_writer BEFORE INSERT OR UPDATE
+    ON queuer.capacity_instances
+    FOR EACH ROW EXECUTE FUNCTION queuer.capacity_check_writer();
+REVOKE ALL ON FUNCTION queuer.capacity_check_writer() FROM PUBLIC;

@@ -12,7 +12,11 @@
  *  - a partition is given back only once the gate's units in flight fit
  *    in what is kept;
  *  - a new capacity is used only after the old one's partitions are given
- *    back; clearing it lifts the limit.
+ *    back; clearing it lifts the limit;
+ *  - the workers connect as a member of queuer_worker, so every statement
+ *    above passes the role checks of migration 0009, and a worker role
+ *    cannot take a live partition, revive a lapsed one, move an epoch or
+ *    resize a partition by hand.
  */
 #include "itest.h"
 #include "common/clock.h"
@@ -51,10 +55,14 @@ static int setup(void **state)
     static const char *const ids[3] = {"a", "b", "c"};
     f->conninfo = itest_db_create("capacity_lease", 1);
     f->admin = itest_connect(f->conninfo);
+    itest_exec(f->admin, "DO $$ BEGIN "
+                         "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'itest_capworker') "
+                         "THEN CREATE ROLE itest_capworker LOGIN IN ROLE queuer_worker; END IF; "
+                         "END $$");
     for (int i = 0; i < 3; i++) {
         struct worker *w = &f->w[i];
         w->id = ids[i];
-        w->db = itest_connect(f->conninfo);
+        w->db = itest_connect_as(f->conninfo, "itest_capworker");
         qw_capacity_lease_init(&w->lease, "default", w->id, QW_COST_BATCH, LEASE_MS);
         qw_capacity_gate_init(&w->gate);
     }
@@ -317,6 +325,89 @@ static void test_set_refuses_bad_values(void **state)
         itest_scalar(f->admin, "SELECT sum(in_flight) FROM queuer.capacity_partitions"), 36);
 }
 
+/* Runs `sql` on `db` and checks its SQLSTATE ("" = success). */
+static void expect(struct qw_db *db, const char *sql, const char *want)
+{
+    struct qw_error err;
+    qw_error_clear(&err);
+    int rc = qw_db_exec(db, sql, &err);
+    const char *state = rc == QW_OK ? "" : err.sqlstate;
+    if (strcmp(state, want) != 0)
+        fail_msg("%s\n  expected SQLSTATE '%s', got '%s' (%s)", sql, want, state, err.msg);
+}
+
+/* A worker role keeps the lease life cycle: no takeover of a live lease by hand. */
+static void test_worker_role_limits(void **state)
+{
+    struct fixture *f = *state;
+    struct worker *a = &f->w[0], *b = &f->w[1];
+    itest_exec(f->admin, "SELECT queuer.capacity_set('default', 40, NULL, 4, 8)");
+    step(a, 100);
+    assert_int_equal(held(f, "a"), 10);
+    struct qw_db *w = b->db;
+#define A_LIVE "UPDATE queuer.capacity_partitions SET "
+#define WHERE_A " WHERE holder = 'a'"
+    /* a's live partitions do not pass straight to b, whatever the epoch */
+    expect(w, A_LIVE "holder = 'b', epoch = epoch + 1" WHERE_A, "42501");
+    expect(w, A_LIVE "holder = 'b'" WHERE_A, "42501");
+    expect(w, A_LIVE "holder = 'b', epoch = epoch + 2" WHERE_A, "42501");
+    expect(w, A_LIVE "epoch = epoch - 1" WHERE_A, "42501");
+    expect(w, A_LIVE "epoch = 0" WHERE_A, "42501");
+    /* nor does a reservation appear, or the sizes change */
+    expect(w, A_LIVE "reserved = NOT reserved" WHERE_A, "42501");
+    expect(w, A_LIVE "in_flight = in_flight * 10" WHERE_A, "42501");
+    expect(w, A_LIVE "per_second = 1" WHERE_A, "42501");
+    expect(w, A_LIVE "partition_no = partition_no + 100" WHERE_A, "42501");
+    expect(w, A_LIVE "generation = generation + 1" WHERE_A, "42501");
+    /* a lease of more than an hour */
+    expect(w, A_LIVE "expiry = now() + interval '1 day'" WHERE_A, "42501");
+    /* partitions of the current generation stay */
+    expect(w, "DELETE FROM queuer.capacity_partitions", "42501");
+    /* the capacity itself is the operator's */
+    expect(w, "UPDATE queuer.capacity SET max_in_flight = 4000", "42501");
+    expect(w,
+           "INSERT INTO queuer.capacity_partitions (ledger, generation, partition_no, in_flight) "
+           "SELECT ledger, generation, 99, 4 FROM queuer.capacity",
+           "42501");
+    /* targets: published at now(), live for at most an hour */
+    expect(w,
+           "INSERT INTO queuer.capacity_instances VALUES ('default', 'z', 1, 'batch', "
+           "now() + interval '1 day', now())",
+           "42501");
+    expect(w,
+           "INSERT INTO queuer.capacity_instances VALUES ('default', 'z', 1, 'batch', "
+           "now() + interval '1 s', now() - interval '1 day')",
+           "42501");
+    assert_int_equal(held(f, "a"), 10);
+    assert_int_equal(itest_scalar(f->admin, "SELECT max(epoch) FROM queuer.capacity_partitions"),
+                     1);
+    /* a lapsed lease is not revived without an epoch step */
+    itest_exec(f->admin, "UPDATE queuer.capacity_partitions SET expiry = now() - interval '1 s' "
+                         "WHERE partition_no = 10");
+    expect(w, A_LIVE "expiry = now() + interval '1 min' WHERE partition_no = 10 AND holder = 'a'",
+           "42501");
+    /* but taken as the statements take it: free or lapsed, epoch + 1 */
+    expect(w,
+           A_LIVE "holder = 'b', epoch = epoch + 1, expiry = now() + interval '1 min' "
+                  "WHERE partition_no = 10",
+           "");
+    /* renewals and releases as the worker statements make them */
+    expect(w, A_LIVE "expiry = now() + interval '1 min'" WHERE_A, "");
+    expect(w, A_LIVE "holder = NULL, expiry = NULL, reserved = false, epoch = epoch + 1" WHERE_A,
+           "");
+    assert_int_equal(held(f, "a"), 0);
+    assert_int_equal(held(f, "b"), 1);
+#undef A_LIVE
+#undef WHERE_A
+    /* retiring: an older generation's partitions may go */
+    itest_exec(f->admin, "SELECT queuer.capacity_set('default', 20, NULL, 5, 0)");
+    expect(w,
+           "DELETE FROM queuer.capacity_partitions WHERE generation < "
+           "(SELECT generation FROM queuer.capacity)",
+           "");
+    assert_int_equal(itest_scalar(f->admin, "SELECT count(*) FROM queuer.capacity_partitions"), 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +419,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_release_waits_for_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_change_and_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_refuses_bad_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_role_limits, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
