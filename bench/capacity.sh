@@ -86,7 +86,7 @@ w7_report() {
         v = "met"
         printf "\nTargets (issue #13, W7-cap):\n"
         printf "- 429s <= 1%% of POSTs: %.2f%% (%s)\n", (posts > 0 ? 100 * p429 / posts : 0), (posts > 0 && p429 * 100 <= posts) ? "met" : "MISSED"
-        printf "- >= 800 batches/s: %s (%s)\n", bps, bps >= 800 ? "met" : "MISSED"
+        printf "- >= 800 batches/s: %s (%s)\n", bps, (bps >= 800 ? "met" : "MISSED")
         printf "- never more than 40 pending at the ledger: at most %s (%s)\n", q, (q != "-" && q <= 40) ? "met" : "MISSED"
         printf "- every batch final in order: %s of %s final, %s order violations (%s)\n", n, want, o, (st == "ok" && n == want && o == 0) ? "met" : "MISSED"
     }'
