@@ -13,7 +13,9 @@
 #      the workers' partitions add up to the capacity.
 # Both runs: every batch Committed, POSTs in creation order per service.
 # Then `capacity clear` lifts the limit within a step, and a lapsed worker's
-# partitions are free after its lease.
+# partitions are free after its lease. The workers log in as a member of
+# queuer_worker (as in production), so every lease statement passes the
+# role checks of migration 0009.
 . "$(dirname "$0")/lib_scenario.sh"
 
 SERVICES=120
@@ -24,6 +26,8 @@ SIM_ARGS=(--commit-delay-ms 150 --global-limit 40 --global-resume 20 --rate 300 
 
 sc_begin capacity
 sc_pg_start
+qw_sql "CREATE ROLE cap_worker LOGIN IN ROLE queuer_worker" >/dev/null ||
+    sc_fail "cannot create the worker role"
 
 stats() { curl -fsS -m 5 "$QW_SIM_URL/_sim/stats"; }
 stat_of() { stats | python3 -c "import json,sys; d=json.load(sys.stdin); print(eval('d' + sys.argv[1]))" "$1"; }
@@ -39,7 +43,8 @@ run() {
                      queuer.service_ingest" >/dev/null
     sc_load_tsv "$SC_DIR/$name.tsv"
     for w in w1 w2 w3; do
-        sc_worker_start "$name-$w" QUEUER_WORKER_CYCLE_MS=200
+        sc_worker_start "$name-$w" QUEUER_WORKER_CYCLE_MS=200 \
+            QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO user=cap_worker application_name=$name-$w"
     done
     sc_wait_all_final 120
     sc_check_sql "$name: every batch Committed" "$TOTAL" \
@@ -65,6 +70,10 @@ sc_check_sql "9 partitions adding up to 36 in flight and 285 a second" "9|36|285
     "SELECT count(*) || '|' || sum(in_flight) || '|' || sum(per_second)
        FROM queuer.capacity_partitions"
 run cap 12
+sc_check_sql "the workers are logged in as cap_worker (a queuer_worker member)" t \
+    "SELECT count(*) >= 6 FROM pg_stat_activity WHERE usename = 'cap_worker'"
+sc_check "no lease step failed (none refused by the role checks)" 0 \
+    "$(cat "$SC_DIR"/cap-w*.log | grep -c 'event=capacity.step_failed' || true)"
 sc_check_num "with capacity the node queue never passed the capacity" "$MAX_PENDING" "<=" 36
 sc_check_num "with capacity no refusal for a full node queue" "$REFUSED_GLOBAL" "==" 0
 sc_check_num "with capacity 429s for the rate <= 1% of POSTs" "$((REFUSED_RATE * 100))" "<=" "$POSTS"
