@@ -9,8 +9,8 @@
 #                [--out DIR] [--keep] [--pg-statements]
 #
 #   --quick        reduced sizes for a CI smoke run (about two minutes)
-#   --workload     any of W1 W2 W3 W4 W1F W6 G1 (default: all but W6; --quick
-#                  also leaves out W1F)
+#   --workload     any of W1 W2 W3 W4 W1F W6 G1 W7 (default: all but W6 and W7;
+#                  --quick also leaves out W1F)
 #                    W1  1,000 services x 10 batches, K = 1, 2, 4
 #                    W2  10,000 services x 3 batches, K = 1, 4
 #                    W3  20 services x 500 batches, K = 4
@@ -19,6 +19,10 @@
 #                    W6  100,000 services x 2 batches, K = 8 (W6-k8) and 16 (W6-k16):
 #                        the claim cycle at scale (issue #10)
 #                    G1  W1 through graphile-worker
+#                    W7  500 services x 10 against a ledger taking 40 pending
+#                        (429 until 20) and 1,000 batches/s, K = 4, without and
+#                        with a shared capacity of 36 in flight and 950/s
+#                        (bench/capacity.sh, issue 13)
 #   --workers      worker counts for every queuer workload (overrides the K above)
 #   --out DIR      where results go (default bench/out/<date>-<time>)
 #   --keep         keep the PostgreSQL data, simulator event logs and databases
@@ -43,6 +47,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/tests/lib/cluster.sh"
 . "$ROOT/bench/lib.sh"
+. "$ROOT/bench/capacity.sh"
 
 QUICK=0
 WORKLOADS=""
@@ -84,9 +89,9 @@ if [ -z "$WORKLOADS" ]; then
 fi
 for w in ${WORKLOADS//,/ }; do
     case $w in
-    W1 | W2 | W3 | W4 | W1F | W6 | G1) ;;
+    W1 | W2 | W3 | W4 | W1F | W6 | G1 | W7) ;;
     *)
-        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F W6 G1)" >&2
+        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F W6 G1 W7)" >&2
         exit 2
         ;;
     esac
@@ -254,6 +259,7 @@ workload_size() {
         W2) echo "2000 2" ;;
         W3) echo "5 20" ;;
         W6) echo "10000 2" ;;
+        W7) echo "100 5" ;;
         esac
     else
         case $1 in
@@ -261,6 +267,7 @@ workload_size() {
         W2) echo "10000 3" ;;
         W3) echo "20 500" ;;
         W6) echo "100000 2" ;;
+        W7) echo "500 10" ;;
         esac
     fi
 }
@@ -464,13 +471,14 @@ claims_figures() {
 
 elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 
-# One queuer run: $1 workload, $2 K, $3 fsync mode, sim args after.
+# One queuer run: $1 workload, $2 K, $3 fsync mode, sim args after; the
+# run is named $RUN_NAME when set, else <workload>-k<K>.
 run_queuer() {
     local wl=$1 k=$2 fsync=$3
     shift 3
     local s b name dir tsv t0 enq i pids=() f sums line
     read -r s b <<<"$(workload_size "$wl")"
-    name="$wl-k$k"
+    name=${RUN_NAME:-$wl-k$k}
     dir=$WORK/$name
     rm -rf "$dir"
     mkdir -p "$dir"
@@ -480,6 +488,7 @@ run_queuer() {
     tsv=$(workload_tsv "$s" "$b")
     say "$name: $s services x $b batches, $k worker(s), fsync=$fsync $*"
     QUEUER_DATABASE_CONNINFO=$DB_CONNINFO "$QUEUER_BIN" migrate >>"$LOG" 2>&1 || die "migrate failed"
+    w7_capacity "$name"
     t0=$(date +%s.%N)
     QUEUER_DATABASE_CONNINFO=$DB_CONNINFO QUEUER_INGEST_HIGH=0 "$QUEUER_BIN" enqueue --tsv "$tsv" \
         >>"$LOG" 2>&1 || die "enqueue failed"
@@ -508,6 +517,7 @@ run_queuer() {
         "NOT EXISTS (SELECT 1 FROM queuer.batches WHERE status IS NULL OR status IN ('Pending', 'Unknown', 'Delayed'))" \
         "$(run_timeout_s $((s * b)))"
     snap_after
+    w7_after_drain "$dir"
     collect_procs "${pids[@]}"
     qw_workers_stop "$dir"
     RUN_PIDS=()
@@ -523,6 +533,7 @@ run_queuer() {
             'BEGIN { split(s, a, " "); print a[1] + r, a[2] + fl, a[3] + o, a[4] + c }')
     done
     qw_sim_stop
+    [ "$wl" != W7 ] || w7_order_violations "$dir" "$tsv" >"$dir/order_violations"
     record "$name" "$wl" "$k" "$fsync" "$s" "$b" "$enq" "$sums" \
         "$(cat "$dir"/w*.log | grep -c 'level=warn\|level=error' || true)" "$(claims_figures "$dir")"
     statements_dump "$dir/pg_statements.txt"
@@ -609,6 +620,12 @@ for wl in ${WORKLOADS//,/ }; do
         for k in $(workload_workers W6); do run_queuer W6 "$k" on; done
         ;;
     G1) run_graphile ;;
+    W7)
+        for k in $(workload_workers W7); do
+            RUN_NAME=W7-nocap-k$k run_queuer W7 "$k" on "${W7_SIM_ARGS[@]}"
+            RUN_NAME=W7-cap-k$k run_queuer W7 "$k" on "${W7_SIM_ARGS[@]}"
+        done
+        ;;
     esac
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -662,7 +679,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             if ($2 != "G1") {
                 if ($13 != "-" && ($13 + 0 > cmax || cmax == "")) cmax = $13 + 0
                 if ($19 + 0 > rssmax) rssmax = $19 + 0
-                if ($2 != "W4") { nreq++; if ($15 + 0 != 2) badreq = badreq " " $1 "=" $15 }
+                if ($2 != "W4" && $2 != "W7") { nreq++; if ($15 + 0 != 2) badreq = badreq " " $1 "=" $15 }
             }
         }
         END {
@@ -695,6 +712,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             if (w8 != "" && w16 != "") printf "- W6 with 16 workers no worse than with 8: %s vs %s (%s)\n", w16, w8, verdict(w16 >= w8)
             if (w1k1 != "" && w1k4 != "") printf "- W1 with 4 workers >= W1 with 1 worker: %s vs %s (%s)\n", w1k4, w1k1, verdict(w1k4 >= w1k1)
         }' "$RESULTS"
+    w7_report
 } >"$OUT/table.md"
 cat "$OUT/table.md"
 say "table: $OUT/table.md, raw figures: $RESULTS"

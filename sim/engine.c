@@ -309,9 +309,25 @@ void qw_sim_engine_free(struct qw_sim_engine *e)
 
 /* ---- requests ---------------------------------------------------------- */
 
+/* Why the ledger refused a submission, for the event log; NULL when it did not. */
+static const char *refusal_name(enum qw_sim_accept_result r)
+{
+    switch (r) {
+    case QW_SIM_REFUSED_SERVICE:
+        return "service";
+    case QW_SIM_REFUSED_GLOBAL:
+        return "global";
+    case QW_SIM_REFUSED_RATE:
+        return "rate";
+    case QW_SIM_ACCEPTED:
+        break;
+    }
+    return NULL;
+}
+
 static void post_line(struct qw_sim_engine *e, const char *service_key, const char *batch, int code,
                       const char *fate, const bool *dup, const bool *accepted,
-                      const struct qw_sim_post_note *note)
+                      const struct qw_sim_post_note *note, const char *refused)
 {
     struct qw_sim_event ev;
     qw_sim_event_begin(&ev, "post");
@@ -330,6 +346,8 @@ static void post_line(struct qw_sim_engine *e, const char *service_key, const ch
         qw_sim_event_bool(&ev, "malformed", true);
     if (note && note->slow_ms > 0)
         qw_sim_event_int(&ev, "slow_ms", note->slow_ms);
+    if (refused)
+        qw_sim_event_str(&ev, "refused", refused);
     qw_sim_evlog_emit(e->log, &ev);
 }
 
@@ -350,6 +368,8 @@ int qw_sim_engine_submit(struct qw_sim_engine *e, const char *service_key,
         rc = qw_sim_ledger_accept(e->ledger, svc, subs, n, now, dup, result);
     if (rc == QW_OK) {
         bool accepted = *result == QW_SIM_ACCEPTED;
+        if (!accepted)
+            atomic_fetch_add(&e->stats->refused[*result - QW_SIM_REFUSED_SERVICE], 1);
         for (size_t i = 0; i < n; i++) {
             if (accepted && dup[i]) {
                 atomic_fetch_add(&e->stats->duplicates, 1);
@@ -361,7 +381,7 @@ int qw_sim_engine_submit(struct qw_sim_engine *e, const char *service_key,
             if (qw_sim_evlog_enabled(e->log)) {
                 const char *fate = note ? note->fate : NULL;
                 post_line(e, service_key, subs[i].batch_id, accepted ? 202 : 429, fate, &dup[i],
-                          fate ? &accepted : NULL, note);
+                          fate ? &accepted : NULL, note, refusal_name(*result));
             }
         }
         kick(e);
@@ -380,10 +400,10 @@ void qw_sim_engine_log_post(struct qw_sim_engine *e, const char *service_key,
         return;
     bool not_accepted = false;
     if (n == 0)
-        post_line(e, service_key, NULL, code, fate, NULL, fate ? &not_accepted : NULL, note);
+        post_line(e, service_key, NULL, code, fate, NULL, fate ? &not_accepted : NULL, note, NULL);
     for (size_t i = 0; i < n; i++)
         post_line(e, service_key, subs[i].batch_id, code, fate, NULL, fate ? &not_accepted : NULL,
-                  note);
+                  note, NULL);
 }
 
 char *qw_sim_engine_render_statuses(struct qw_sim_engine *e, const char *service_key,
@@ -540,11 +560,13 @@ int qw_sim_engine_stats_json(struct qw_sim_engine *e, json_t *into)
     advance(e, qw_sim_clock_now_us());
     qw_sim_ledger_foreach_service(e->ledger, stats_service, &sw);
     size_t queued = qw_sim_ledger_queued_total(e->ledger);
+    size_t max_total = qw_sim_ledger_max_queued_total(e->ledger);
     bool paused = qw_sim_ledger_paused(e->ledger);
     pthread_mutex_unlock(&e->mu);
     if (sw.failed || json_object_set_new(into, "services", sw.services) != 0 ||
         json_object_set_new(into, "queued", json_integer((json_int_t)queued)) != 0 ||
         json_object_set_new(into, "max_queued_any", json_integer((json_int_t)sw.max_any)) != 0 ||
+        json_object_set_new(into, "max_queued_total", json_integer((json_int_t)max_total)) != 0 ||
         json_object_set_new(into, "paused", json_boolean(paused)) != 0) {
         if (sw.failed)
             json_decref(sw.services);

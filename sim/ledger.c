@@ -1,5 +1,6 @@
 /* The simulated scabbard ledger's pure state machine; see ledger.h. */
 #include "ledger.h"
+#include "capacity.h"
 
 #include "common/err.h"
 
@@ -42,6 +43,8 @@ struct qw_sim_ledger {
     size_t heap_len;                     /* entries in `heap` */
     size_t queued_total;                 /* sum of every service's `queued` */
     bool throttled;                      /* global back pressure active */
+    size_t max_queued_total;             /* highest queued_total ever seen */
+    struct qw_sim_rate rate;             /* the node's rate of accepted batches */
 };
 
 static const char *const status_names[] = {"Unknown", "Pending", "Valid", "Committed", "Invalid"};
@@ -204,7 +207,8 @@ int qw_sim_ledger_new(const struct qw_sim_ledger_config *cfg, qw_sim_ledger_chan
 {
     *out = NULL;
     if (cfg->queue_high == 0 || cfg->queue_low > cfg->queue_high ||
-        cfg->global_low > cfg->global_high || cfg->commit_delay_us < 0)
+        cfg->global_low > cfg->global_high || cfg->commit_delay_us < 0 || cfg->rate < 0 ||
+        cfg->rate_burst < 0)
         return QW_ERR_INVALID;
     struct qw_sim_ledger *l = calloc(1, sizeof(*l));
     if (!l)
@@ -223,6 +227,7 @@ int qw_sim_ledger_new(const struct qw_sim_ledger_config *cfg, qw_sim_ledger_chan
     l->cfg.invalid_prefix = l->prefix;
     l->on_change = on_change;
     l->ctx = ctx;
+    qw_sim_rate_init(&l->rate, cfg->rate, cfg->rate_burst, 0);
     *out = l;
     return QW_OK;
 }
@@ -440,6 +445,8 @@ static int enqueue(struct qw_sim_ledger *l, struct qw_sim_service *svc,
     svc->queue_tail = b;
     svc->queued++;
     l->queued_total++;
+    if (l->queued_total > l->max_queued_total)
+        l->max_queued_total = l->queued_total;
     if (svc->queued > svc->max_queued)
         svc->max_queued = svc->queued;
     if (svc->heap_pos == SIZE_MAX)
@@ -459,8 +466,12 @@ int qw_sim_ledger_accept(struct qw_sim_ledger *l, struct qw_sim_service *svc,
         hysteresis(&svc->throttled, svc->queued, l->cfg.queue_high, l->cfg.queue_low);
     bool global_refuses = global_on && hysteresis(&l->throttled, l->queued_total,
                                                   l->cfg.global_high, l->cfg.global_low);
-    if (svc_refuses || global_refuses) {
-        *result = svc_refuses ? QW_SIM_REFUSED_SERVICE : QW_SIM_REFUSED_GLOBAL;
+    bool rate_refuses =
+        !svc_refuses && !global_refuses && !qw_sim_rate_take(&l->rate, (int64_t)n, l->now_us);
+    if (svc_refuses || global_refuses || rate_refuses) {
+        *result = svc_refuses      ? QW_SIM_REFUSED_SERVICE
+                  : global_refuses ? QW_SIM_REFUSED_GLOBAL
+                                   : QW_SIM_REFUSED_RATE;
         if (dup)
             memset(dup, 0, n * sizeof(*dup));
         return QW_OK;
@@ -567,6 +578,11 @@ int64_t qw_sim_ledger_next_due_us(const struct qw_sim_ledger *l)
 size_t qw_sim_ledger_queued_total(const struct qw_sim_ledger *l)
 {
     return l->queued_total;
+}
+
+size_t qw_sim_ledger_max_queued_total(const struct qw_sim_ledger *l)
+{
+    return l->max_queued_total;
 }
 
 void qw_sim_ledger_foreach_service(const struct qw_sim_ledger *l,

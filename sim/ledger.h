@@ -13,6 +13,8 @@
  * - a service refuses new batches once `queue_high` batches are queued
  *   (Pending or Valid) and accepts again when fewer than `queue_low` are;
  *   the same with the optional global limits over all services;
+ * - with a rate, the node accepts at most that many batches a second over
+ *   all services (a token bucket, sim/capacity.h) and refuses the rest;
  * - a known id (queued or still remembered) is a duplicate: accepted again,
  *   status unchanged;
  * - each service remembers its last `status_memory` finalized batches
@@ -48,6 +50,9 @@ struct qw_sim_ledger_config {
     bool valid_step;            /* Pending -> Valid -> Committed instead of -> Committed */
     const char *invalid_prefix; /* ids starting with this (any case) end Invalid; NULL/"" = none */
     size_t status_memory;       /* finalized batches remembered per service, 0 = all */
+    int64_t rate;               /* batches accepted per second over all services, 0 = no
+                                   limit (sim/capacity.h) */
+    int64_t rate_burst;         /* most batches accepted at once, 0 = a tenth of `rate` */
 };
 
 struct qw_sim_ledger;
@@ -81,6 +86,7 @@ enum qw_sim_accept_result {
     QW_SIM_ACCEPTED = 0,        /* every batch is queued or a duplicate */
     QW_SIM_REFUSED_SERVICE = 1, /* service back pressure; nothing changed */
     QW_SIM_REFUSED_GLOBAL = 2,  /* global back pressure; nothing changed */
+    QW_SIM_REFUSED_RATE = 3,    /* the node's rate is used up; nothing changed */
 };
 
 /** What a status query sees; pointers stay valid until the next ledger call. */
@@ -177,6 +183,9 @@ int64_t qw_sim_ledger_next_due_us(const struct qw_sim_ledger *l);
 
 /** Batches queued (Pending or Valid) over all services. */
 size_t qw_sim_ledger_queued_total(const struct qw_sim_ledger *l);
+
+/** The most batches ever queued at once over all services (kept over restarts). */
+size_t qw_sim_ledger_max_queued_total(const struct qw_sim_ledger *l);
 
 /** Calls `fn` for every service in creation order. */
 void qw_sim_ledger_foreach_service(const struct qw_sim_ledger *l,

@@ -1,6 +1,7 @@
 /* Command-line options of scabbard-sim; see options.h. */
 #include "options.h"
 
+#include "capacity.h"
 #include "common/err.h"
 
 #include <ctype.h>
@@ -16,6 +17,7 @@ enum {
     OPT_QUEUE_LOW,
     OPT_GLOBAL_HIGH,
     OPT_GLOBAL_LOW,
+    OPT_RATE,
     OPT_COMMIT_DELAY,
     OPT_VALID_STEP,
     OPT_INVALID_PREFIX,
@@ -45,6 +47,9 @@ static const struct option long_options[] = {
     {"queue-low", required_argument, NULL, OPT_QUEUE_LOW},
     {"global-high", required_argument, NULL, OPT_GLOBAL_HIGH},
     {"global-low", required_argument, NULL, OPT_GLOBAL_LOW},
+    {"global-limit", required_argument, NULL, OPT_GLOBAL_HIGH},
+    {"global-resume", required_argument, NULL, OPT_GLOBAL_LOW},
+    {"rate", required_argument, NULL, OPT_RATE},
     {"commit-delay-ms", required_argument, NULL, OPT_COMMIT_DELAY},
     {"valid-step", no_argument, NULL, OPT_VALID_STEP},
     {"invalid-prefix", required_argument, NULL, OPT_INVALID_PREFIX},
@@ -159,6 +164,10 @@ static int apply(int opt, const char *arg, struct qw_sim_options *o, char *err, 
         rc = parse_u64(arg, 0, 100000000, &u);
         o->ledger.global_low = (size_t)u;
         break;
+    case OPT_RATE:
+        rc =
+            qw_sim_rate_parse(arg, &o->ledger.rate, &o->ledger.rate_burst) ? QW_OK : QW_ERR_INVALID;
+        break;
     case OPT_COMMIT_DELAY:
         rc = parse_u64(arg, 0, 3600 * 1000, &u);
         o->ledger.commit_delay_us = (int64_t)u * 1000;
@@ -226,7 +235,7 @@ static int apply(int opt, const char *arg, struct qw_sim_options *o, char *err, 
     if (rc != QW_OK) {
         const char *name = "?";
         for (const struct option *lo = long_options; lo->name; lo++) {
-            if (lo->val == opt)
+            if (lo->val == opt && strcmp(name, "?") == 0)
                 name = lo->name;
         }
         snprintf(err, errlen, "invalid value for --%s: \"%.100s\"", name, arg ? arg : "");
@@ -307,8 +316,11 @@ void qw_sim_options_usage(FILE *out, const char *prog)
             "  --port-file FILE          write the bound port to FILE once listening\n"
             "  --queue-high N            per-service queued batches that start 429s (30)\n"
             "  --queue-low N             ... and below which they stop (15)\n"
-            "  --global-high N           same over all services, 0 = off (0)\n"
-            "  --global-low N            (0)\n"
+            "  --global-high N           same over all services, 0 = off (0);\n"
+            "                            alias --global-limit (the seed's 30 over the node)\n"
+            "  --global-low N            (0); alias --global-resume (the seed's 15)\n"
+            "  --rate R[:BURST]          accept at most R batches a second over all services,\n"
+            "                            BURST at once (default R/10); 429 above it\n"
             "  --commit-delay-ms MS      time per status step (20)\n"
             "  --valid-step              Pending -> Valid -> Committed\n"
             "  --invalid-prefix HEX      batches whose id starts with HEX end Invalid\n"

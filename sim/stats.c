@@ -44,11 +44,13 @@ json_t *qw_sim_stats_to_json(struct qw_sim_stats *s)
         json_object_set_new(posts, outcomes[i].name,
                             json_integer((json_int_t)atomic_load(&s->posts[i])));
     return json_pack(
-        "{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "posts", posts, "accepted",
-        (json_int_t)atomic_load(&s->accepted), "duplicates",
+        "{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}}", "posts", posts,
+        "accepted", (json_int_t)atomic_load(&s->accepted), "duplicates",
         (json_int_t)atomic_load(&s->duplicates), "committed",
         (json_int_t)atomic_load(&s->committed), "invalid", (json_int_t)atomic_load(&s->invalid),
         "gets", (json_int_t)atomic_load(&s->gets), "statuses_served",
         (json_int_t)atomic_load(&s->statuses_served), "long_polls",
-        (json_int_t)atomic_load(&s->long_polls), "restarts", (json_int_t)atomic_load(&s->restarts));
+        (json_int_t)atomic_load(&s->long_polls), "restarts", (json_int_t)atomic_load(&s->restarts),
+        "refused", "service", (json_int_t)atomic_load(&s->refused[0]), "global",
+        (json_int_t)atomic_load(&s->refused[1]), "rate", (json_int_t)atomic_load(&s->refused[2]));
 }

@@ -35,6 +35,8 @@ struct qw_sim_stats {
     atomic_ulong statuses_served;             /* ids answered in 200 batch_statuses replies */
     atomic_ulong long_polls;                  /* batch_statuses requests that waited */
     atomic_ulong restarts;                    /* ledger wipes (SIGHUP or /_sim/restart) */
+    atomic_ulong refused[3];                  /* submissions refused with 429 by the ledger:
+                                                 service queue, node queue, node rate */
 };
 
 /** Maps an HTTP status to its outcome slot; QW_SIM_POST_OUTCOMES when none fits. */

@@ -18,6 +18,7 @@ static const struct command commands[] = {
     {"status", qw_cmd_status, "show services, claims, instances and batch counts"},
     {"batch", qw_cmd_batch, "show, retry or cancel one batch"},
     {"prune", qw_cmd_prune, "delete old final batches and their history"},
+    {"capacity", qw_cmd_capacity, "set, show or clear a ledger's shared capacity"},
     {"check-config", qw_cmd_check_config, "validate the configuration and print it"},
 };
 

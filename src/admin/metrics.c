@@ -126,6 +126,19 @@ char *qw_metrics_render(const struct qw_metrics_snapshot *s, size_t *len)
            "Services held by this worker whose oldest batch is Delayed (parked included).",
            s->delayed);
     scalar(&b, "claims_held", "gauge", "Services this worker holds a claim on.", s->claims_held);
+    family(&b, "capacity_held", "gauge",
+           "Shared ledger capacity this worker holds (in_flight: cost units in flight, "
+           "per_second: cost units a second); 0 when no capacity is set.");
+    labelled(&b, "capacity_held", "kind", "in_flight", s->capacity_in_flight);
+    labelled(&b, "capacity_held", "kind", "per_second", s->capacity_per_second);
+    scalar(&b, "capacity_target", "gauge",
+           "Cost units this worker has waiting to POST or in flight (what it asks capacity for).",
+           s->capacity_target);
+    scalar(&b, "partitions_held", "gauge", "Shared capacity partitions this worker leases.",
+           s->partitions_held);
+    scalar(&b, "capacity_waits_total", "counter",
+           "POSTs that had to wait for shared capacity (in flight, rate, or no lease).",
+           s->capacity_waits);
     scalar(&b, "ledger_paused", "gauge",
            "1 while submissions to the ledger pause after a 429 or refused credentials.",
            s->paused ? 1 : 0);

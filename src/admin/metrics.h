@@ -17,6 +17,12 @@
  *   cycles_total, serialization_retries_total,
  *   claims_lost_total, outcome_flushes_total,
  *   outcomes_written_total                    counters
+ *   capacity_held{kind}                       gauge: shared capacity held (kind in_flight:
+ *                                             cost units in flight; per_second: cost units
+ *                                             a second); 0 when no capacity is set
+ *   capacity_target                           gauge: cost units waiting to POST or in flight
+ *   partitions_held                           gauge: capacity partitions leased
+ *   capacity_waits_total                      counter: POSTs that waited for capacity
  *   ledger_paused                             gauge 0/1: submissions paused after a 429
  *   stopping                                  gauge 0/1: graceful shutdown under way
  *   last_cycle_age_seconds                    gauge (absent before the first cycle)
@@ -60,6 +66,11 @@ struct qw_metrics_snapshot {
     int64_t claims_lost;           /* fenced writes that matched nothing */
     int64_t flushes;               /* grouped outcome statements committed */
     int64_t outcomes;              /* outcomes written by them */
+    int64_t capacity_in_flight;    /* shared capacity held: cost units in flight */
+    int64_t capacity_per_second;   /* shared capacity held: cost units a second */
+    int64_t capacity_target;       /* cost units waiting to POST or in flight */
+    int64_t partitions_held;       /* capacity partitions leased now */
+    int64_t capacity_waits;        /* POSTs that had to wait for capacity */
     int paused;                    /* 1 while submissions pause after a 429 */
     int stopping;                  /* 1 once a graceful stop was requested */
     int64_t last_cycle_age_ms;     /* ms since the last successful cycle; -1 = none yet */

@@ -9,6 +9,7 @@
 #include "common/err.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,11 @@ struct qw_status_instance {
     int64_t heartbeat_age_ms; /* milliseconds since its last heartbeat */
     int64_t claims_held;      /* claims with a live lease */
     int64_t claims_lapsed;    /* claims past expiry_1 not freed yet */
+    bool capacity;            /* it takes part in a shared capacity (a live target) */
+    int64_t cap_target;       /* its target: cost units waiting or in flight */
+    int64_t cap_partitions;   /* capacity partitions it leases */
+    int64_t cap_in_flight;    /* units in flight it holds; -1 = that kind is not limited */
+    int64_t cap_per_second;   /* units a second it holds; -1 = that kind is not limited */
 };
 
 /** One stuck batch (sql/ops_status_stuck.sql); strings truncated to fit. */
@@ -73,8 +79,9 @@ struct qw_status_report {
 };
 
 /**
- * Fills `r` from the database: counts, up to `max_instances` instances and
- * the `max_stuck` longest-stuck batches. Runs three read-only statements on
+ * Fills `r` from the database: counts, up to `max_instances` instances
+ * (with the shared capacity each holds) and the `max_stuck` longest-stuck
+ * batches. Runs four read-only statements on
  * `db` (the caller's connection). On failure `r` is left empty and `err`
  * says why. Free with qw_status_free().
  */

@@ -85,6 +85,32 @@ static int load_instances(struct qw_db *db, int max, struct qw_status_report *r,
     return QW_OK;
 }
 
+/* The shared capacity each listed instance holds (live targets only). */
+static int load_capacity(struct qw_db *db, struct qw_status_report *r, struct qw_error *err)
+{
+    const char *params[] = {NULL};
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "ops_capacity_instances", 1, params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    for (int i = 0; i < qw_db_res_rows(res); i++) {
+        if (strcmp(qw_db_res_get(res, i, 2), "live") != 0)
+            continue;
+        for (size_t k = 0; k < r->n_instances; k++) {
+            struct qw_status_instance *in = &r->instances[k];
+            if (in->capacity || strcmp(in->instance_id, qw_db_res_get(res, i, 1)) != 0)
+                continue;
+            in->capacity = true;
+            in->cap_target = qw_db_res_int(res, i, 3);
+            in->cap_partitions = qw_db_res_int(res, i, 5);
+            in->cap_in_flight = qw_db_res_isnull(res, i, 7) ? -1 : qw_db_res_int(res, i, 7);
+            in->cap_per_second = qw_db_res_isnull(res, i, 8) ? -1 : qw_db_res_int(res, i, 8);
+        }
+    }
+    qw_db_res_free(res);
+    return QW_OK;
+}
+
 static int load_stuck(struct qw_db *db, int max, struct qw_status_report *r, struct qw_error *err)
 {
     char limit[16];
@@ -124,6 +150,8 @@ int qw_status_load(struct qw_db *db, int max_instances, int max_stuck, struct qw
     int rc = load_counts(db, r, err);
     if (rc == QW_OK)
         rc = load_instances(db, max_instances, r, err);
+    if (rc == QW_OK)
+        rc = load_capacity(db, r, err);
     if (rc == QW_OK)
         rc = load_stuck(db, max_stuck, r, err);
     if (rc != QW_OK)

@@ -16,10 +16,28 @@ static void count_line(struct qw_strbuf *b, const char *label, int64_t v, const 
                      note ? note : "");
 }
 
+/* "12 in flight, 316/s, 3 partitions, target 125": an instance's shared capacity. */
+static void capacity_text(const struct qw_status_instance *in, char *out, size_t len)
+{
+    if (!in->capacity) {
+        snprintf(out, len, "-");
+        return;
+    }
+    char flight[40] = "", rate[40] = "";
+    if (in->cap_in_flight >= 0)
+        snprintf(flight, sizeof(flight), "%lld in flight, ", (long long)in->cap_in_flight);
+    if (in->cap_per_second >= 0)
+        snprintf(rate, sizeof(rate), "%lld/s, ", (long long)in->cap_per_second);
+    snprintf(out, len, "%s%s%lld partitions, target %lld", flight, rate,
+             (long long)in->cap_partitions, (long long)in->cap_target);
+}
+
 static void render_instances(struct qw_strbuf *b, const struct qw_status_report *r)
 {
     size_t alive = 0, dead = 0, stopped = 0;
+    bool capacity = false;
     for (size_t i = 0; i < r->n_instances; i++) {
+        capacity = capacity || r->instances[i].capacity;
         const char *s = r->instances[i].state;
         alive += strcmp(s, "alive") == 0;
         dead += strcmp(s, "dead") == 0;
@@ -30,12 +48,12 @@ static void render_instances(struct qw_strbuf *b, const struct qw_status_report 
     if (r->n_instances == 0)
         return;
     struct qw_table t;
-    if (qw_table_init(&t, r->n_instances + 1, 8) != 0) {
+    if (qw_table_init(&t, r->n_instances + 1, capacity ? 9 : 8) != 0) {
         b->failed = true;
         return;
     }
-    const char *head[] = {"INSTANCE", "STATE", "HEARTBEAT", "CLAIMS",
-                          "LAPSED",   "HOST",  "PID",       "VERSION"};
+    const char *head[] = {"INSTANCE", "STATE", "HEARTBEAT", "CLAIMS",         "LAPSED",
+                          "HOST",     "PID",   "VERSION",   "SHARED CAPACITY"};
     for (int c = 0; c < t.cols; c++)
         qw_table_set(&t, 0, c, head[c]);
     for (size_t i = 0; i < r->n_instances; i++) {
@@ -50,6 +68,11 @@ static void render_instances(struct qw_strbuf *b, const struct qw_status_report 
         qw_table_set(&t, i + 1, 5, in->host);
         qw_table_set_int(&t, i + 1, 6, in->pid);
         qw_table_set(&t, i + 1, 7, in->version);
+        if (capacity) {
+            char cap[128];
+            capacity_text(in, cap, sizeof(cap));
+            qw_table_set(&t, i + 1, 8, cap);
+        }
     }
     qw_table_render(&t, b);
     qw_table_free(&t);
@@ -184,6 +207,16 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
             in->state, "heartbeat_age_ms", (json_int_t)in->heartbeat_age_ms, "claims_held",
             (json_int_t)in->claims_held, "claims_lapsed", (json_int_t)in->claims_lapsed, "host",
             in->host, "pid", (json_int_t)in->pid, "version", in->version);
+        json_t *cap =
+            in->capacity
+                ? json_pack("{s:I, s:I, s:o, s:o}", "target", (json_int_t)in->cap_target,
+                            "partitions", (json_int_t)in->cap_partitions, "in_flight",
+                            in->cap_in_flight >= 0 ? json_integer(in->cap_in_flight) : json_null(),
+                            "per_second",
+                            in->cap_per_second >= 0 ? json_integer(in->cap_per_second)
+                                                    : json_null())
+                : json_null();
+        bad |= o && cap ? json_object_set_new(o, "capacity", cap) : -1;
         bad |= o ? json_array_append_new(instances, o) : -1;
         bad |= put(claims, in->instance_id, json_integer(in->claims_held));
     }

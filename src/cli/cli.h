@@ -111,6 +111,7 @@ int qw_cmd_enqueue(int argc, char **argv);
 int qw_cmd_status(int argc, char **argv);
 int qw_cmd_batch(int argc, char **argv);
 int qw_cmd_prune(int argc, char **argv);
+int qw_cmd_capacity(int argc, char **argv);
 int qw_cmd_check_config(int argc, char **argv);
 
 #endif

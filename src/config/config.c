@@ -57,7 +57,8 @@ struct key {
     const char *help;      /* one line, shown in the reference */
 };
 
-static string_rule_fn rule_conninfo, rule_instance_id, rule_url, rule_listen, rule_log_level;
+static string_rule_fn rule_conninfo, rule_instance_id, rule_url, rule_listen, rule_log_level,
+    rule_ledger, rule_cost;
 
 #define F(field) offsetof(struct qw_config, field)
 #define INT_KEY(sec, nm, field, def, lo, hi, help)                                                 \
@@ -147,6 +148,12 @@ static const struct key keys[] = {
             "first pause of submissions after a 429 from the ledger"),
     INT_KEY("dlt", "pause_max_ms", dlt_pause_max_ms, 10000, 1, 3600000,
             "cap of the growing 429 pause; must be >= dlt.pause_base_ms"),
+    STR_KEY("dlt", "ledger", dlt_ledger, "default", rule_ledger, "1..64 of A-Z a-z 0-9 . _ : -",
+            "name of the ledger's shared capacity (`queuer capacity set --ledger`); workers "
+            "of one ledger share it"),
+    STR_KEY("dlt", "cost", dlt_cost, "batch", rule_cost, "batch, transactions or bytes",
+            "what one batch costs against the shared capacity: 1, its transactions, or its "
+            "payload bytes; the same on every worker of the ledger"),
 
     INT_KEY("ingest", "high", ingest_high, -1, -1, 1000000,
             "backlog of one service at which enqueue is refused; 0 = no back pressure; "
@@ -350,6 +357,22 @@ static const char *rule_listen(const char *value, bool *hide_value)
     long n = strtol(port, NULL, 10);
     if (n < 1 || n > 65535)
         return why;
+    return NULL;
+}
+
+static const char *rule_ledger(const char *value, bool *hide_value)
+{
+    if (!value[0])
+        return "must not be empty";
+    return rule_instance_id(value, hide_value);
+}
+
+static const char *rule_cost(const char *value, bool *hide_value)
+{
+    (void)hide_value;
+    if (strcmp(value, "batch") != 0 && strcmp(value, "transactions") != 0 &&
+        strcmp(value, "bytes") != 0)
+        return "must be one of batch, transactions, bytes";
     return NULL;
 }
 

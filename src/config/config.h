@@ -76,6 +76,8 @@ struct qw_config {
     int dlt_retry_max_ms;       /* Delayed backoff cap, >= base, default 30000 */
     int dlt_pause_base_ms;      /* 429 pause base, 1..3600000, default 100 */
     int dlt_pause_max_ms;       /* 429 pause cap, >= base, default 10000 */
+    char *dlt_ledger;           /* name of the shared capacity row, default "default" */
+    char *dlt_cost;             /* batch | transactions | bytes, default "batch" */
 
     /* [ingest] */
     int ingest_high;              /* back pressure on at this backlog, 0 = off, default 30 */

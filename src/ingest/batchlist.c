@@ -183,6 +183,18 @@ out:
     return rc;
 }
 
+int64_t qw_batchlist_transactions(const uint8_t *payload, size_t len)
+{
+    BatchList *list = batch_list__unpack(NULL, len, payload);
+    if (!list)
+        return 0;
+    int64_t n = 0;
+    for (size_t i = 0; i < list->n_batches; i++)
+        n += (int64_t)list->batches[i]->n_transactions;
+    batch_list__free_unpacked(list, NULL);
+    return n;
+}
+
 /* Fills `out` with `n` random-looking lower-case hex characters and a NUL. */
 static void fill_hex(struct qw_rng *rng, char *out, size_t n)
 {

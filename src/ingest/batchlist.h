@@ -46,6 +46,14 @@ enum qw_batchlist_defect {
 int qw_batchlist_check(const uint8_t *payload, size_t len, const char *batch_id, size_t max_bytes,
                        enum qw_batchlist_defect *defect, struct qw_error *err);
 
+/**
+ * The number of transactions in the Batches of the BatchList `payload`
+ * (`len` bytes, borrowed); 0 when it does not decode (or runs out of
+ * memory). Used as the cost of a batch with dlt.cost = "transactions".
+ * Pure and thread-safe.
+ */
+int64_t qw_batchlist_transactions(const uint8_t *payload, size_t len);
+
 /** Short static name of a defect ("ok", "empty", "too-large", ...). */
 const char *qw_batchlist_defect_name(enum qw_batchlist_defect defect);
 

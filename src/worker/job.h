@@ -61,6 +61,10 @@ struct qw_job {
     int chained;              /* batches of its service this job went on to without the
                                  queuer (fast path); bounded so the queuer looks again */
     int64_t posted_us;        /* monotonic us the POST was started, for latency */
+    int64_t cost;             /* its cost against the shared capacity (dlt.cost); 0 = not
+                                 computed yet */
+    int64_t cap_taken;        /* units of the in-flight capacity it holds, 0 = none */
+    bool cap_waited;          /* it waited for capacity since it last went out (counted once) */
 
     /* result, set by the submitter before handing the job back */
     enum qw_job_end end; /* how it ended */

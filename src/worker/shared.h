@@ -39,7 +39,13 @@ struct qw_worker_stats {
                                                             (0 POST, 1 status) and kind */
     atomic_llong outcomes_failing_since_ms; /* monotonic ms of the first failed outcome write
                                                in a row; 0 = writes succeed */
-    struct qw_ops_stats ops;            /* histograms and gauges for /metrics (ops_stats.h) */
+    atomic_int capacity_set;                /* 1 while a shared capacity is set for the ledger */
+    atomic_llong capacity_in_flight;        /* gauge: units in flight this worker holds */
+    atomic_llong capacity_per_second;       /* gauge: units per second this worker holds */
+    atomic_llong capacity_partitions;       /* gauge: partitions this worker holds */
+    atomic_llong capacity_target;           /* gauge: cost units waiting or in flight */
+    atomic_llong capacity_waits;            /* POSTs that had to wait for capacity */
+    struct qw_ops_stats ops;                /* histograms and gauges for /metrics (ops_stats.h) */
 };
 
 struct qw_worker_admin;

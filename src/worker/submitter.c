@@ -24,7 +24,11 @@
 #include "common/log.h"
 #include "db/db.h"
 #include "db/outage.h"
+#include "db/txn.h"
 #include "dlt/dlt_client.h"
+#include "ingest/batchlist.h"
+#include "worker/capacity.h"
+#include "worker/capacity_lease.h"
 #include "worker/job.h"
 #include "worker/outcome.h"
 #include "worker/outcome_writer.h"
@@ -40,6 +44,12 @@
     1000                   /* at most one ledger.request_failed line per request                   \
                               type this often (the rest are counted) */
 #define NOTE_POLL_ERRORS 3 /* failed polls in a row before last_error is noted */
+#define CAPACITY_STEP_MAX_MS                                                                       \
+    250 /* while a shared capacity is set, a lease step at least this often (and every             \
+           worker.cycle_ms at most), so partitions follow the targets within a fraction of a       \
+           second; without one, every worker.cycle_ms (a change is seen within one cycle) */
+#define CAPACITY_NO_GRANT_RETRY_MS 50 /* jobs waiting for a grant look again this often */
+#define CAPACITY_STEP_SOON_MS 20      /* next step when partitions are free and we want more */
 
 struct submitter {
     struct qw_worker *w;             /* shared state */
@@ -67,9 +77,37 @@ struct submitter {
     int64_t failure_logged_ms[2];    /* when ledger.request_failed was last logged, per request
                                         type (0 POST, 1 status) */
     long long failures_unlogged[2];  /* failures since, not logged */
+    struct qw_capacity_gate gate;    /* shared capacity: what a POST may use (capacity.h) */
+    struct qw_capacity_lease lease;  /* shared capacity: the partitions held (capacity_lease.h) */
+    enum qw_capacity_cost cost_kind; /* dlt.cost */
+    struct qw_txn_policy cap_policy; /* retries of the lease step's transaction */
+    int64_t cap_next_step_ms;        /* monotonic ms of the next lease step */
+    int cap_failures;                /* lease steps failed in a row */
+    int64_t target;                  /* cost waiting to POST or in flight, last counted */
+    bool cap_refused;                /* the last pass left a POST waiting for capacity */
 };
 
 static void flush_outcomes(struct submitter *s);
+
+/* The job's cost against the shared capacity (dlt.cost), computed once per batch. */
+static int64_t job_cost(struct submitter *s, struct qw_job *job)
+{
+    if (job->cost == 0) {
+        int64_t txns = 0;
+        if (s->cost_kind == QW_COST_TRANSACTIONS && job->payload)
+            txns = qw_batchlist_transactions(job->payload, job->payload_len);
+        job->cost = qw_capacity_cost_of(s->cost_kind, job->payload_len, txns);
+    }
+    return job->cost;
+}
+
+/* The job's batch left the ledger (or never got in): its units are free again. */
+static void capacity_give_back(struct submitter *s, struct qw_job *job)
+{
+    if (job->cap_taken > 0)
+        qw_capacity_give_back(&s->gate, job->cap_taken);
+    job->cap_taken = 0;
+}
 
 static int64_t now_ms(void)
 {
@@ -91,6 +129,7 @@ static void hand_back(struct submitter *s, struct qw_job *job, enum qw_job_end e
 {
     job->end = end;
     job->next = NULL;
+    capacity_give_back(s, job);
     if (end == QW_JOB_END_LOST)
         atomic_fetch_add_explicit(&s->w->stats.lost, 1, memory_order_relaxed);
     if (qw_handoff_push(s->w->done, job) != QW_OK) {
@@ -154,6 +193,7 @@ static void start_post(struct submitter *s, struct qw_job *job)
         s->posting++;
         return;
     }
+    capacity_give_back(s, job);
     push_waiting(s, job, QW_JOB_WAITING, now_ms() + 5);
 }
 
@@ -337,6 +377,13 @@ static void on_transfer_done(const struct qw_dlt_result *r, void *arg)
     struct qw_plan_ctx ctx = plan_ctx(s, &s->rng);
     struct qw_plan plan;
     qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
+    if (r->kind == QW_DLT_KIND_POST && r->outcome != QW_DLT_ACCEPTED)
+        capacity_give_back(s, job); /* not at the ledger (a lost answer: see OPERATIONS.md) */
+    if (plan.event == QW_EV_COMMITTED || plan.event == QW_EV_VALID || plan.event == QW_EV_INVALID ||
+        plan.event == QW_EV_UNKNOWN_CONFIRMED)
+        capacity_give_back(s, job); /* no longer pending at the ledger */
+    if (plan.event == QW_EV_POST_BACKPRESSURE)
+        qw_capacity_backpressure(&s->gate, ctx.now_ms);
     note_failure(s, job, r);
     count_and_log(s, job, r, &plan);
     apply_plan(s, job, &plan);
@@ -412,6 +459,8 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
     job->unknown_since_ms = 0;
     job->poll_errors = 0;
     job->adopted_submitting = false;
+    job->cost = 0;
+    job->cap_waited = false;
     job->chained++;
     /* The statement checked the claim: it is ours for lease_left_ms more,
      * counted from before the statement was sent (a slow flush must not
@@ -521,10 +570,43 @@ static bool flush_due(const struct submitter *s, int64_t t)
            s->stopping;
 }
 
+/*
+ * The one place that decides whether a POST may start now as far as the
+ * shared capacity goes (capacity.h): takes the job's cost from the gate, or
+ * leaves the job waiting and says when to look again in *next.
+ */
+static bool capacity_admits(struct submitter *s, struct qw_job *job, int64_t t, int64_t *next)
+{
+    if (!s->gate.grant.active)
+        return true; /* no capacity set: nothing to count, not even the cost */
+    int64_t wait_ms;
+    enum qw_capacity_verdict v = qw_capacity_try_take(&s->gate, job_cost(s, job), t, &wait_ms);
+    if (v == QW_CAP_TAKEN) {
+        job->cap_taken = job->cost;
+        job->cap_waited = false;
+        return true;
+    }
+    s->cap_refused = s->cap_refused || v != QW_CAP_WAIT_RATE;
+    if (!job->cap_waited) {
+        job->cap_waited = true;
+        atomic_fetch_add_explicit(&s->w->stats.capacity_waits, 1, memory_order_relaxed);
+    }
+    /* A freed slot wakes the loop by itself (a transfer ends); a rate or a
+     * missing grant needs a timer. */
+    int64_t at = v == QW_CAP_WAIT_RATE    ? t + wait_ms
+                 : v == QW_CAP_WAIT_GRANT ? t + CAPACITY_NO_GRANT_RETRY_MS
+                                          : INT64_MAX;
+    if (at < *next)
+        *next = at;
+    return false;
+}
+
 /* Starts what is due on the waiting list; returns the next timer (ms) or INT64_MAX. */
 static int64_t run_waiting(struct submitter *s, int64_t t)
 {
     int64_t next = INT64_MAX;
+    int64_t waiting_cost = 0;
+    s->cap_refused = false;
     bool paused = t < s->pause.pause_until_ms || t < s->pause.auth_until_ms;
     if (!paused && atomic_load(&s->w->stats.paused))
         atomic_store(&s->w->stats.paused, 0);
@@ -544,12 +626,16 @@ static int64_t run_waiting(struct submitter *s, int64_t t)
                                 : s->pause.auth_until_ms;
             due = due > until ? due : until;
         }
-        if (due > t) {
-            if (due < next)
+        if (is_post && s->gate.grant.active)
+            waiting_cost += job_cost(s, job);
+        if (due > t || (is_post && !capacity_admits(s, job, t, &next))) {
+            if (due > t && due < next)
                 next = due;
             link = &job->next;
             continue;
         }
+        if (is_post && s->gate.grant.active)
+            waiting_cost -= job->cost;
         *link = job->next;
         if (is_post)
             start_post(s, job);
@@ -558,6 +644,7 @@ static int64_t run_waiting(struct submitter *s, int64_t t)
         else
             start_poll(s, job, job->unknown_since_ms ? 0 : s->cfg->dlt_status_wait_s);
     }
+    s->target = waiting_cost + s->gate.used;
     return next;
 }
 
@@ -571,16 +658,106 @@ static void take_jobs(struct submitter *s)
         job->unknown_since_ms = 0;
         job->poll_errors = 0;
         job->accepted_unrecorded = false;
-        if (job->kind == QW_JOB_SUBMIT)
+        job->cost = 0;
+        job->cap_taken = 0;
+        job->cap_waited = false;
+        if (job->kind == QW_JOB_SUBMIT) {
             push_waiting(s, job, QW_JOB_WAITING, 0);
-        else
+        } else {
+            /* Found in flight at the ledger: it occupies capacity already. */
+            if (s->gate.grant.active) {
+                job->cap_taken = job_cost(s, job);
+                qw_capacity_force_take(&s->gate, job->cap_taken);
+            }
             push_waiting(s, job, QW_JOB_POLL_WAIT, 0);
+        }
     }
     if (rc == QW_ERR_SHUTDOWN && !s->stopping) {
         s->stopping = true;
         s->grace_deadline_ms = now_ms() + s->cfg->worker_shutdown_grace_ms;
         qw_log_info("submitter.stopping", "owned=%d posting=%d", s->owned, s->posting);
     }
+}
+
+/* Publishes the capacity gauges for /metrics. */
+static void capacity_publish_stats(struct submitter *s)
+{
+    struct qw_worker_stats *st = &s->w->stats;
+    int64_t in_flight, per_second, partitions;
+    qw_capacity_lease_totals(&s->lease, &in_flight, &per_second, &partitions);
+    atomic_store_explicit(&st->capacity_set, s->lease.set, memory_order_relaxed);
+    atomic_store_explicit(&st->capacity_in_flight, in_flight, memory_order_relaxed);
+    atomic_store_explicit(&st->capacity_per_second, per_second, memory_order_relaxed);
+    atomic_store_explicit(&st->capacity_partitions, partitions, memory_order_relaxed);
+    atomic_store_explicit(&st->capacity_target, s->target, memory_order_relaxed);
+}
+
+/*
+ * The lease step of the shared capacity (capacity_lease.h) on this thread's
+ * connection, when due: publishes the target, renews, gives back, takes.
+ * A failure keeps the gate's grant until its deadline and tries again soon.
+ */
+static void capacity_step(struct submitter *s, int64_t t)
+{
+    if (t < s->cap_next_step_ms || s->stopping)
+        return;
+    struct qw_error err;
+    qw_error_clear(&err);
+    bool was_set = s->lease.set;
+    int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
+    if (rc == QW_OK)
+        rc = qw_capacity_lease_step(&s->lease, s->db, &s->cap_policy, s->target, &s->gate, &err);
+    int64_t period = s->cfg->worker_cycle_ms;
+    if (s->lease.set && period > CAPACITY_STEP_MAX_MS)
+        period = CAPACITY_STEP_MAX_MS;
+    if (rc != QW_OK) {
+        if (s->cap_failures++ % 20 == 0)
+            qw_log_warn("capacity.step_failed", "ledger=%s failures=%d sqlstate=%s error=%s",
+                        s->cfg->dlt_ledger, s->cap_failures, err.sqlstate,
+                        qw_log_quote((char[300]){0}, 300, err.msg));
+        s->cap_next_step_ms =
+            now_ms() + qw_backoff_full_jitter(s->cap_failures, 50, period, &s->rng);
+        return;
+    }
+    s->cap_failures = 0;
+    s->cap_next_step_ms = now_ms() + period;
+    const struct qw_capacity_lease *l = &s->lease;
+    if (was_set != l->set)
+        qw_log_info(l->set ? "capacity.set" : "capacity.cleared",
+                    "ledger=%s generation=%lld partitions=%lld partition_size=%lld "
+                    "reserved=%lld cost=%s",
+                    s->cfg->dlt_ledger, (long long)l->generation, (long long)l->partitions,
+                    (long long)l->partition_size, (long long)l->reserved_units,
+                    qw_capacity_cost_name(s->cost_kind));
+    if (l->acquired || l->released) {
+        int64_t in_flight, per_second, partitions;
+        qw_capacity_lease_totals(l, &in_flight, &per_second, &partitions);
+        qw_log_info("capacity.changed",
+                    "ledger=%s partitions=%lld acquired=%d released=%d in_flight=%lld "
+                    "per_second=%lld target=%lld share=%lld live=%lld",
+                    s->cfg->dlt_ledger, (long long)partitions, l->acquired, l->released,
+                    (long long)in_flight, (long long)per_second, (long long)s->target,
+                    (long long)l->allot, (long long)l->live);
+    }
+    capacity_publish_stats(s);
+}
+
+/* Stopping: gives every partition back at once (others take them in their next step). */
+static void capacity_release(struct submitter *s)
+{
+    if (!s->lease.set)
+        return;
+    struct qw_error err;
+    qw_error_clear(&err);
+    int released = 0;
+    int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
+    if (rc == QW_OK)
+        rc = qw_capacity_lease_release_all(s->db, s->w->instance_id, &released, &err);
+    if (rc != QW_OK)
+        qw_log_warn("capacity.release_failed", "error=%s",
+                    qw_log_quote((char[300]){0}, 300, err.msg));
+    else
+        qw_log_info("capacity.released", "partitions=%d", released);
 }
 
 static void submitter_loop(struct submitter *s)
@@ -606,6 +783,7 @@ static void submitter_loop(struct submitter *s)
                 hand_back(s, s->out[i].job, QW_JOB_END_ABANDONED);
             s->n_out = 0;
             retry_overflow(s);
+            capacity_release(s);
             return;
         }
         /* Write first: a written outcome may hand the job its service's next
@@ -615,7 +793,19 @@ static void submitter_loop(struct submitter *s)
         if (s->overflow)
             retry_overflow(s);
         t = now_ms();
+        /* The lease step before any POST: with a capacity set, nothing goes
+         * out before the first grant. */
+        capacity_step(s, t);
         int64_t next = run_waiting(s, t);
+        if (s->gate.grant.active) {
+            atomic_store_explicit(&s->w->stats.capacity_target, s->target, memory_order_relaxed);
+            /* Wanting more while partitions are free: the next step soon. */
+            if (s->lease.free_partitions > 0 && s->cap_refused &&
+                s->cap_next_step_ms > t + CAPACITY_STEP_SOON_MS)
+                s->cap_next_step_ms = t + CAPACITY_STEP_SOON_MS;
+        }
+        if (s->cap_next_step_ms < next)
+            next = s->cap_next_step_ms;
         int64_t timeout = next == INT64_MAX ? 1000 : next - t;
         if (s->n_out > 0) {
             int64_t f = s->flush_retry_at_ms > t ? s->flush_retry_at_ms - t
@@ -639,6 +829,7 @@ static void submitter_free(struct submitter *s)
     qw_dlt_client_free(s->dlt);
     qw_db_close(s->db);
     qw_outcome_writer_free(&s->writer);
+    qw_capacity_lease_free(&s->lease);
     free(s->out);
     free(s);
 }
@@ -666,6 +857,18 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     qw_outcome_writer_init(&s->writer);
     qw_rng_seed(&s->rng, (uint64_t)qw_clock_mono_us() ^ 0x5bd1e995u);
     qw_outage_init(&s->outage, "submitter");
+    qw_capacity_gate_init(&s->gate);
+    if (!qw_capacity_cost_parse(cfg->dlt_cost, &s->cost_kind))
+        s->cost_kind = QW_COST_BATCH; /* config.c refuses anything else */
+    qw_capacity_lease_init(&s->lease, cfg->dlt_ledger, w->instance_id, s->cost_kind,
+                           cfg->worker_lease_ms);
+    s->cap_policy = (struct qw_txn_policy){
+        .max_attempts = cfg->worker_txn_max_attempts,
+        .max_ms = cfg->worker_txn_max_ms,
+        .backoff_base_ms = cfg->worker_txn_backoff_base_ms,
+        .backoff_max_ms = cfg->worker_txn_backoff_max_ms,
+        .rng = &s->rng,
+    };
     struct qw_db_opts dbo;
     qw_worker_db_opts(cfg, "queuer-submitter", &dbo);
     int rc = s->out ? qw_db_connect(&s->db, &dbo, err) : QW_ERR_NOMEM;

@@ -46,6 +46,11 @@ static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
     out->claims_lost = load(&st->lost);
     out->flushes = load(&st->flushes);
     out->outcomes = load(&st->outcomes);
+    out->capacity_in_flight = load(&st->capacity_in_flight);
+    out->capacity_per_second = load(&st->capacity_per_second);
+    out->capacity_target = load(&st->capacity_target);
+    out->partitions_held = load(&st->capacity_partitions);
+    out->capacity_waits = load(&st->capacity_waits);
     out->paused = atomic_load_explicit(&st->paused, memory_order_relaxed) != 0;
     out->stopping = atomic_load_explicit(&a->w->stop, memory_order_relaxed) != 0;
     out->last_cycle_age_ms = -1;

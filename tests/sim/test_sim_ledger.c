@@ -245,6 +245,55 @@ static void test_global_limit(void **state)
     fixture_free(f);
 }
 
+/* --global-limit/--global-resume: the most ever queued at once over the node is kept. */
+static void test_global_max_queued(void **state)
+{
+    struct qw_sim_ledger_config cfg = base_config();
+    cfg.global_high = 3;
+    cfg.global_low = 1;
+    cfg.commit_delay_us = 1 * MS;
+    struct fixture *f = fixture_new(&cfg);
+    assert_int_equal(offer(f, SVC, "a1", 0, NULL), QW_SIM_ACCEPTED);
+    assert_int_equal(offer(f, SVC2, "b1", 0, NULL), QW_SIM_ACCEPTED);
+    assert_int_equal(offer(f, SVC, "a2", 0, NULL), QW_SIM_ACCEPTED);
+    assert_int_equal(offer(f, SVC2, "b2", 0, NULL), QW_SIM_REFUSED_GLOBAL);
+    assert_int_equal(qw_sim_ledger_max_queued_total(f->l), 3);
+    assert_int_equal(offer(f, SVC2, "b2", 5 * MS, NULL), QW_SIM_ACCEPTED);
+    assert_int_equal(qw_sim_ledger_queued_total(f->l), 1);
+    assert_int_equal(qw_sim_ledger_max_queued_total(f->l), 3);
+    fixture_free(f);
+}
+
+/* --rate: at most R batches a second over the node, BURST at once; refusals cost nothing. */
+static void test_rate(void **state)
+{
+    struct qw_sim_ledger_config cfg = base_config();
+    cfg.rate = 100; /* burst: a tenth, 10 batches */
+    cfg.queue_high = 1000;
+    cfg.queue_low = 500;
+    struct fixture *f = fixture_new(&cfg);
+    char id[16];
+    int accepted = 0;
+    for (int i = 0; i < 30; i++) {
+        snprintf(id, sizeof(id), "r%d", i);
+        accepted += offer(f, SVC, id, 1 * MS, NULL) == QW_SIM_ACCEPTED;
+    }
+    assert_int_equal(accepted, 10);
+    snprintf(id, sizeof(id), "late");
+    assert_int_equal(offer(f, SVC2, id, 1 * MS, NULL), QW_SIM_REFUSED_RATE);
+    /* 10 ms bring one batch back */
+    assert_int_equal(offer(f, SVC2, id, 11 * MS, NULL), QW_SIM_ACCEPTED);
+    assert_int_equal(offer(f, SVC2, "late2", 11 * MS, NULL), QW_SIM_REFUSED_RATE);
+    /* over two more seconds: 200 more, never more */
+    accepted = 0;
+    for (int t = 12; t <= 2011; t++) {
+        snprintf(id, sizeof(id), "s%d", t);
+        accepted += offer(f, SVC, id, t * MS, NULL) == QW_SIM_ACCEPTED;
+    }
+    assert_true(accepted >= 199 && accepted <= 201);
+    fixture_free(f);
+}
+
 /* Only the last N finalized batches are remembered; queued ones always. */
 static void test_status_memory(void **state)
 {
@@ -506,6 +555,8 @@ int main(void)
         cmocka_unit_test(test_services_interleave),
         cmocka_unit_test(test_hysteresis_30_15),
         cmocka_unit_test(test_global_limit),
+        cmocka_unit_test(test_global_max_queued),
+        cmocka_unit_test(test_rate),
         cmocka_unit_test(test_status_memory),
         cmocka_unit_test(test_valid_step),
         cmocka_unit_test(test_invalid_prefix),

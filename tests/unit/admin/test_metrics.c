@@ -103,6 +103,11 @@ static struct qw_metrics_snapshot sample_snapshot(void)
     s.claims_lost = 1;
     s.flushes = 77;
     s.outcomes = 240;
+    s.capacity_in_flight = 12;
+    s.capacity_per_second = 316;
+    s.capacity_target = 125;
+    s.partitions_held = 3;
+    s.capacity_waits = 42;
     s.paused = 1;
     s.stopping = 0;
     s.last_cycle_age_ms = 1500;
@@ -138,6 +143,13 @@ static const char *const expected_lines[] = {
     "queuer_in_flight_batches 9",
     "queuer_delayed_services 2",
     "queuer_claims_held 40",
+    "# TYPE queuer_capacity_held gauge",
+    "queuer_capacity_held{kind=\"in_flight\"} 12",
+    "queuer_capacity_held{kind=\"per_second\"} 316",
+    "queuer_capacity_target 125",
+    "queuer_partitions_held 3",
+    "# TYPE queuer_capacity_waits_total counter",
+    "queuer_capacity_waits_total 42",
     "queuer_ledger_paused 1",
     "queuer_stopping 0",
     "queuer_last_cycle_age_seconds 1.5",
