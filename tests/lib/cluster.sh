@@ -100,7 +100,10 @@ qw_psql() {
 # ---- simulator and workers (scenario tests, demo, benchmark) ----
 #
 #   qw_sim_start DIR [SIM-ARGS...]  start scabbard-sim on a free port; sets
-#                                   QW_SIM_URL, QW_SIM_LOG (NDJSON), QW_SIM_PID
+#                                   QW_SIM_URL, QW_SIM_LOG (NDJSON), QW_SIM_PID; with
+#                                   more --listen 127.0.0.1:0 in SIM-ARGS (several nodes)
+#                                   QW_SIM_URLS lists every node's URL, comma-separated
+#                                   (QW_SIM_URL is the first)
 #   qw_sim_stop
 #   qw_worker_start DIR NAME [VAR=VALUE...]  start `queuer run` as instance NAME
 #                                   (env overrides after NAME); log DIR/NAME.log
@@ -128,9 +131,10 @@ qw_sim_start() {
         sleep 0.05
     done
     [ -s "$dir/sim.port" ] || { echo "scabbard-sim did not start" >&2; return 1; }
-    QW_SIM_URL="http://127.0.0.1:$(cat "$dir/sim.port")"
+    QW_SIM_URLS=$(sed 's|^|http://127.0.0.1:|' "$dir/sim.port" | paste -sd, -)
+    QW_SIM_URL=${QW_SIM_URLS%%,*}
     QW_SIM_LOG="$dir/sim.ndjson"
-    export QW_SIM_URL QW_SIM_LOG QW_SIM_PID
+    export QW_SIM_URL QW_SIM_URLS QW_SIM_LOG QW_SIM_PID
 }
 
 qw_sim_stop() {
