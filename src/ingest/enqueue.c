@@ -23,7 +23,7 @@
 
 static const char SQL_MARKS[] = "SELECT set_config('queuer.ingest_high', $1, true), "
                                 "set_config('queuer.ingest_low', $2, true)";
-static const char SQL_ENQUEUE_ONE[] = "SELECT queuer.enqueue_batch($1, $2, $3::bytea)";
+static const char SQL_ENQUEUE_ONE[] = "SELECT queuer.enqueue_batch($1, $2, $3::bytea, $4::integer)";
 static const char SQL_STAGE[] =
     "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id text, "
     "batch_id text, payload bytea) ON COMMIT DROP";
@@ -51,7 +51,7 @@ static const char SQL_LOCK_SERVICES[] =
 static const char SQL_ENQUEUE_CHUNK[] =
     "WITH o AS MATERIALIZED (SELECT * FROM queuer.enqueue_rows("
     "(SELECT array_agg(ROW(l.line_no, l.service_id, l.batch_id, l.payload)::queuer.enqueue_row "
-    "ORDER BY l.seq) FROM queuer_load l WHERE l.seq >= $1 AND l.seq < $2), true)), "
+    "ORDER BY l.seq) FROM queuer_load l WHERE l.seq >= $1 AND l.seq < $2), true, $3::integer)), "
     "c AS (SELECT l.line_no, count(*) FILTER (WHERE r.line_no IS NULL) OVER (PARTITION BY "
     "l.service_id ORDER BY l.seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS stored "
     "FROM queuer_load l LEFT JOIN o r ON r.line_no = l.line_no "
@@ -148,6 +148,9 @@ int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const c
                    enum qw_enqueue_outcome *outcome, struct qw_error *err)
 {
     *outcome = QW_ENQ_INVALID;
+    if (opts->priority < QW_PRIORITY_MIN || opts->priority > QW_PRIORITY_MAX)
+        return qw_error_set(err, QW_ERR_INVALID, "priority must be an integer from %d to %d",
+                            QW_PRIORITY_MIN, QW_PRIORITY_MAX);
     if (qw_validate_service_id(service_id, strlen(service_id), err) != QW_OK)
         return QW_ERR_INVALID;
     if (qw_validate_batch_id(batch_id, strlen(batch_id), err) != QW_OK)
@@ -169,7 +172,9 @@ int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const c
 
     int in_txn = overrides_marks(opts);
     struct qw_db_res *res = NULL;
-    const char *params[3] = {service_id, batch_id, hex};
+    char prio[16];
+    snprintf(prio, sizeof(prio), "%d", opts->priority);
+    const char *params[4] = {service_id, batch_id, hex, prio};
     if (in_txn) {
         rc = qw_db_exec(db, "BEGIN", err);
         if (rc == QW_OK)
@@ -177,7 +182,7 @@ int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const c
         if (rc != QW_OK)
             goto out;
     }
-    rc = qw_db_query_sql(db, SQL_ENQUEUE_ONE, 3, params, &res, err);
+    rc = qw_db_query_sql(db, SQL_ENQUEUE_ONE, 4, params, &res, err);
     if (rc == QW_OK && in_txn)
         rc = qw_db_exec(db, "COMMIT", err);
     if (rc == QW_OK) {
@@ -281,6 +286,15 @@ struct bulk {
     size_t copy_len;                    /* bytes pending */
     size_t copy_cap;                    /* bytes allocated */
     long sent;                          /* rows COPYed (their seq is 0..sent-1) */
+    struct run *runs;                   /* owned; rows of equal priority, in seq order */
+    size_t n_runs;                      /* entries in runs */
+    size_t cap_runs;                    /* entries allocated */
+};
+
+/* Consecutive staged rows of one priority: seq from `from` to the next run's. */
+struct run {
+    long from;    /* first seq */
+    int priority; /* of every row in the run */
 };
 
 static void report_issue(struct bulk *b, long line_no, enum qw_enqueue_outcome outcome,
@@ -354,10 +368,30 @@ static void doom(struct bulk *b)
     rollback(b->db);
 }
 
+/* Notes the priority of the row about to get seq b->sent: a new run when it changes. */
+static int note_priority(struct bulk *b, int priority, struct qw_error *err)
+{
+    if (b->n_runs > 0 && b->runs[b->n_runs - 1].priority == priority)
+        return QW_OK;
+    if (b->n_runs == b->cap_runs) {
+        size_t cap = b->cap_runs ? b->cap_runs * 2 : 8;
+        struct run *grown = realloc(b->runs, cap * sizeof(*grown));
+        if (!grown)
+            return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+        b->runs = grown;
+        b->cap_runs = cap;
+    }
+    b->runs[b->n_runs++] = (struct run){.from = b->sent, .priority = priority};
+    return QW_OK;
+}
+
 /* Appends one COPY row: seq, line_no, service_id, batch_id, \\x<hex>. */
 static int copy_row(struct bulk *b, long line_no, const struct qw_tsv_record *rec,
                     struct qw_error *err)
 {
+    int prc = note_priority(b, rec->has_priority ? rec->priority : b->opts->priority, err);
+    if (prc != QW_OK)
+        return prc;
     size_t need = 2 * 24 + rec->service_id_len + rec->batch_id_len + rec->payload_hex_len + 16;
     if (b->copy_len + need > b->copy_cap) {
         int rc = copy_flush(b, err);
@@ -396,21 +430,31 @@ static int enqueue_staged(struct bulk *b, struct qw_error *err)
     long chunk = b->opts->chunk_rows > 0 ? b->opts->chunk_rows : DEFAULT_CHUNK_ROWS;
     long not_stored = 0;
     int rc = QW_OK;
-    if (b->sent > chunk) {
+    if (b->sent > chunk || b->n_runs > 1) {
         rc = qw_db_exec(b->db, SQL_STAGE_INDEX, err);
         if (rc == QW_OK)
             rc = qw_db_exec(b->db, SQL_LOCK_SERVICES, err);
     }
-    for (long from = 0; rc == QW_OK && from < b->sent; from += chunk) {
+    /* One call per chunk of a run: a call stores one priority. */
+    long from = 0;
+    size_t r = 0;
+    while (rc == QW_OK && from < b->sent) {
+        while (r + 1 < b->n_runs && b->runs[r + 1].from <= from)
+            r++;
+        long end = r + 1 < b->n_runs ? b->runs[r + 1].from : b->sent;
+        long to = from + chunk < end ? from + chunk : end;
         char lo[24];
         char hi[24];
+        char prio[16];
         snprintf(lo, sizeof(lo), "%ld", from);
-        snprintf(hi, sizeof(hi), "%ld", from + chunk);
-        const char *params[2] = {lo, hi};
+        snprintf(hi, sizeof(hi), "%ld", to);
+        snprintf(prio, sizeof(prio), "%d", b->runs[r].priority);
+        const char *params[3] = {lo, hi, prio};
         struct qw_db_res *res = NULL;
-        rc = qw_db_query_sql(b->db, SQL_ENQUEUE_CHUNK, 2, params, &res, err);
+        rc = qw_db_query_sql(b->db, SQL_ENQUEUE_CHUNK, 3, params, &res, err);
         if (rc != QW_OK)
             break;
+        from = to;
         int rows = qw_db_res_rows(res);
         for (int i = 0; i < rows; i++) {
             long line_no = (long)qw_db_res_int(res, i, 0);
@@ -611,5 +655,6 @@ int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *
     }
 out:
     free(b.copy_buf);
+    free(b.runs);
     return rc;
 }

@@ -3,9 +3,10 @@
  * stream (see tsv.h) loaded in one transaction.
  *
  * Every line is checked in the client first (identifier formats, hex, the
- * BatchList payload), and all failures are reported with their line
- * numbers. The valid lines are then COPYed into a temporary table and
- * handed, in line order, to queuer.enqueue_rows(), which settles
+ * BatchList payload, the optional priority), and all failures are reported
+ * with their line numbers. The valid lines are then COPYed into a
+ * temporary table and handed, in line order, to queuer.enqueue_rows() (one
+ * call per run of lines of equal priority, so order is kept), which settles
  * duplicates, conflicts and back pressure under per-service locks and
  * inserts. The load commits only if every line was enqueued or was an
  * identical duplicate (an idempotent no-op), unless `skip_invalid` is set,
@@ -48,6 +49,8 @@ struct qw_enqueue_opts {
     size_t max_payload_bytes; /* client-side payload limit, bytes (the database has its own) */
     int skip_invalid;         /* bool: bulk only; enqueue what can be, report the rest */
     int chunk_rows;           /* bulk: rows per queuer.enqueue_rows() call; 0 = 10000 */
+    int priority;             /* batch priority (QW_PRIORITY_MIN..MAX, higher first); bulk:
+                                 of the lines without a fourth field */
 };
 
 /** A line that was not enqueued (or was a duplicate), as reported to the caller. */

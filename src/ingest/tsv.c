@@ -11,6 +11,31 @@ static int is_hex(unsigned char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+int qw_tsv_parse_priority(const char *text, size_t len, int *out, struct qw_error *err)
+{
+    size_t i = 0;
+    bool negative = false;
+    if (len > 0 && (text[0] == '-' || text[0] == '+')) {
+        negative = text[0] == '-';
+        i = 1;
+    }
+    long v = 0;
+    bool ok = i < len && len - i <= 4;
+    for (; ok && i < len; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            ok = false;
+        else
+            v = v * 10 + (text[i] - '0');
+    }
+    if (negative)
+        v = -v;
+    if (!ok || v < QW_PRIORITY_MIN || v > QW_PRIORITY_MAX)
+        return qw_error_set(err, QW_ERR_INVALID, "priority must be an integer from %d to %d",
+                            QW_PRIORITY_MIN, QW_PRIORITY_MAX);
+    *out = (int)v;
+    return QW_OK;
+}
+
 int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct qw_tsv_record *rec,
                  struct qw_error *err)
 {
@@ -27,24 +52,24 @@ int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct 
     if (first == len || line[first] == '#')
         return QW_OK;
 
-    const char *field[3];
-    size_t field_len[3];
+    const char *field[4];
+    size_t field_len[4];
     size_t nfields = 0;
     size_t start = 0;
     for (size_t i = 0; i <= len; i++) {
         if (i < len && line[i] != '\t')
             continue;
-        if (nfields < 3) {
+        if (nfields < 4) {
             field[nfields] = line + start;
             field_len[nfields] = i - start;
         }
         nfields++;
         start = i + 1;
     }
-    if (nfields != 3)
+    if (nfields != 3 && nfields != 4)
         return qw_error_set(err, QW_ERR_INVALID,
-                            "expected 3 tab-separated fields (service_id, batch_id, hex payload), "
-                            "found %zu",
+                            "expected 3 or 4 tab-separated fields (service_id, batch_id, hex "
+                            "payload[, priority]), found %zu",
                             nfields);
     if (qw_validate_service_id(field[0], field_len[0], err) != QW_OK)
         return QW_ERR_INVALID;
@@ -73,6 +98,11 @@ int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct 
     if (hex_len % 2 != 0)
         return qw_error_set(err, QW_ERR_INVALID, "payload hex has an odd number of digits (%zu)",
                             hex_len);
+    if (nfields == 4) {
+        if (qw_tsv_parse_priority(field[3], field_len[3], &rec->priority, err) != QW_OK)
+            return QW_ERR_INVALID;
+        rec->has_priority = true;
+    }
 
     rec->kind = QW_TSV_RECORD;
     rec->service_id = field[0];

@@ -481,6 +481,120 @@ static void test_bulk_order_and_rows(void **state)
     free(conninfo);
 }
 
+/*
+ * Priorities (issue 14): --priority for a single batch and as the default
+ * of a load, the fourth TSV column per line, enqueue_batch()'s parameter;
+ * a load mixing priorities keeps each service's line order (it is stored
+ * in runs of equal priority); out-of-range values are refused.
+ */
+static void test_priorities(void **state)
+{
+    char *conninfo = itest_db_create("enq_prio", 1);
+    struct qw_db *db = itest_connect(conninfo);
+
+    /* single: --priority, and the SQL function's parameter */
+    uint8_t *p = NULL;
+    size_t n = 0;
+    char one[129], two[129];
+    sample(900, 1, one, &p, &n);
+    const char *env[] = {NULL};
+    char *path = temp_file(p, n);
+    const char *args1[] = {"--service", SVC_A,        "--batch-id", one, "--payload-file",
+                           path,        "--priority", "42",         NULL};
+    assert_int_equal(run_queuer(conninfo, env, args1, NULL, NULL, NULL), 0);
+    unlink(path);
+    free(path);
+    free(p);
+    assert_int_equal(
+        count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", one), 42);
+    sample(901, 1, two, &p, &n);
+    char *hex = malloc(2 * n + 3);
+    hex[0] = '\\';
+    hex[1] = 'x';
+    qw_hex_encode(p, n, hex + 2);
+    const char *params[] = {SVC_A, two, hex, "-3"};
+    struct qw_error e;
+    struct qw_db_res *res = NULL;
+    assert_int_equal(sql_params(db, "SELECT queuer.enqueue_batch($1, $2, $3::bytea, $4::integer)",
+                                4, params, &res, &e),
+                     QW_OK);
+    qw_db_res_free(res);
+    assert_int_equal(
+        count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", two), -3);
+    const char *bad[] = {SVC_A, two, hex, "1001"};
+    assert_int_not_equal(sql_params(db,
+                                    "SELECT queuer.enqueue_batch($1, $2, $3::bytea, $4::integer)",
+                                    4, bad, NULL, &e),
+                         QW_OK);
+    assert_string_equal(e.sqlstate, "QU400");
+    free(hex);
+    free(p);
+
+    /* bulk: the fourth column wins over --priority; mixed runs keep line order */
+    static const int prio[12] = {5, 5, -1, 7, 7, 7, -1, 5, 5, 0, 1000, -1000};
+    struct text t = {0};
+    char ids[12][129];
+    for (int k = 0; k < 12; k++) {
+        struct text line = {0};
+        tsv_line(&line, k % 2 ? SVC_B : SVC_C, (uint64_t)(300 + k), ids[k]);
+        line.s[line.n - 1] = '\0'; /* drop the newline */
+        if (prio[k] == -1)
+            text_add(&t, "%s\n", line.s); /* no fourth field: --priority applies */
+        else
+            text_add(&t, "%s\t%d\n", line.s, prio[k]);
+        free(line.s);
+    }
+    const char *args2[] = {"--tsv", "-", "--priority", "3", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = run_queuer(conninfo, env, args2, t.s, &out, &err);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    assert_contains(out, "12 enqueued");
+    free(out);
+    free(err);
+    for (int k = 0; k < 12; k++)
+        assert_int_equal(
+            count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", ids[k]),
+            prio[k] == -1 ? 3 : prio[k]);
+    /* each service's batches in line order (created_at strictly increasing) */
+    for (int s2 = 0; s2 < 2; s2++) {
+        const char *svc = s2 ? SVC_B : SVC_C;
+        const char *ps[] = {svc};
+        assert_int_equal(sql_params(db,
+                                    "SELECT batch_id FROM queuer.batches WHERE service_id = $1 "
+                                    "ORDER BY created_at, batch_id",
+                                    1, ps, &res, &e),
+                         QW_OK);
+        assert_int_equal(qw_db_res_rows(res), 6);
+        for (int i = 0; i < 6; i++)
+            assert_string_equal(qw_db_res_get(res, i, 0), ids[2 * i + s2]);
+        qw_db_res_free(res);
+    }
+    free(t.s);
+
+    /* refused: an out-of-range fourth column (the line), a bad --priority (usage) */
+    struct text badline = {0};
+    char bid[129];
+    tsv_line(&badline, SVC_A, 700, bid);
+    badline.s[badline.n - 1] = '\0';
+    struct text badt = {0};
+    text_add(&badt, "%s\t1001\n", badline.s);
+    const char *args3[] = {"--tsv", "-", NULL};
+    rc = run_queuer(conninfo, env, args3, badt.s, NULL, &err);
+    assert_int_equal(rc, 65);
+    assert_contains(err, "line 1: invalid: priority must be an integer from -1000 to 1000");
+    free(err);
+    const char *args4[] = {"--tsv", "-", "--priority", "high", NULL};
+    rc = run_queuer(conninfo, env, args4, badt.s, NULL, &err);
+    assert_int_equal(rc, 64);
+    assert_contains(err, "--priority must be an integer from -1000 to 1000");
+    free(err);
+    free(badline.s);
+    free(badt.s);
+    qw_db_close(db);
+    free(conninfo);
+}
+
 static void test_bulk_bad_lines(void **state)
 {
     char *conninfo = itest_db_create("enq_badline", 1);
@@ -1009,6 +1123,7 @@ int main(void)
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_bulk_order_and_rows),
         cmocka_unit_test(test_bulk_bad_lines),
+        cmocka_unit_test(test_priorities),
         cmocka_unit_test(test_backpressure_hysteresis),
         cmocka_unit_test(test_concurrent_enqueuers),
         cmocka_unit_test(test_enqueuer_role_calls_sql),
