@@ -588,6 +588,8 @@ static void on_transfer_done(const struct qw_dlt_result *r, void *arg)
                                 sample, t));
     if (nr == QW_NODE_FAILED)
         job->poll_avoid = r->node; /* its next status read goes elsewhere */
+    else if (nr == QW_NODE_ANSWERED && !post)
+        job->poll_avoid = -1;
     if (post) {
         s->posting--;
         if (r->outcome != QW_DLT_ABANDONED)
@@ -681,6 +683,7 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
     job->attempts = nb->attempts;
     job->priority = nb->priority;
     job->avoid_node = -1;
+    job->poll_avoid = -1;
     job->kind = QW_JOB_SUBMIT;
     job->accepted_unrecorded = false;
     job->post_uncertain = false;
