@@ -163,14 +163,16 @@ int qw_sim_nodes_apply(struct qw_sim_nodes *ns, int index, json_t *change, char 
         else if (rc != QW_OK)
             snprintf(why, why_len, "out of memory");
     }
+    int port = nd->port;
     pthread_mutex_unlock(&ns->mu);
     qw_log_info("sim.node.changed", "node=%d up=%d latency_ms=%lld port=%d rc=%d", index,
-                (int)atomic_load(&nd->up), (long long)atomic_load(&nd->latency_ms), nd->port, rc);
+                (int)atomic_load(&nd->up), (long long)atomic_load(&nd->latency_ms), port, rc);
     return rc;
 }
 
 char *qw_sim_nodes_render(struct qw_sim_nodes *ns)
 {
+    pthread_mutex_lock(&ns->mu); /* a node coming up sets its port */
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < ns->n; i++) {
         const struct qw_sim_node *nd = &ns->node[i];
@@ -181,9 +183,10 @@ char *qw_sim_nodes_render(struct qw_sim_nodes *ns)
             (json_int_t)atomic_load(&nd->gets), "downs", (json_int_t)atomic_load(&nd->downs));
         if (!o || json_array_append_new(arr, o) != 0) {
             json_decref(arr);
-            return NULL;
+            arr = NULL;
         }
     }
+    pthread_mutex_unlock(&ns->mu);
     char *s = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
     json_decref(arr);
     return s;
