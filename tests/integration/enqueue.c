@@ -529,6 +529,24 @@ static void test_priorities(void **state)
     assert_string_equal(e.sqlstate, "QU400");
     free(hex);
     free(p);
+    /* the parameter decides, not a session's own queuer.enqueue_priority */
+    char three[129];
+    sample(902, 1, three, &p, &n);
+    hex = malloc(2 * n + 3);
+    hex[0] = '\\';
+    hex[1] = 'x';
+    qw_hex_encode(p, n, hex + 2);
+    assert_int_equal(qw_db_exec(db, "SET queuer.enqueue_priority = '9'", &e), QW_OK);
+    const char *plain[] = {SVC_A, three, hex};
+    assert_int_equal(
+        sql_params(db, "SELECT queuer.enqueue_batch($1, $2, $3::bytea)", 3, plain, &res, &e),
+        QW_OK);
+    qw_db_res_free(res);
+    assert_int_equal(qw_db_exec(db, "RESET queuer.enqueue_priority", &e), QW_OK);
+    assert_int_equal(
+        count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", three), 0);
+    free(hex);
+    free(p);
 
     /* bulk: the fourth column wins over --priority; mixed runs keep line order */
     static const int prio[12] = {5, 5, -1, 7, 7, 7, -1, 5, 5, 0, 1000, -1000};
@@ -549,7 +567,7 @@ static void test_priorities(void **state)
     int rc = run_queuer(conninfo, env, args2, t.s, &out, &err);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, err);
-    assert_contains(out, "12 enqueued");
+    assert_contains(out, "12 of 12 batch lines enqueued");
     free(out);
     free(err);
     for (int k = 0; k < 12; k++)

@@ -22,6 +22,22 @@ static int run_migrate(const char *conninfo, char **out, char **err)
     return itest_run(argv, envv, NULL, out, err);
 }
 
+/* How many migrations this binary embeds (numbers may leave gaps: reserved ones). */
+static int64_t embedded_migrations(struct qw_db *db)
+{
+    struct qw_migration_info *list = NULL;
+    size_t n = 0;
+    int version = 0;
+    struct qw_error e;
+    qw_error_clear(&e);
+    assert_int_equal(qw_migrate_list(db, &list, &n, &version, &e), QW_OK);
+    int64_t known = 0;
+    for (size_t i = 0; i < n; i++)
+        known += list[i].sql != NULL;
+    free(list);
+    return known;
+}
+
 static void test_migrate_twice_is_noop(void **state)
 {
     (void)state;
@@ -42,7 +58,7 @@ static void test_migrate_twice_is_noop(void **state)
 
     struct qw_db *db = itest_connect(conninfo);
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.schema_migrations"),
-                     qw_migrate_latest());
+                     embedded_migrations(db));
     int version = -1;
     struct qw_error e;
     qw_error_clear(&e);
@@ -74,7 +90,7 @@ static void test_concurrent_migrations(void **state)
     }
     struct qw_db *db = itest_connect(conninfo);
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.schema_migrations"),
-                     qw_migrate_latest());
+                     embedded_migrations(db));
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.settings"), 1);
     qw_db_close(db);
     free(conninfo);
