@@ -53,7 +53,7 @@ qw_wait_sql 15 "SELECT count(*) = 6 FROM queuer.ledger_nodes" ||
     e2e_fail "the workers did not report their view of the three nodes"
 "$QUEUER_BIN" status >"$E2E_DIR/status.txt" 2>&1 || e2e_fail "queuer status failed: $(cat "$E2E_DIR/status.txt")"
 grep -q '^ledger nodes' "$E2E_DIR/status.txt" || e2e_fail "queuer status shows no ledger nodes: $(cat "$E2E_DIR/status.txt")"
-rows=$(grep -cE "^(w1|w2) +[0-2] +http://127\.0\.0\.1:[0-9]+ +up" "$E2E_DIR/status.txt" || true)
+rows=$(grep -cE "^ *(w1|w2) +[0-2] +http://127\.0\.0\.1:[0-9]+ +up" "$E2E_DIR/status.txt" || true)
 e2e_assert "$rows" -eq 6 "queuer status: a line per worker and node, all up"
 "$QUEUER_BIN" status --json >"$E2E_DIR/status.json" 2>&1 || e2e_fail "queuer status --json failed"
 json_nodes=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(len(d['ledger_nodes']))" \
