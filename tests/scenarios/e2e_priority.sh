@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Priority under a saturated ledger (issue 14): one ledger node that takes
 # 10 ms to answer a submission, and a worker allowed 2 submissions in
-# flight per node (dlt.channels = 2), so at most 200 batches/s reach the
-# ledger. 60 services x 6 batches are enqueued at priority 0 and the
+# flight, so at most about 200 batches/s reach the ledger. What is scarce
+# is, by QW_PRIORITY_SCARCE:
+#   channels  dlt.channels = 2 (POSTs in flight per node);
+#   capacity  a shared capacity of 2 batches in flight (`queuer capacity
+#             set`, issue 13) with 64 channels: the capacity gate admits
+#             POSTs at the same dispatch point, and the ready queue decides
+#             who gets the freed units (e2e_priority_capacity.sh).
+# 60 services x 6 batches are enqueued at priority 0 and the
 # worker starts; then 10 services x 6 at priority 10 (the fourth TSV
 # column). Checks:
 #   - when the last priority-10 batch is final, at most half of the
@@ -27,8 +33,17 @@ e2e_db
     sed 's/$/\t10/' >"$E2E_DIR/high.tsv"
 qwc_load_tsv "$E2E_DIR/low.tsv" || e2e_fail "loading the priority-0 workload failed"
 
+e2e_log "scarce: ${QW_PRIORITY_SCARCE:-channels}"
 qw_sim_start "$E2E_DIR/sim" --commit-delay-ms 20 --node-latency-ms 0:10
-e2e_worker w1 QUEUER_DLT_CHANNELS=2 QUEUER_DLT_PRIORITY_AGING_MS=1000
+case ${QW_PRIORITY_SCARCE:-channels} in
+channels) e2e_worker w1 QUEUER_DLT_CHANNELS=2 QUEUER_DLT_PRIORITY_AGING_MS=1000 ;;
+capacity)
+    "$QUEUER_BIN" capacity set --max-in-flight 2 --partition-size 1 >"$E2E_DIR/capacity.out" 2>&1 ||
+        e2e_fail "queuer capacity set failed: $(cat "$E2E_DIR/capacity.out")"
+    e2e_worker w1 QUEUER_DLT_CHANNELS=64 QUEUER_DLT_PRIORITY_AGING_MS=1000
+    ;;
+*) e2e_fail "QW_PRIORITY_SCARCE must be channels or capacity" ;;
+esac
 qw_wait_sql 30 "SELECT count(*) >= 20 FROM queuer.batches WHERE status = 'Committed'" ||
     e2e_fail "the priority-0 load did not start"
 qwc_load_tsv "$E2E_DIR/high.tsv" || e2e_fail "loading the priority-10 workload failed"
