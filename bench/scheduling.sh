@@ -81,7 +81,8 @@ sched_stop() {
 # sched_check NAME: qw-check over the simulator's log; records its violations.
 sched_check() {
     local rc=0
-    "$BUILD/tools/qw-check" --events "$QW_SIM_LOG" --kv "$SDIR/check.kv" >>"$LOG" 2>&1 || rc=$?
+    "$BUILD/tools/qw-check" --events "$QW_SIM_LOG" --conninfo "$DB_CONNINFO" --kv "$SDIR/check.kv" \
+        >>"$LOG" 2>&1 || rc=$?
     sched_fig "$1" order_violations "$(sed -n 's/^violations=//p' "$SDIR/check.kv" 2>/dev/null || echo "?")"
     [ "$rc" = 0 ] || say "$1: qw-check reported violations (see $SDIR/check.kv)"
 }
