@@ -603,8 +603,10 @@ static void on_transfer_done(const struct qw_dlt_result *r, void *arg)
     struct qw_plan_ctx ctx = plan_ctx(s, &s->rng);
     struct qw_plan plan;
     qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
-    if (r->kind == QW_DLT_KIND_POST && r->outcome != QW_DLT_ACCEPTED)
-        capacity_give_back(s, job); /* not at the ledger (a lost answer: see OPERATIONS.md) */
+    /* Not at the ledger; but a POST without a usable answer may be: it keeps
+     * its units until the status read that follows it says how it ended. */
+    if (post && r->outcome != QW_DLT_ACCEPTED && plan.event != QW_EV_POST_UNCERTAIN)
+        capacity_give_back(s, job);
     if (plan.event == QW_EV_COMMITTED || plan.event == QW_EV_VALID || plan.event == QW_EV_INVALID ||
         plan.event == QW_EV_UNKNOWN_CONFIRMED)
         capacity_give_back(s, job); /* no longer pending at the ledger */
