@@ -905,8 +905,7 @@ static void dispatch(struct submitter *s, int64_t t)
             }
         }
     }
-    if (s->gate.grant.active)
-        s->target = capacity_target(s);
+    s->target = s->gate.grant.active ? capacity_target(s) : s->gate.used;
 }
 
 /* When dispatch() should run again without a transfer finishing (ms), or INT64_MAX. */
