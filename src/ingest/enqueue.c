@@ -34,12 +34,14 @@ static const char SQL_ENQUEUE_ONE[] = "SELECT queuer.enqueue_batch($1, $2, $3::b
 /*
  * The staging table lives in local memory (temp_buffers, set before the
  * session touches any temporary table) so that a load of some 100 MB does
- * not spill; PostgreSQL allocates those buffers only as they fill.
+ * not spill; PostgreSQL allocates those buffers only as they fill. Ids are
+ * compared bytewise ("C"), as in queuer.batches: sorting them under a
+ * locale's collation cost more than the rest of the lock pass.
  */
 static const char SQL_STAGE[] =
     "SET LOCAL temp_buffers = '256MB'; "
-    "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id text, "
-    "batch_id text, payload bytea) ON COMMIT DROP";
+    "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id text COLLATE \"C\", "
+    "batch_id text COLLATE \"C\", payload bytea) ON COMMIT DROP";
 static const char SQL_STAGE_COPY[] =
     "COPY queuer_load (seq, line_no, service_id, batch_id, payload) FROM STDIN (FORMAT binary)";
 /* queuer.enqueue_staged() runs as queuer_loader: let it read the staged rows. */
