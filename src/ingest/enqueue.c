@@ -44,6 +44,8 @@ static const char SQL_STAGE[] =
     "batch_id text COLLATE \"C\", payload bytea) ON COMMIT DROP";
 static const char SQL_STAGE_COPY[] =
     "COPY queuer_load (seq, line_no, service_id, batch_id, payload) FROM STDIN (FORMAT binary)";
+/* For the rest of the load's transaction only. */
+static const char SQL_STATEMENT_TIMEOUT[] = "SELECT set_config('statement_timeout', $1, true)";
 /* queuer.enqueue_staged() runs as queuer_loader: let it read the staged rows. */
 static const char SQL_STAGE_READY[] = "CREATE INDEX ON queuer_load (seq); "
                                       "GRANT SELECT ON queuer_load TO queuer_loader";
@@ -444,6 +446,15 @@ static int copy_row(struct bulk *b, long line_no, const struct qw_tsv_record *re
     return QW_OK;
 }
 
+/* Sets the server's statement_timeout (ms, 0 = none) until the load's transaction ends. */
+static int set_statement_timeout(struct qw_db *db, int ms, struct qw_error *err)
+{
+    char value[24];
+    snprintf(value, sizeof(value), "%d", ms);
+    const char *params[1] = {value};
+    return qw_db_query_sql(db, SQL_STATEMENT_TIMEOUT, 1, params, NULL, err);
+}
+
 /* Runs queuer.enqueue_staged() over the staged rows, chunk by chunk. */
 static int enqueue_staged(struct bulk *b, struct qw_error *err)
 {
@@ -452,12 +463,17 @@ static int enqueue_staged(struct bulk *b, struct qw_error *err)
     /*
      * The configured deadline bounds a hung server, not a long load: a
      * call's deadline grows with its rows (about 50 times what a row
-     * costs on a busy 2-core machine).
+     * costs on a busy 2-core machine), on both sides (the server's
+     * statement_timeout, set per connection, follows the client's).
      */
     int base_ms = qw_db_timeout(b->db);
     long rows_ms = (chunk < b->sent ? chunk : b->sent) * CHUNK_MS_PER_ROW;
-    qw_db_set_timeout(b->db, (int)(rows_ms < INT32_MAX - base_ms ? base_ms + rows_ms : INT32_MAX));
-    int rc = qw_db_exec(b->db, SQL_STAGE_READY, err);
+    int call_ms =
+        (int)(rows_ms < INT32_MAX - base_ms - 2000 ? base_ms + rows_ms : INT32_MAX - 2000);
+    int rc = set_statement_timeout(b->db, call_ms + 2000, err);
+    qw_db_set_timeout(b->db, call_ms);
+    if (rc == QW_OK)
+        rc = qw_db_exec(b->db, SQL_STAGE_READY, err);
     for (long from = 0; rc == QW_OK && from < b->sent; from += chunk) {
         char lo[24];
         char hi[24];
@@ -502,6 +518,10 @@ static int bulk_start(struct bulk *b, struct qw_error *err)
         rc = set_marks(b->db, b->opts, err);
     if (rc == QW_OK)
         rc = qw_db_exec(b->db, SQL_STAGE, err);
+    /* The COPY lasts as long as the input does; the client's deadline on
+       each piece it sends still bounds a server that stops answering. */
+    if (rc == QW_OK)
+        rc = set_statement_timeout(b->db, 0, err);
     if (rc == QW_OK)
         rc = qw_db_copy_begin(b->db, SQL_STAGE_COPY, err);
     if (rc == QW_OK) {
