@@ -129,6 +129,25 @@ DECLARE
     v_base   timestamptz; -- created_at of seq p_from; seq n gets v_base + (n - p_from) us
     bad      queuer.enqueue_outcome;
 BEGIN
+    -- The staging table is the caller's, and this function reads it as
+    -- queuer_loader: only a plain temporary table with the expected column
+    -- types is read, so that nothing the caller defined (a view or a rule
+    -- calling its functions, row security policies, a child table, a
+    -- domain) runs with this role's rights.
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_class c
+         WHERE c.oid = to_regclass('pg_temp.queuer_load')
+           AND c.relkind = 'r' AND c.relpersistence = 't'
+           AND NOT c.relhasrules AND NOT c.relrowsecurity AND NOT c.relhassubclass
+           AND NOT c.relispartition
+           AND ARRAY(SELECT a.atttypid::regtype FROM pg_attribute a
+                      WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                      ORDER BY a.attnum)
+               = '{integer,integer,text,text,bytea}'::regtype[]) THEN
+        RAISE EXCEPTION 'pg_temp.queuer_load must be a plain temporary table (seq integer, '
+                        'line_no integer, service_id text, batch_id text, payload bytea)'
+            USING ERRCODE = '42501';
+    END IF;
     SELECT s.ingest_high, s.ingest_low, s.max_payload_bytes INTO s_high, s_low, s_max
       FROM queuer.settings s;
     -- session marks: the owner's sessions only (migration 0007)

@@ -12,7 +12,9 @@
  *   into queuer.batches directly, with or without any setting of its own,
  *   and queuer.enqueue_rows();
  * - nobody but the schema owner can act as queuer_loader, which owns
- *   nothing but queuer.enqueue_staged();
+ *   nothing but queuer.enqueue_staged(), and that function reads only a
+ *   plain staging table (no view, rule, row security or domain of the
+ *   caller's runs as queuer_loader);
  * - a non-superuser schema owner can apply the migration.
  */
 #include "itest.h"
@@ -287,6 +289,64 @@ static void test_other_paths_stay_checked(void **state)
     free(conninfo);
 }
 
+/* Stages `ddl` as the enqueuer and calls the bulk function: it must refuse to read it. */
+static void expect_staging_refused(struct qw_db *enq, const char *ddl)
+{
+    itest_exec(enq, "BEGIN");
+    itest_exec(enq, ddl);
+    itest_exec(enq, "GRANT SELECT ON pg_temp.queuer_load TO queuer_loader");
+    char state[6];
+    sql_state(enq, "SELECT * FROM queuer.enqueue_staged(0, 10, true)", state);
+    itest_exec(enq, "ROLLBACK");
+    if (strcmp(state, "42501") != 0)
+        fail_msg("staging %s\n  expected SQLSTATE '42501', got '%s'", ddl, state);
+}
+
+static void test_staging_table_is_plain(void **state)
+{
+    char *conninfo = itest_db_create("bulk_trust_staging", 1);
+    struct qw_db *admin = itest_connect(conninfo);
+    create_login(admin, "itest_staging_enqueuer", "queuer_enqueuer");
+    char *enq_conninfo = as_role(conninfo, "itest_staging_enqueuer");
+    struct qw_db *enq = itest_connect(enq_conninfo);
+    /* A function of the caller's that would run as queuer_loader if read through. */
+    itest_exec(enq, "CREATE FUNCTION pg_temp.who() RETURNS text LANGUAGE sql "
+                    "AS 'SELECT current_user::text'");
+    expect_staging_refused(enq, "CREATE TEMP VIEW queuer_load AS SELECT 0 AS seq, 1 AS line_no, "
+                                "pg_temp.who() AS service_id, repeat('a', 128) AS batch_id, "
+                                "'\\x00'::bytea AS payload");
+    expect_staging_refused(enq, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, "
+                                "service_id text, batch_id text, payload bytea); "
+                                "ALTER TABLE queuer_load ENABLE ROW LEVEL SECURITY; "
+                                "CREATE POLICY p ON queuer_load USING (pg_temp.who() IS NOT NULL)");
+    expect_staging_refused(enq, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, "
+                                "service_id text, batch_id text, payload bytea); "
+                                "CREATE RULE r AS ON UPDATE TO queuer_load DO ALSO "
+                                "SELECT pg_temp.who()");
+    expect_staging_refused(enq, "CREATE TEMP TABLE queuer_load (seq bigint, line_no integer, "
+                                "service_id text, batch_id text, payload bytea)");
+    expect_staging_refused(enq, "CREATE TEMP TABLE queuer_load_parent (seq integer, line_no "
+                                "integer, service_id text, batch_id text, payload bytea); "
+                                "CREATE TEMP TABLE queuer_load () INHERITS (queuer_load_parent); "
+                                "CREATE TEMP TABLE queuer_load_child () INHERITS (queuer_load)");
+    /* no staging table at all */
+    char got[6];
+    sql_state(enq, "SELECT * FROM queuer.enqueue_staged(0, 10, true)", got);
+    assert_string_equal(got, "42501");
+    /* the plain table the CLI stages is read (nothing staged: nothing stored) */
+    itest_exec(enq, "BEGIN");
+    itest_exec(enq, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id "
+                    "text COLLATE \"C\", batch_id text COLLATE \"C\", payload bytea) "
+                    "ON COMMIT DROP; GRANT SELECT ON queuer_load TO queuer_loader");
+    sql_state(enq, "SELECT * FROM queuer.enqueue_staged(0, 10, true)", got);
+    itest_exec(enq, "ROLLBACK");
+    assert_string_equal(got, "");
+    qw_db_close(enq);
+    free(enq_conninfo);
+    qw_db_close(admin);
+    free(conninfo);
+}
+
 static void test_non_superuser_owner_migrates(void **state)
 {
     struct qw_db *admin = itest_connect(itest_base_conninfo());
@@ -330,6 +390,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bulk_load_skips_the_trigger),
         cmocka_unit_test(test_other_paths_stay_checked),
+        cmocka_unit_test(test_staging_table_is_plain),
         cmocka_unit_test(test_non_superuser_owner_migrates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
