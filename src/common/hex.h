@@ -12,6 +12,9 @@
  */
 long qw_hex_decode(const char *hex, size_t len, uint8_t *out, size_t cap);
 
+/** Length of the leading run of hex digits (either case) in the `len` bytes of `s`. */
+size_t qw_hex_span(const char *s, size_t len);
+
 /** Writes 2*len lower-case hex characters and a NUL into `out` (2*len+1 bytes). */
 void qw_hex_encode(const uint8_t *in, size_t len, char *out);
 

@@ -358,6 +358,11 @@ void qw_db_set_timeout(struct qw_db *db, int query_timeout_ms)
         db->query_timeout_ms = query_timeout_ms;
 }
 
+int qw_db_timeout(const struct qw_db *db)
+{
+    return db->query_timeout_ms;
+}
+
 int qw_db_exec(struct qw_db *db, const char *sql, struct qw_error *err)
 {
     if (!db->conn)

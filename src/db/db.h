@@ -64,6 +64,9 @@ int qw_db_reconnect(struct qw_db *db, struct qw_error *err);
 /** Changes the per-call deadline (ms, > 0). */
 void qw_db_set_timeout(struct qw_db *db, int query_timeout_ms);
 
+/** The per-call deadline in effect, ms. */
+int qw_db_timeout(const struct qw_db *db);
+
 /**
  * Runs `sql` with the simple query protocol (several statements allowed, no
  * parameters, results discarded), e.g. "BEGIN" or a migration file.

@@ -85,7 +85,8 @@ static int check_roles(struct qw_db *db, struct qw_error *err)
                           "role(s) %s do not exist and this role may not create them: "
                           "run queuer migrate as a role with CREATEROLE, or have an "
                           "administrator create them once (CREATE ROLE queuer_worker NOLOGIN; "
-                          "likewise queuer_operator and queuer_enqueuer); see "
+                          "likewise queuer_operator, queuer_enqueuer and queuer_loader, and GRANT "
+                          "queuer_loader TO the owner); see "
                           "docs/OPERATIONS.md, Roles",
                           qw_db_res_get(res, 0, 0));
     qw_db_res_free(res);

@@ -5,6 +5,12 @@
  * and the bulk ones name a temporary table that exists only inside the
  * load's transaction, so they are sent as parameterised text rather than
  * prepared from sql/. No value is ever formatted into SQL text.
+ *
+ * Bulk path: every line is checked here, once, then sent with binary COPY
+ * (ids as text, the payload as its decoded bytes) into pg_temp.queuer_load
+ * while the rest of the input is still being read, and moved into
+ * queuer.batches by queuer.enqueue_staged() (migration 0011 says why that
+ * move does not run the payload trigger again).
  */
 #include "ingest/enqueue.h"
 
@@ -17,31 +23,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_CHUNK_ROWS 10000
+#define CHUNK_MS_PER_ROW 1         /* a bulk call's deadline grows by this per row, ms */
 #define COPY_FLUSH_BYTES (1 << 20) /* send COPY data in pieces of about 1 MiB */
 #define READ_BLOCK (1 << 16)       /* bytes read from the input at a time */
+#define COPY_ROW_FIELDS 5          /* seq, line_no, service_id, batch_id, payload */
 
 static const char SQL_MARKS[] = "SELECT set_config('queuer.ingest_high', $1, true), "
                                 "set_config('queuer.ingest_low', $2, true)";
 static const char SQL_ENQUEUE_ONE[] = "SELECT queuer.enqueue_batch($1, $2, $3::bytea, $4::integer)";
-static const char SQL_STAGE[] =
-    "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id text, "
-    "batch_id text, payload bytea) ON COMMIT DROP";
-static const char SQL_STAGE_COPY[] =
-    "COPY queuer_load (seq, line_no, service_id, batch_id, payload) FROM STDIN";
-static const char SQL_STAGE_INDEX[] = "CREATE INDEX ON queuer_load (seq)";
 /*
- * Locks every service of the load up front, in one sorted pass: one row per
- * service without a batch id, which queuer.enqueue_rows() refuses but
- * whose service it locks. Chunks then never wait on each other's locks,
- * so concurrent multi-chunk loads cannot deadlock.
+ * The priority of the rows a queuer.enqueue_staged() call stores, for the
+ * rest of the load's transaction: that function inserts without naming
+ * the column, whose default reads this setting (migration 0010).
  */
-static const char SQL_LOCK_SERVICES[] =
-    "SELECT count(*) FROM queuer.enqueue_rows((SELECT array_agg(ROW(NULL, d.service_id, NULL, "
-    "NULL)::queuer.enqueue_row ORDER BY d.service_id) FROM (SELECT DISTINCT service_id "
-    "FROM queuer_load) d), true)";
+static const char SQL_RUN_PRIORITY[] = "SELECT set_config('queuer.enqueue_priority', $1, true)";
 /*
- * One chunk through queuer.enqueue_rows(). For a line refused by back
+ * The staging table lives in local memory (temp_buffers, set before the
+ * session touches any temporary table) so that a load of some 100 MB does
+ * not spill; PostgreSQL allocates those buffers only as they fill. Ids are
+ * compared bytewise ("C"), as in queuer.batches: sorting them under a
+ * locale's collation cost more than the rest of the lock pass.
+ */
+static const char SQL_STAGE[] =
+    "SET LOCAL temp_buffers = '256MB'; "
+    "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id text COLLATE \"C\", "
+    "batch_id text COLLATE \"C\", payload bytea) ON COMMIT DROP";
+static const char SQL_STAGE_COPY[] =
+    "COPY queuer_load (seq, line_no, service_id, batch_id, payload) FROM STDIN (FORMAT binary)";
+/* For the rest of the load's transaction only. */
+static const char SQL_STATEMENT_TIMEOUT[] = "SELECT set_config('statement_timeout', $1, true)";
+/* queuer.enqueue_staged() runs as queuer_loader: let it read the staged rows. */
+static const char SQL_STAGE_READY[] = "CREATE INDEX ON queuer_load (seq); "
+                                      "GRANT SELECT ON queuer_load TO queuer_loader";
+/*
+ * One chunk through queuer.enqueue_staged(). For a line refused by back
  * pressure the fifth column counts the earlier lines of this chunk for the
  * same service that were stored: the function's message counts the backlog
  * stored before the chunk, and without these a refusal at line 38 of a
@@ -49,15 +64,17 @@ static const char SQL_LOCK_SERVICES[] =
  * when some line was refused that way.
  */
 static const char SQL_ENQUEUE_CHUNK[] =
-    "WITH o AS MATERIALIZED (SELECT * FROM queuer.enqueue_rows("
-    "(SELECT array_agg(ROW(l.line_no, l.service_id, l.batch_id, l.payload)::queuer.enqueue_row "
-    "ORDER BY l.seq) FROM queuer_load l WHERE l.seq >= $1 AND l.seq < $2), true, $3::integer)), "
+    "WITH o AS MATERIALIZED (SELECT * FROM queuer.enqueue_staged($1, $2, true)), "
     "c AS (SELECT l.line_no, count(*) FILTER (WHERE r.line_no IS NULL) OVER (PARTITION BY "
     "l.service_id ORDER BY l.seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS stored "
     "FROM queuer_load l LEFT JOIN o r ON r.line_no = l.line_no "
     "WHERE l.seq >= $1 AND l.seq < $2 AND EXISTS (SELECT 1 FROM o WHERE outcome = 'backpressure')) "
     "SELECT o.line_no, o.batch_id, o.outcome, o.detail, coalesce(c.stored, 0) "
     "FROM o LEFT JOIN c ON c.line_no = o.line_no AND o.outcome = 'backpressure'";
+
+/* Binary COPY framing: the file header (signature, flags, extension length) and trailer. */
+static const char COPY_HEADER[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0";
+static const char COPY_TRAILER[2] = {'\377', '\377'};
 
 const char *qw_enqueue_outcome_name(enum qw_enqueue_outcome outcome)
 {
@@ -385,38 +402,83 @@ static int note_priority(struct bulk *b, int priority, struct qw_error *err)
     return QW_OK;
 }
 
-/* Appends one COPY row: seq, line_no, service_id, batch_id, \\x<hex>. */
-static int copy_row(struct bulk *b, long line_no, const struct qw_tsv_record *rec,
-                    struct qw_error *err)
+/* Makes room for `need` more bytes of COPY data: sends what is pending, grows the buffer. */
+static int copy_reserve(struct bulk *b, size_t need, struct qw_error *err)
 {
-    int prc = note_priority(b, rec->has_priority ? rec->priority : b->opts->priority, err);
-    if (prc != QW_OK)
-        return prc;
-    size_t need = 2 * 24 + rec->service_id_len + rec->batch_id_len + rec->payload_hex_len + 16;
-    if (b->copy_len + need > b->copy_cap) {
-        int rc = copy_flush(b, err);
-        if (rc != QW_OK)
-            return rc;
-        if (need > b->copy_cap) {
-            char *grown = realloc(b->copy_buf, need + COPY_FLUSH_BYTES);
-            if (!grown)
-                return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-            b->copy_buf = grown;
-            b->copy_cap = need + COPY_FLUSH_BYTES;
-        }
-    }
+    if (b->copy_len + need <= b->copy_cap)
+        return QW_OK;
+    int rc = copy_flush(b, err);
+    if (rc != QW_OK || need <= b->copy_cap)
+        return rc;
+    char *grown = realloc(b->copy_buf, need + COPY_FLUSH_BYTES);
+    if (!grown)
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    b->copy_buf = grown;
+    b->copy_cap = need + COPY_FLUSH_BYTES;
+    return QW_OK;
+}
+
+/* Appends `len` bytes of COPY framing. */
+static int copy_append(struct bulk *b, const void *data, size_t len, struct qw_error *err)
+{
+    int rc = copy_reserve(b, len, err);
+    if (rc != QW_OK)
+        return rc;
+    memcpy(b->copy_buf + b->copy_len, data, len);
+    b->copy_len += len;
+    return QW_OK;
+}
+
+static char *put_be16(char *p, uint16_t v)
+{
+    p[0] = (char)(v >> 8);
+    p[1] = (char)v;
+    return p + 2;
+}
+
+static char *put_be32(char *p, uint32_t v)
+{
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+    return p + 4;
+}
+
+/* Appends one binary COPY field: its length, then its bytes. */
+static char *put_field(char *p, const void *data, size_t len)
+{
+    p = put_be32(p, (uint32_t)len);
+    memcpy(p, data, len);
+    return p + len;
+}
+
+/*
+ * Appends one binary COPY row: seq, line_no, service_id, batch_id and the
+ * decoded payload (`len` bytes), as PostgreSQL's binary COPY format lays
+ * out a tuple (a field count, then each field's length and bytes).
+ */
+static int copy_row(struct bulk *b, long line_no, const struct qw_tsv_record *rec,
+                    const uint8_t *payload, size_t len, struct qw_error *err)
+{
+    if (b->sent >= INT32_MAX || line_no > INT32_MAX)
+        return qw_error_set(err, QW_ERR_INVALID, "a load holds at most %d lines", INT32_MAX);
+    int rc = note_priority(b, rec->has_priority ? rec->priority : b->opts->priority, err);
+    if (rc != QW_OK)
+        return rc;
+    size_t need = 2 + 2 * (4 + 4) + 4 + rec->service_id_len + 4 + rec->batch_id_len + 4 + len;
+    rc = copy_reserve(b, need, err);
+    if (rc != QW_OK)
+        return rc;
     char *p = b->copy_buf + b->copy_len;
-    p += snprintf(p, 48, "%ld\t%ld\t", b->sent, line_no);
-    memcpy(p, rec->service_id, rec->service_id_len);
-    p += rec->service_id_len;
-    *p++ = '\t';
-    memcpy(p, rec->batch_id, rec->batch_id_len);
-    p += rec->batch_id_len;
-    memcpy(p, "\t\\\\x", 4); /* bytea hex input, its backslash escaped for COPY text */
-    p += 4;
-    memcpy(p, rec->payload_hex, rec->payload_hex_len);
-    p += rec->payload_hex_len;
-    *p++ = '\n';
+    p = put_be16(p, COPY_ROW_FIELDS);
+    p = put_be32(p, 4);
+    p = put_be32(p, (uint32_t)b->sent);
+    p = put_be32(p, 4);
+    p = put_be32(p, (uint32_t)line_no);
+    p = put_field(p, rec->service_id, rec->service_id_len);
+    p = put_field(p, rec->batch_id, rec->batch_id_len);
+    p = put_field(p, payload, len);
     b->copy_len = (size_t)(p - b->copy_buf);
     b->sent++;
     if (b->copy_len >= COPY_FLUSH_BYTES)
@@ -424,34 +486,64 @@ static int copy_row(struct bulk *b, long line_no, const struct qw_tsv_record *re
     return QW_OK;
 }
 
-/* Runs queuer.enqueue_rows() over the staged rows, chunk by chunk. */
+/* Sets the server's statement_timeout (ms, 0 = none) until the load's transaction ends. */
+static int set_statement_timeout(struct qw_db *db, int ms, struct qw_error *err)
+{
+    char value[24];
+    snprintf(value, sizeof(value), "%d", ms);
+    const char *params[1] = {value};
+    return qw_db_query_sql(db, SQL_STATEMENT_TIMEOUT, 1, params, NULL, err);
+}
+
+/* Runs queuer.enqueue_staged() over the staged rows, chunk by chunk. */
 static int enqueue_staged(struct bulk *b, struct qw_error *err)
 {
-    long chunk = b->opts->chunk_rows > 0 ? b->opts->chunk_rows : DEFAULT_CHUNK_ROWS;
+    long chunk = b->opts->chunk_rows > 0 ? b->opts->chunk_rows : b->sent;
     long not_stored = 0;
-    int rc = QW_OK;
-    if (b->sent > chunk || b->n_runs > 1) {
-        rc = qw_db_exec(b->db, SQL_STAGE_INDEX, err);
-        if (rc == QW_OK)
-            rc = qw_db_exec(b->db, SQL_LOCK_SERVICES, err);
-    }
-    /* One call per chunk of a run: a call stores one priority. */
+    /*
+     * The configured deadline bounds a hung server, not a long load: a
+     * call's deadline grows with its rows (about 50 times what a row
+     * costs on a busy 2-core machine), on both sides (the server's
+     * statement_timeout, set per connection, follows the client's).
+     */
+    int base_ms = qw_db_timeout(b->db);
+    long rows_ms = (chunk < b->sent ? chunk : b->sent) * CHUNK_MS_PER_ROW;
+    int call_ms =
+        (int)(rows_ms < INT32_MAX - base_ms - 2000 ? base_ms + rows_ms : INT32_MAX - 2000);
+    int rc = set_statement_timeout(b->db, call_ms + 2000, err);
+    qw_db_set_timeout(b->db, call_ms);
+    if (rc == QW_OK)
+        rc = qw_db_exec(b->db, SQL_STAGE_READY, err);
+    /*
+     * One call per chunk of a run of equal priority: a call stores the
+     * priority the transaction's setting names, set when the run changes.
+     */
     long from = 0;
     size_t r = 0;
+    int set_priority = 0; /* bool: the setting holds runs[r].priority */
     while (rc == QW_OK && from < b->sent) {
-        while (r + 1 < b->n_runs && b->runs[r + 1].from <= from)
+        while (r + 1 < b->n_runs && b->runs[r + 1].from <= from) {
             r++;
+            set_priority = 0;
+        }
+        if (!set_priority) {
+            char prio[16];
+            snprintf(prio, sizeof(prio), "%d", b->runs[r].priority);
+            const char *pparams[1] = {prio};
+            rc = qw_db_query_sql(b->db, SQL_RUN_PRIORITY, 1, pparams, NULL, err);
+            if (rc != QW_OK)
+                break;
+            set_priority = 1;
+        }
         long end = r + 1 < b->n_runs ? b->runs[r + 1].from : b->sent;
         long to = from + chunk < end ? from + chunk : end;
         char lo[24];
         char hi[24];
-        char prio[16];
         snprintf(lo, sizeof(lo), "%ld", from);
         snprintf(hi, sizeof(hi), "%ld", to);
-        snprintf(prio, sizeof(prio), "%d", b->runs[r].priority);
-        const char *params[3] = {lo, hi, prio};
+        const char *params[2] = {lo, hi};
         struct qw_db_res *res = NULL;
-        rc = qw_db_query_sql(b->db, SQL_ENQUEUE_CHUNK, 3, params, &res, err);
+        rc = qw_db_query_sql(b->db, SQL_ENQUEUE_CHUNK, 2, params, &res, err);
         if (rc != QW_OK)
             break;
         from = to;
@@ -475,6 +567,7 @@ static int enqueue_staged(struct bulk *b, struct qw_error *err)
         not_stored += rows;
         qw_db_res_free(res);
     }
+    qw_db_set_timeout(b->db, base_ms);
     if (rc == QW_OK)
         b->report->enqueued = b->sent - not_stored;
     return rc;
@@ -488,10 +581,16 @@ static int bulk_start(struct bulk *b, struct qw_error *err)
         rc = set_marks(b->db, b->opts, err);
     if (rc == QW_OK)
         rc = qw_db_exec(b->db, SQL_STAGE, err);
+    /* The COPY lasts as long as the input does; the client's deadline on
+       each piece it sends still bounds a server that stops answering. */
+    if (rc == QW_OK)
+        rc = set_statement_timeout(b->db, 0, err);
     if (rc == QW_OK)
         rc = qw_db_copy_begin(b->db, SQL_STAGE_COPY, err);
-    if (rc == QW_OK)
+    if (rc == QW_OK) {
         b->copying = 1;
+        rc = copy_append(b, COPY_HEADER, sizeof(COPY_HEADER), err);
+    }
     return rc;
 }
 
@@ -500,7 +599,8 @@ static int bulk_read(struct bulk *b, FILE *in, struct qw_error *err)
 {
     const struct qw_enqueue_opts *opts = b->opts;
     struct line_reader reader = {.in = in};
-    reader.max_line = QW_SERVICE_ID_LEN + QW_BATCH_ID_LEN + 2 * opts->max_payload_bytes + 8;
+    /* three tabs, a priority of up to 5 characters, CR LF */
+    reader.max_line = QW_SERVICE_ID_LEN + QW_BATCH_ID_LEN + 2 * opts->max_payload_bytes + 10;
     reader.cap = reader.max_line + READ_BLOCK * 16;
     reader.buf = malloc(reader.cap);
     uint8_t *payload = malloc(opts->max_payload_bytes + 1);
@@ -511,6 +611,7 @@ static int bulk_read(struct bulk *b, FILE *in, struct qw_error *err)
     }
 
     char batch_id[QW_BATCH_ID_LEN + 1];
+    long payload_len = 0;
     struct qw_error why;
     for (;;) {
         const char *line = NULL;
@@ -544,10 +645,12 @@ static int bulk_read(struct bulk *b, FILE *in, struct qw_error *err)
         if (ok) {
             memcpy(batch_id, rec.batch_id, QW_BATCH_ID_LEN);
             batch_id[QW_BATCH_ID_LEN] = '\0';
-            long n = qw_tsv_decode_payload(&rec, payload, opts->max_payload_bytes + 1);
+            payload_len = qw_tsv_decode_payload(&rec, payload, opts->max_payload_bytes + 1);
+            if (payload_len < 0)
+                payload_len = 0;
             enum qw_batchlist_defect defect = QW_BATCHLIST_OK;
-            rc = qw_batchlist_check(payload, n < 0 ? 0 : (size_t)n, batch_id,
-                                    opts->max_payload_bytes, &defect, &why);
+            rc = qw_batchlist_check(payload, (size_t)payload_len, batch_id, opts->max_payload_bytes,
+                                    &defect, &why);
             if (rc == QW_ERR_NOMEM) {
                 *err = why;
                 goto out;
@@ -569,7 +672,7 @@ static int bulk_read(struct bulk *b, FILE *in, struct qw_error *err)
         }
         if (b->doomed)
             continue;
-        rc = copy_row(b, line_no, &rec, err);
+        rc = copy_row(b, line_no, &rec, payload, (size_t)payload_len, err);
         if (rc != QW_OK)
             goto out;
     }
@@ -600,7 +703,9 @@ int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *
     if (rc == QW_OK)
         rc = bulk_read(&b, in, err);
     if (rc == QW_OK && !b.doomed) {
-        rc = copy_flush(&b, err);
+        rc = copy_append(&b, COPY_TRAILER, sizeof(COPY_TRAILER), err);
+        if (rc == QW_OK)
+            rc = copy_flush(&b, err);
         b.copying = 0;
         if (rc == QW_OK)
             rc = qw_db_copy_end(db, NULL, err);

@@ -4,12 +4,13 @@
  *
  * Every line is checked in the client first (identifier formats, hex, the
  * BatchList payload, the optional priority), and all failures are reported
- * with their line numbers. The valid lines are then COPYed into a
- * temporary table and handed, in line order, to queuer.enqueue_rows() (one
- * call per run of lines of equal priority, so order is kept), which settles
- * duplicates, conflicts and back pressure under per-service locks and
- * inserts. The load commits only if every line was enqueued or was an
- * identical duplicate (an idempotent no-op), unless `skip_invalid` is set,
+ * with their line numbers. The valid lines are then COPYed (binary) into a
+ * temporary table and handed, in line order, to queuer.enqueue_staged()
+ * (one call per run of lines of equal priority, so order is kept), which
+ * settles duplicates, conflicts and back pressure under per-service locks
+ * and inserts; the database does not check those payloads a second time.
+ * The load commits only if every line was enqueued or was an identical
+ * duplicate (an idempotent no-op), unless `skip_invalid` is set,
  * in which case the lines that can be enqueued are, and every other line
  * is reported. Re-running a load is therefore safe: lines already stored
  * come back as duplicates.
@@ -48,7 +49,7 @@ struct qw_enqueue_opts {
     int ingest_low;           /* accept again below this backlog; -1 = database setting */
     size_t max_payload_bytes; /* client-side payload limit, bytes (the database has its own) */
     int skip_invalid;         /* bool: bulk only; enqueue what can be, report the rest */
-    int chunk_rows;           /* bulk: rows per queuer.enqueue_rows() call; 0 = 10000 */
+    int chunk_rows;           /* bulk: rows per queuer.enqueue_staged() call; 0 = all in one */
     int priority;             /* batch priority (QW_PRIORITY_MIN..MAX, higher first); bulk:
                                  of the lines without a fourth field */
 };

@@ -6,11 +6,6 @@
 
 #include <string.h>
 
-static int is_hex(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
 int qw_tsv_parse_priority(const char *text, size_t len, int *out, struct qw_error *err)
 {
     size_t i = 0;
@@ -52,25 +47,24 @@ int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct 
     if (first == len || line[first] == '#')
         return QW_OK;
 
-    const char *field[4];
-    size_t field_len[4];
-    size_t nfields = 0;
-    size_t start = 0;
-    for (size_t i = 0; i <= len; i++) {
-        if (i < len && line[i] != '\t')
-            continue;
-        if (nfields < 4) {
-            field[nfields] = line + start;
-            field_len[nfields] = i - start;
-        }
-        nfields++;
-        start = i + 1;
-    }
-    if (nfields != 3 && nfields != 4)
+    /* Three or four fields: two or three tabs (memchr: the payload field is long). */
+    const char *end = line + len;
+    const char *tab1 = memchr(line, '\t', len);
+    const char *tab2 = tab1 ? memchr(tab1 + 1, '\t', (size_t)(end - tab1 - 1)) : NULL;
+    const char *tab3 = tab2 ? memchr(tab2 + 1, '\t', (size_t)(end - tab2 - 1)) : NULL;
+    if (!tab2 || (tab3 && memchr(tab3 + 1, '\t', (size_t)(end - tab3 - 1)))) {
+        size_t nfields = 1;
+        for (const char *p = line; (p = memchr(p, '\t', (size_t)(end - p))) != NULL; p++)
+            nfields++;
         return qw_error_set(err, QW_ERR_INVALID,
                             "expected 3 or 4 tab-separated fields (service_id, batch_id, hex "
                             "payload[, priority]), found %zu",
                             nfields);
+    }
+    const char *payload_end = tab3 ? tab3 : end;
+    const char *field[3] = {line, tab1 + 1, tab2 + 1};
+    size_t field_len[3] = {(size_t)(tab1 - line), (size_t)(tab2 - tab1 - 1),
+                           (size_t)(payload_end - tab2 - 1)};
     if (qw_validate_service_id(field[0], field_len[0], err) != QW_OK)
         return QW_ERR_INVALID;
     if (qw_validate_batch_id(field[1], field_len[1], err) != QW_OK)
@@ -85,21 +79,22 @@ int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct 
         return qw_error_set(err, QW_ERR_INVALID, "payload is %zu bytes, the limit is %zu",
                             hex_len / 2, max_payload_bytes);
     }
-    for (size_t i = 0; i < hex_len; i++) {
-        unsigned char c = (unsigned char)hex[i];
-        if (is_hex(c))
-            continue;
+    size_t digits = qw_hex_span(hex, hex_len);
+    if (digits < hex_len) {
+        unsigned char c = (unsigned char)hex[digits];
         if (c >= 0x20 && c < 0x7f)
             return qw_error_set(err, QW_ERR_INVALID,
-                                "payload hex character %zu is '%c', not a hex digit", i + 1, c);
+                                "payload hex character %zu is '%c', not a hex digit", digits + 1,
+                                c);
         return qw_error_set(err, QW_ERR_INVALID,
-                            "payload hex character %zu is byte 0x%02x, not a hex digit", i + 1, c);
+                            "payload hex character %zu is byte 0x%02x, not a hex digit", digits + 1,
+                            c);
     }
     if (hex_len % 2 != 0)
         return qw_error_set(err, QW_ERR_INVALID, "payload hex has an odd number of digits (%zu)",
                             hex_len);
-    if (nfields == 4) {
-        if (qw_tsv_parse_priority(field[3], field_len[3], &rec->priority, err) != QW_OK)
+    if (tab3) {
+        if (qw_tsv_parse_priority(tab3 + 1, (size_t)(end - tab3 - 1), &rec->priority, err) != QW_OK)
             return QW_ERR_INVALID;
         rec->has_priority = true;
     }

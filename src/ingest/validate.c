@@ -108,15 +108,20 @@ int qw_validate_service_id(const char *s, size_t len, struct qw_error *err)
 
 int qw_validate_batch_id(const char *s, size_t len, struct qw_error *err)
 {
+    /* The common case first, without building the message's copy of the id. */
+    size_t i = 0;
+    while (i < len && i < QW_BATCH_ID_LEN && is_lower_hex((unsigned char)s[i]))
+        i++;
+    if (i == QW_BATCH_ID_LEN && len == QW_BATCH_ID_LEN)
+        return QW_OK;
+
     char shown[24];
     char ch[8];
     if (len == 0)
         return qw_error_set(err, QW_ERR_INVALID, "batch_id is empty");
     qw_validate_printable(s, len, shown, sizeof(shown));
-    for (size_t i = 0; i < len && i < QW_BATCH_ID_LEN; i++) {
+    if (i < len && i < QW_BATCH_ID_LEN) {
         unsigned char c = (unsigned char)s[i];
-        if (is_lower_hex(c))
-            continue;
         if (c >= 'A' && c <= 'F')
             return qw_error_set(err, QW_ERR_INVALID,
                                 "batch_id '%s': character %zu is upper-case %s; "
@@ -126,9 +131,6 @@ int qw_validate_batch_id(const char *s, size_t len, struct qw_error *err)
                             "batch_id '%s': character %zu is %s, not a hex digit", shown, i + 1,
                             describe_char(c, ch));
     }
-    if (len != QW_BATCH_ID_LEN)
-        return qw_error_set(err, QW_ERR_INVALID,
-                            "batch_id '%s' is %zu characters, expected 128 lower-case hex", shown,
-                            len);
-    return QW_OK;
+    return qw_error_set(err, QW_ERR_INVALID,
+                        "batch_id '%s' is %zu characters, expected 128 lower-case hex", shown, len);
 }

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SVC_A "itest-aaaaa::0001"
@@ -613,6 +614,120 @@ static void test_priorities(void **state)
     free(conninfo);
 }
 
+/* Calls of queuer.enqueue_staged() in the statistics; waits (up to 10 s) for `want`. */
+static int64_t staged_calls_reach(struct qw_db *db, int64_t want)
+{
+    int64_t got = -1;
+    for (int i = 0; i < 100; i++) {
+        itest_exec(db, "SELECT pg_stat_clear_snapshot()");
+        got = itest_scalar(db, "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+                               "WHERE schemaname = 'queuer' AND funcname = 'enqueue_staged'");
+        if (got >= want)
+            break;
+        struct timespec nap = {0, 100 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    return got;
+}
+
+/*
+ * Priorities through the bulk path (queuer.enqueue_staged(), which inserts
+ * without naming the column): `--tsv --priority N` stores N for a whole
+ * load in one call; a load whose fourth column changes is stored with one
+ * call per run of equal priority, each line at its own priority and each
+ * service's batches in line order; a duplicate keeps the priority it was
+ * stored with.
+ */
+static void test_bulk_priority_runs(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("enq_prio_bulk", 1);
+    struct qw_db *db = itest_connect(conninfo);
+    char *dbname = itest_string(db, "SELECT current_database()");
+    char sql[256];
+    snprintf(sql, sizeof(sql), "ALTER DATABASE %s SET track_functions = 'pl'", dbname);
+    itest_exec(db, sql);
+    free(dbname);
+    const char *svcs[3] = {SVC_A, SVC_B, SVC_C};
+
+    /* one priority for the whole load: one call */
+    struct text t = {0};
+    char ids[40][129];
+    for (int k = 0; k < 40; k++)
+        tsv_line(&t, svcs[k % 3], (uint64_t)(1000 + k), ids[k]);
+    const char *env[] = {NULL};
+    const char *args1[] = {"--tsv", "-", "--priority", "7", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = run_queuer(conninfo, env, args1, t.s, &out, &err);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    free(out);
+    free(err);
+    free(t.s);
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batches WHERE priority = 7"),
+                     40);
+    assert_int_equal(staged_calls_reach(db, 1), 1);
+
+    /* three runs (2, then --priority -5, then 900) and two repeats of the first load */
+    struct text m = {0};
+    char mids[30][129];
+    for (int k = 0; k < 30; k++) {
+        struct text line = {0};
+        tsv_line(&line, svcs[k % 3], (uint64_t)(2000 + k), mids[k]);
+        line.s[line.n - 1] = '\0';
+        if (k < 10)
+            text_add(&m, "%s\t2\n", line.s);
+        else if (k < 20)
+            text_add(&m, "%s\n", line.s);
+        else
+            text_add(&m, "%s\t900\n", line.s);
+        free(line.s);
+    }
+    for (int k = 0; k < 2; k++) {
+        struct text again = {0};
+        char id[129];
+        tsv_line(&again, svcs[k % 3], (uint64_t)(1000 + k), id);
+        again.s[again.n - 1] = '\0';
+        text_add(&m, "%s\t900\n", again.s);
+        free(again.s);
+    }
+    const char *args2[] = {"--tsv", "-", "--priority", "-5", NULL};
+    rc = run_queuer(conninfo, env, args2, m.s, &out, &err);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    assert_contains(out, "30 of 32 batch lines enqueued");
+    free(out);
+    free(err);
+    free(m.s);
+    for (int k = 0; k < 30; k++)
+        assert_int_equal(
+            count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", mids[k]),
+            k < 10   ? 2
+            : k < 20 ? -5
+                     : 900);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(
+            count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", ids[k]), 7);
+    assert_int_equal(staged_calls_reach(db, 4), 4);
+    /* each service's batches of the second load in line order across the runs */
+    for (int s2 = 0; s2 < 3; s2++) {
+        const char *ps[] = {svcs[s2]};
+        struct qw_db_res *res = NULL;
+        struct qw_error e;
+        assert_int_equal(sql_params(db,
+                                    "SELECT batch_id FROM queuer.batches WHERE service_id = $1 "
+                                    "AND priority <> 7 ORDER BY created_at",
+                                    1, ps, &res, &e),
+                         QW_OK);
+        assert_int_equal(qw_db_res_rows(res), 10);
+        for (int i = 0; i < 10; i++)
+            assert_string_equal(qw_db_res_get(res, i, 0), mids[3 * i + s2]);
+        qw_db_res_free(res);
+    }
+    qw_db_close(db);
+    free(conninfo);
+}
+
 static void test_bulk_bad_lines(void **state)
 {
     char *conninfo = itest_db_create("enq_badline", 1);
@@ -1142,6 +1257,7 @@ int main(void)
         cmocka_unit_test(test_bulk_order_and_rows),
         cmocka_unit_test(test_bulk_bad_lines),
         cmocka_unit_test(test_priorities),
+        cmocka_unit_test(test_bulk_priority_runs),
         cmocka_unit_test(test_backpressure_hysteresis),
         cmocka_unit_test(test_concurrent_enqueuers),
         cmocka_unit_test(test_enqueuer_role_calls_sql),

@@ -48,7 +48,8 @@ static void test_migrate_without_createrole(void **state)
                      0);
 
     itest_exec(admin, "CREATE ROLE queuer_worker NOLOGIN; CREATE ROLE queuer_operator NOLOGIN; "
-                      "CREATE ROLE queuer_enqueuer NOLOGIN");
+                      "CREATE ROLE queuer_enqueuer NOLOGIN; CREATE ROLE queuer_loader NOLOGIN; "
+                      "GRANT queuer_loader TO itest_owner");
     rc = run_migrate(conninfo, &out, &err);
     if (rc != 0)
         fail_msg("migrate with pre-created roles: exit %d\n%s%s", rc, out, err);
