@@ -483,6 +483,31 @@ static void test_bulk_order_and_rows(void **state)
 }
 
 /*
+ * Asserts that `service`'s batches, except those at priority `skip` (0:
+ * none skipped), are ids[first], ids[first + stride], ... (n of them) in
+ * created_at order: the load's line order.
+ */
+static void assert_line_order(struct qw_db *db, const char *service, int skip, char (*ids)[129],
+                              int first, int stride, int n)
+{
+    char skipped[16];
+    snprintf(skipped, sizeof(skipped), "%d", skip);
+    const char *ps[] = {service, skipped};
+    struct qw_db_res *res = NULL;
+    struct qw_error e;
+    assert_int_equal(sql_params(db,
+                                "SELECT batch_id FROM queuer.batches WHERE service_id = $1 "
+                                "AND ($2::integer = 0 OR priority <> $2::integer) "
+                                "ORDER BY created_at, batch_id",
+                                2, ps, &res, &e),
+                     QW_OK);
+    assert_int_equal(qw_db_res_rows(res), n);
+    for (int i = 0; i < n; i++)
+        assert_string_equal(qw_db_res_get(res, i, 0), ids[first + i * stride]);
+    qw_db_res_free(res);
+}
+
+/*
  * Priorities (issue 14): --priority for a single batch and as the default
  * of a load, the fourth TSV column per line, enqueue_batch()'s parameter;
  * a load mixing priorities keeps each service's line order (it is stored
@@ -576,19 +601,8 @@ static void test_priorities(void **state)
             count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", ids[k]),
             prio[k] == -1 ? 3 : prio[k]);
     /* each service's batches in line order (created_at strictly increasing) */
-    for (int s2 = 0; s2 < 2; s2++) {
-        const char *svc = s2 ? SVC_B : SVC_C;
-        const char *ps[] = {svc};
-        assert_int_equal(sql_params(db,
-                                    "SELECT batch_id FROM queuer.batches WHERE service_id = $1 "
-                                    "ORDER BY created_at, batch_id",
-                                    1, ps, &res, &e),
-                         QW_OK);
-        assert_int_equal(qw_db_res_rows(res), 6);
-        for (int i = 0; i < 6; i++)
-            assert_string_equal(qw_db_res_get(res, i, 0), ids[2 * i + s2]);
-        qw_db_res_free(res);
-    }
+    assert_line_order(db, SVC_C, 0, ids, 0, 2, 6);
+    assert_line_order(db, SVC_B, 0, ids, 1, 2, 6);
     free(t.s);
 
     /* refused: an out-of-range fourth column (the line), a bad --priority (usage) */
@@ -710,20 +724,8 @@ static void test_bulk_priority_runs(void **state)
             count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", ids[k]), 7);
     assert_int_equal(staged_calls_reach(db, 4), 4);
     /* each service's batches of the second load in line order across the runs */
-    for (int s2 = 0; s2 < 3; s2++) {
-        const char *ps[] = {svcs[s2]};
-        struct qw_db_res *res = NULL;
-        struct qw_error e;
-        assert_int_equal(sql_params(db,
-                                    "SELECT batch_id FROM queuer.batches WHERE service_id = $1 "
-                                    "AND priority <> 7 ORDER BY created_at",
-                                    1, ps, &res, &e),
-                         QW_OK);
-        assert_int_equal(qw_db_res_rows(res), 10);
-        for (int i = 0; i < 10; i++)
-            assert_string_equal(qw_db_res_get(res, i, 0), mids[3 * i + s2]);
-        qw_db_res_free(res);
-    }
+    for (int s2 = 0; s2 < 3; s2++)
+        assert_line_order(db, svcs[s2], 7, mids, s2, 3, 10);
     qw_db_close(db);
     free(conninfo);
 }
