@@ -36,7 +36,7 @@ done
 QW_SIM_URL="http://127.0.0.1:$(cat "$E2E_DIR/ledger/port")"
 export QW_SIM_URL
 stop_ledger() { kill "$LEDGER_PID" 2>/dev/null || true; wait "$LEDGER_PID" 2>/dev/null || true; }
-trap 'rc=$?; stop_ledger; (exit $rc); e2e_cleanup' EXIT
+trap 'rc=$?; stop_ledger; (exit $rc); sc_cleanup' EXIT
 
 mode() {
     curl -sf -X POST --data "$1" "$QW_SIM_URL/_hostile/mode" >/dev/null || e2e_fail "cannot set mode $1"
@@ -49,7 +49,7 @@ load() {
     SEED=$((SEED + 1))
     "$QUEUER_GEN_BIN" --services "$2" --batches "$3" --seed "$SEED" --circuit-prefix "$1" \
         >"$E2E_DIR/$1.tsv"
-    qwc_load_tsv "$E2E_DIR/$1.tsv" >>"$E2E_DIR/load.log" 2>&1 || e2e_fail "loading $1 failed"
+    qw_load_tsv "$E2E_DIR/$1.tsv" >>"$E2E_DIR/load.log" 2>&1 || e2e_fail "loading $1 failed"
 }
 
 # final PREFIX SECS: waits until every batch of PREFIX is final.

@@ -108,6 +108,4 @@ sc_wait_all_final 30
 sc_check_order
 sc_show "SELECT to_status, coalesce(instance_id, '-') AS instance, count(*)
            FROM queuer.batch_history GROUP BY 1, 2 ORDER BY 2, 1"
-sc_worker_signal w2 TERM
-sc_worker_wait_exit w2 15
-sc_check "w2 exits 0 after SIGTERM" 0 "$SC_RC"
+sc_worker_stop w2 15
