@@ -96,6 +96,16 @@ int qw_cli_open_db(const struct qw_cli_common *c, const char *app, struct qw_db 
 int qw_cli_db_error(const struct qw_error *err, const char *role);
 
 /**
+ * qw_cli_open_db(), then refuses a database whose schema is not the one
+ * this binary was built for (qw_migrate_check): reports it with
+ * qw_cli_db_error(`role`), closes the connection and returns the exit
+ * code. Returns QW_EXIT_OK with *db open otherwise. For the commands that
+ * read or change batches (not migrate).
+ */
+int qw_cli_open_current_db(const struct qw_cli_common *c, const char *app, const char *role,
+                           struct qw_db **db);
+
+/**
  * Prints `obj` as indented JSON and a newline on stdout, then releases it
  * (NULL, from a failed json_pack, counts as out of memory). Returns
  * QW_EXIT_OK or QW_EXIT_FAILURE (message printed).

@@ -11,7 +11,6 @@
 #include "common/table.h"
 #include "common/termtext.h"
 #include "db/db.h"
-#include "db/migrate.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -389,19 +388,12 @@ int qw_cmd_batch(int argc, char **argv)
     snprintf(command, sizeof(command), "batch %s", a.action);
     qw_cli_set_command(command);
     struct qw_db *db = NULL;
-    int rc = qw_cli_open_db(&a.common, "queuer-batch", &db);
-    if (rc != QW_EXIT_OK)
-        return rc;
-    struct qw_error err;
-    qw_error_clear(&err);
-    rc = qw_migrate_check(db, NULL, &err);
-    if (rc != QW_OK) {
-        code = qw_cli_db_error(&err, "a role granted queuer_operator");
-    } else {
-        code = resolve(db, &a);
-        if (code < 0)
-            code = strcmp(a.action, "show") == 0 ? do_show(db, &a) : do_action(db, &a);
-    }
+    code = qw_cli_open_current_db(&a.common, "queuer-batch", "a role granted queuer_operator", &db);
+    if (code != QW_EXIT_OK)
+        return code;
+    code = resolve(db, &a);
+    if (code < 0)
+        code = strcmp(a.action, "show") == 0 ? do_show(db, &a) : do_action(db, &a);
     qw_db_close(db);
     return code;
 }

@@ -3,7 +3,6 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "db/db.h"
-#include "db/migrate.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -12,8 +11,9 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#define DEFAULT_STUCK_SHOWN 20 /* stuck batches listed by default */
-#define DEFAULT_INSTANCES 200  /* instances listed at most */
+#define DEFAULT_STUCK_SHOWN 20                         /* stuck batches listed by default */
+#define DEFAULT_INSTANCES 200                          /* instances listed at most */
+#define OPERATOR_ROLE "a role granted queuer_operator" /* named when permission is denied */
 
 static void usage(FILE *out)
 {
@@ -172,24 +172,22 @@ int qw_cmd_status(int argc, char **argv)
     if (code >= 0)
         return code;
     struct qw_db *db = NULL;
-    int rc = qw_cli_open_db(&common, "queuer-status", &db);
-    if (rc != QW_EXIT_OK)
-        return rc;
-
-    struct qw_error err;
-    qw_error_clear(&err);
-    struct qw_status_report report;
-    rc = qw_migrate_check(db, NULL, &err);
-    if (rc == QW_OK && watching) {
+    code = qw_cli_open_current_db(&common, "queuer-status", OPERATOR_ROLE, &db);
+    if (code != QW_EXIT_OK)
+        return code;
+    if (watching) {
         code = watch(db, stuck);
         qw_db_close(db);
         return code;
     }
-    if (rc == QW_OK)
-        rc = qw_status_load(db, DEFAULT_INSTANCES, stuck, &report, &err);
+
+    struct qw_error err;
+    qw_error_clear(&err);
+    struct qw_status_report report;
+    int rc = qw_status_load(db, DEFAULT_INSTANCES, stuck, &report, &err);
     qw_db_close(db);
     if (rc != QW_OK)
-        return qw_cli_db_error(&err, "a role granted queuer_operator");
+        return qw_cli_db_error(&err, OPERATOR_ROLE);
     char *text = NULL;
     if (json) {
         json_t *obj = qw_status_render_json(&report);
