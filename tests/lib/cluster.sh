@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The one test and demo harness: shell functions that start and stop a
 # private PostgreSQL cluster, the scabbard-sim ledger and `queuer run`
 # workers, generate and load workloads, and stop any process in a bounded
@@ -134,6 +135,11 @@ qw_migrate() {
 #                            Call it directly, not in $(...): a subshell cannot wait
 #   qw_stop_pids SECS PID... SIGCONT + SIGTERM, up to SECS for all to exit, then
 #                            SIGKILL; reaps our children
+#   qw_wait_port_file FILE PID OUT  wait up to 10 s for the server PID (started in
+#                            the background, output in OUT) to write its port to
+#                            FILE; shows OUT and fails when it dies first
+#   qw_free_port             a free TCP port on 127.0.0.1, for a server that
+#                            takes no port 0 (the kernel may give it away again)
 
 qw_proc_state() {
     local stat
@@ -184,6 +190,24 @@ qw_stop_pids() {
     done
 }
 
+qw_wait_port_file() {
+    local _
+    for _ in $(seq 1 200); do
+        [ -s "$1" ] && return 0
+        if ! qw_alive "$2"; then
+            cat "$3" >&2
+            return 1
+        fi
+        sleep 0.05
+    done
+    echo "cluster.sh: no port in $1 after 10 s" >&2
+    return 1
+}
+
+qw_free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 # ---- simulator and workers -------------------------------------------------
 #
 #   qw_sim_start DIR [SIM-ARGS...]  start scabbard-sim on a free port of QW_SIM_HOST
@@ -211,22 +235,14 @@ qw_stop_pids() {
 QW_WORKER_DIRS=() # every DIR qw_worker_start was given in this shell
 
 qw_sim_start() {
-    local dir=$1 _
+    local dir=$1
     shift
     mkdir -p "$dir"
     rm -f "$dir/sim.port"
     "${SCABBARD_SIM_BIN:?}" --listen "${QW_SIM_HOST:-127.0.0.1}:0" --port-file "$dir/sim.port" \
         --event-log "$dir/sim.ndjson" "$@" >"$dir/sim.out" 2>&1 &
     QW_SIM_PID=$!
-    for _ in $(seq 1 200); do
-        [ -s "$dir/sim.port" ] && break
-        if ! qw_alive "$QW_SIM_PID"; then
-            cat "$dir/sim.out" >&2
-            return 1
-        fi
-        sleep 0.05
-    done
-    [ -s "$dir/sim.port" ] || { echo "scabbard-sim did not start" >&2; return 1; }
+    qw_wait_port_file "$dir/sim.port" "$QW_SIM_PID" "$dir/sim.out" || return 1
     QW_SIM_URL="http://${QW_SIM_HOST:-127.0.0.1}:$(cat "$dir/sim.port")"
     QW_SIM_LOG="$dir/sim.ndjson"
     export QW_SIM_URL QW_SIM_LOG QW_SIM_PID
@@ -300,8 +316,8 @@ QW_ALL_FINAL_SQL="SELECT count(*) = 0 FROM queuer.batches
                    WHERE status IS NULL OR status NOT IN ('Committed', 'Valid', 'Invalid')"
 
 qw_wait_sql() {
-    local secs=$1 sql=$2 i out
-    for i in $(seq 1 $((secs * 10))); do
+    local secs=$1 sql=$2 _ out
+    for _ in $(seq 1 $((secs * 10))); do
         out=$(psql -X -q -t -A "${QW_DB_CONNINFO:-$QW_PG_CONNINFO}" -c "$sql" 2>/dev/null || true)
         [ "$out" = "t" ] && return 0
         sleep 0.1

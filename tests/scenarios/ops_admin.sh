@@ -35,7 +35,7 @@ wait_http() { # PATH CODE SECS
 
 sc_pg_start
 sc_sim_start --commit-delay-ms 5 --fault-429 0.2 --seed 7
-PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(qw_free_port)
 sc_worker_start w1 QUEUER_ADMIN_LISTEN="127.0.0.1:$PORT" QUEUER_DLT_PAUSE_BASE_MS=5 \
     QUEUER_DLT_PAUSE_MAX_MS=50
 sc_wait_log w1 20 'event=worker.started'
