@@ -41,12 +41,13 @@ export QW_HA_DIR=$SC_DIR/ha
 FEEDER_PID=
 PROBE_PID=
 
+# shellcheck disable=SC2317 # called from the EXIT trap
 ha_cleanup() {
-    local rc=$? pid
+    local pid
     for pid in "$FEEDER_PID" "$PROBE_PID"; do
         [ -z "$pid" ] || qw_stop_pids 5 "$pid"
     done
-    if [ "$rc" != 0 ]; then
+    if [ "$SC_EXIT_RC" != 0 ]; then
         "$HA_SH" status 2>/dev/null
         for f in "$QW_HA_DIR"/node*/patroni.log; do
             [ -s "$f" ] && { echo "---- last lines of $f"; grep -v "no action" "$f" | tail -n 15; }
@@ -54,10 +55,8 @@ ha_cleanup() {
     fi
     qw_workers_stop "$SC_DIR" 2>/dev/null
     "$HA_SH" down >/dev/null 2>&1
-    (exit "$rc")
-    sc_cleanup
 }
-trap ha_cleanup EXIT
+sc_on_exit ha_cleanup
 
 now_us() {
     date +%s%6N

@@ -17,18 +17,16 @@ ha_require_packages pgbouncer
 
 sc_begin pgbouncer_txn
 PGB_PID=
+# shellcheck disable=SC2317 # called from the EXIT trap
 pgb_cleanup() {
-    local rc=$?
     qw_workers_stop "$SC_DIR" 2>/dev/null
     [ -z "$PGB_PID" ] || qw_stop_pids 5 "$PGB_PID"
-    if [ "$rc" != 0 ] && [ -s "$SC_DIR/pgb/pgbouncer.log" ]; then
+    if [ "$SC_EXIT_RC" != 0 ] && [ -s "$SC_DIR/pgb/pgbouncer.log" ]; then
         echo "---- last lines of pgbouncer.log"
         tail -n 20 "$SC_DIR/pgb/pgbouncer.log"
     fi
-    (exit "$rc")
-    sc_cleanup
 }
-trap pgb_cleanup EXIT
+sc_on_exit pgb_cleanup
 
 sc_pg_start
 sc_sim_start --commit-delay-ms 20

@@ -32,7 +32,9 @@ qw_wait_port_file "$E2E_DIR/ledger/port" "$LEDGER_PID" "$E2E_DIR/ledger/out.log"
     e2e_fail "the hostile ledger did not start"
 QW_SIM_URL="http://127.0.0.1:$(cat "$E2E_DIR/ledger/port")"
 export QW_SIM_URL
-trap 'rc=$?; qw_stop_pids 5 "$LEDGER_PID"; (exit $rc); sc_cleanup' EXIT
+# shellcheck disable=SC2317 # called from the EXIT trap
+stop_ledger() { qw_stop_pids 5 "$LEDGER_PID"; }
+sc_on_exit stop_ledger
 
 mode() {
     curl -sf -X POST --data "$1" "$QW_SIM_URL/_hostile/mode" >/dev/null || e2e_fail "cannot set mode $1"
@@ -94,6 +96,18 @@ e2e_assert "$(count "SELECT count(*) FROM queuer.batch_history h JOIN queuer.bat
     -gt 0 "html503-jp: the 503 page is in the history, cut on a character boundary"
 
 # --- item 2: a proxy's HTML 400 is a failed attempt, not a verdict
+# The worker logs at most one ledger.request_failed line per request type a
+# second and counts the rest: the proxy's 400s (3 per batch, all within a
+# second) are logged only when a second has passed since the last POST
+# failure line of the 503 phase, so wait for that first.
+last_post_failure=$(sed -n 's/^ts=\([^ ]*\) .*event=ledger.request_failed request=post .*/\1/p' "$LOG" |
+    tail -n 1)
+if [ -n "$last_post_failure" ]; then
+    quiet_from_ms=$(($(date -d "$last_post_failure" +%s%3N) + 1100))
+    while [ "$(date +%s%3N)" -lt "$quiet_from_ms" ]; do
+        sleep 0.1
+    done
+fi
 mode proxy400
 load hp400 3 2
 final hp400 90

@@ -7,6 +7,8 @@
 # calls sc_begin.
 #
 #   sc_begin NAME                 temp dir SC_DIR, EXIT trap (cleanup + logs on failure)
+#   sc_on_exit FUNC               the trap calls FUNC first (what the script started
+#                                 itself), with SC_EXIT_RC set to the exit status
 #   sc_pg_start                   private PostgreSQL, `queuer migrate`, helper schema
 #   sc_sim_start [SIM-ARGS...]    scabbard-sim; sc_sim_pause / sc_sim_resume /
 #                                 sc_sim_faults JSON; sc_sim_log_load (event log -> SQL)
@@ -52,6 +54,8 @@ SC_DIR=
 SC_RC=
 SC_POLLER_PID=
 SC_T0=0
+SC_ON_EXIT=()
+SC_EXIT_RC=
 
 sc_log() {
     printf '[%s %s] %s\n' "$SC_NAME" "$(date +%H:%M:%S.%3N)" "$*"
@@ -76,11 +80,21 @@ sc_begin() {
     sc_log "directory $SC_DIR"
 }
 
-# Stops every worker (resuming stopped ones first), the simulator and
-# PostgreSQL; on failure prints the tail of every log and keeps SC_DIR.
+sc_on_exit() {
+    SC_ON_EXIT+=("$1")
+}
+
+# Runs the sc_on_exit functions, stops every worker (resuming stopped ones
+# first), the simulator and PostgreSQL; on failure prints the tail of every
+# log and keeps SC_DIR. Errors here do not end the script early (set +e).
 sc_cleanup() {
-    local rc=$? f d logs=()
+    local rc=$? f d logs=() fn
     trap - EXIT
+    set +e
+    SC_EXIT_RC=$rc
+    for fn in "${SC_ON_EXIT[@]}"; do
+        "$fn"
+    done
     qw_stop_all fast
     if [ "$rc" != 0 ]; then
         for d in "${QW_WORKER_DIRS[@]}"; do
