@@ -117,6 +117,23 @@ int qw_cli_common_opt(int argc, char **argv, int *i, struct qw_cli_common *c)
     return 0;
 }
 
+int qw_cli_next_arg(int argc, char **argv, int *i, struct qw_cli_common *c,
+                    void (*usage)(FILE *out))
+{
+    while (++*i < argc) {
+        if (strcmp(argv[*i], "--help") == 0 || strcmp(argv[*i], "-h") == 0) {
+            usage(stdout);
+            return QW_EXIT_OK;
+        }
+        int r = qw_cli_common_opt(argc, argv, i, c);
+        if (r < 0)
+            return QW_EXIT_USAGE;
+        if (r == 0)
+            return QW_CLI_ARG;
+    }
+    return QW_CLI_ARGS_END;
+}
+
 static void print_warning(void *ctx, const char *msg)
 {
     (void)ctx;

@@ -57,6 +57,23 @@ const char *qw_cli_count(char *buf, size_t len, long long n, const char *one, co
  */
 int qw_cli_common_opt(int argc, char **argv, int *i, struct qw_cli_common *c);
 
+/** What qw_cli_next_arg() found besides an exit code. */
+enum {
+    QW_CLI_ARG = -1,      /* argv[*i] is the command's own argument */
+    QW_CLI_ARGS_END = -2, /* no argument left */
+};
+
+/**
+ * The argument loop every command shares: advances *i (start at 0) to the
+ * command's next own argument, taking the common options on the way
+ * (qw_cli_common_opt). Returns QW_CLI_ARG with argv[*i] for the command to
+ * parse (it may take a value by advancing *i itself), QW_CLI_ARGS_END after
+ * the last argument, QW_EXIT_OK after printing usage(stdout) for --help or
+ * -h, QW_EXIT_USAGE after a bad common option (message printed).
+ */
+int qw_cli_next_arg(int argc, char **argv, int *i, struct qw_cli_common *c,
+                    void (*usage)(FILE *out)) QW_MUST_CHECK;
+
 /**
  * Fills `src` with the sources of `c`: the file of -c or QUEUER_CONFIG,
  * --database, and warnings printed to stderr.

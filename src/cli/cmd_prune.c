@@ -74,17 +74,9 @@ static int parse_int(const char *text, int min, int max, int *out)
 static int parse_args(int argc, char **argv, struct args *a)
 {
     int have_age = 0;
-    for (int i = 1; i < argc; i++) {
+    int i = 0, r;
+    while ((r = qw_cli_next_arg(argc, argv, &i, &a->common, usage)) == QW_CLI_ARG) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, &a->common);
-        if (r == 1)
-            continue;
-        if (r < 0)
-            return QW_EXIT_USAGE;
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(arg, "--dry-run") == 0) {
             a->dry_run = 1;
@@ -116,6 +108,8 @@ static int parse_args(int argc, char **argv, struct args *a)
             return QW_EXIT_USAGE;
         }
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     if (!have_age) {
         qw_cli_err("--older-than DURATION is required");
         usage(stderr);

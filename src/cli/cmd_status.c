@@ -52,17 +52,9 @@ static int parse_count(const char *text, int max, int *out)
 static int parse_args(int argc, char **argv, struct qw_cli_common *common, int *json, int *watch,
                       int *stuck)
 {
-    for (int i = 1; i < argc; i++) {
+    int i = 0, r;
+    while ((r = qw_cli_next_arg(argc, argv, &i, common, usage)) == QW_CLI_ARG) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, common);
-        if (r == 1)
-            continue;
-        if (r < 0)
-            return QW_EXIT_USAGE;
         if (strcmp(arg, "--json") == 0) {
             *json = 1;
         } else if (strcmp(arg, "--watch") == 0) {
@@ -78,6 +70,8 @@ static int parse_args(int argc, char **argv, struct qw_cli_common *common, int *
             return QW_EXIT_USAGE;
         }
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     if (*json && *watch) {
         qw_cli_err("--json and --watch exclude each other");
         return QW_EXIT_USAGE;
