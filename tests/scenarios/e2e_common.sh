@@ -81,6 +81,25 @@ e2e_check() {
     [ "$rc" = 0 ] || e2e_fail "qw-check found ${FIG[violations]:-?} invariant violation(s)"
 }
 
+# e2e_drain_three TOTAL SECS: workers w1, w2 and w3 drain the workload of
+# TOTAL batches within SECS, then e2e_check; every batch must end Committed
+# and qw-check must have seen each one. Sets PER_WORKER (e2e_per_worker).
+e2e_drain_three() {
+    local w committed
+    for w in w1 w2 w3; do
+        e2e_worker "$w"
+    done
+    e2e_drain "$2"
+    e2e_log "drained: $(qw_sql "SELECT string_agg(status || '=' || n, ' ')
+                                  FROM (SELECT status, count(*) AS n FROM queuer.batches GROUP BY 1) x")"
+    # shellcheck disable=SC2034 # read by the scripts
+    PER_WORKER=$(e2e_per_worker)
+    e2e_check
+    committed=$(qw_sql "SELECT count(*) FROM queuer.batches WHERE status = 'Committed'")
+    e2e_assert "$committed" -eq "$1" "every batch Committed"
+    e2e_assert "${FIG[batches]}" -eq "$1" "qw-check saw every batch"
+}
+
 # Committed batches per worker instance, "w1=170 w2=160 ...".
 e2e_per_worker() {
     qw_sql "SELECT string_agg(instance_id || '=' || n, ' ' ORDER BY instance_id)

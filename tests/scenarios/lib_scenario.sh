@@ -25,6 +25,8 @@
 #                                 sc_watch_refresh TAG re-reads their expiries
 #   sc_takeover_poll_start SECS / sc_takeover_poll_wait   poll (in the background)
 #                                 until every watched claim has a new holder
+#   sc_show_takeover KILL_AT      how long after the old expiries and KILL_AT the
+#                                 watched claims were taken over
 #
 # Every wait is bounded; nothing here sleeps as a substitute for a condition.
 
@@ -516,6 +518,23 @@ sc_taken_at() {
 # sc_ms EXPR: SQL for an interval in milliseconds, rounded.
 sc_ms() {
     echo "round(extract(epoch FROM ($1)) * 1000)::bigint"
+}
+
+# sc_show_takeover KILL_AT: per tag of the watched claims, how long after
+# their old expiry_1 and expiry_2 and after KILL_AT (a timestamptz) they
+# were taken over, and when the poller saw it at the latest (ms).
+sc_show_takeover() {
+    local taken
+    taken=$(sc_taken_at)
+    sc_show "SELECT w.tag, count(*) AS services,
+                    min($(sc_ms "$taken - w.old_expiry_1")) AS min_after_expiry_1_ms,
+                    max($(sc_ms "$taken - w.old_expiry_1")) AS max_after_expiry_1_ms,
+                    min($(sc_ms "$taken - w.old_expiry_2")) AS min_after_expiry_2_ms,
+                    max($(sc_ms "$taken - w.old_expiry_2")) AS max_after_expiry_2_ms,
+                    min($(sc_ms "$taken - '$1'::timestamptz")) AS min_after_kill_ms,
+                    max($(sc_ms "$taken - '$1'::timestamptz")) AS max_after_kill_ms,
+                    max($(sc_ms "w.seen_at - '$1'::timestamptz")) AS max_seen_after_kill_ms
+               FROM scenario.watch w GROUP BY 1 ORDER BY 1"
 }
 
 # sc_wait_all_final SECS: waits until every batch has a final status.
