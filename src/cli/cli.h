@@ -5,7 +5,7 @@
  *
  * The options every command accepts (-c/--config FILE, --database
  * CONNINFO) may stand before the command name too: main() moves them
- * behind it, so each command parses them with qw_cli_common_opt(). Every
+ * behind it, so each command parses them in qw_cli_next_arg(). Every
  * message a command prints starts with "queuer <command>: " (qw_cli_err,
  * qw_cli_warn), errors and warnings on stderr.
  */
