@@ -139,7 +139,7 @@ build_release() {
 build_release
 QUEUER_BIN=$BUILD/src/queuer
 SCABBARD_SIM_BIN=$BUILD/sim/scabbard-sim
-GEN=$BUILD/tools/queuer-gen
+QUEUER_GEN_BIN=$BUILD/tools/queuer-gen
 ANALYZE=${BENCH_ANALYZE:-$BUILD/bench/bench-analyze}
 export QUEUER_BIN SCABBARD_SIM_BIN
 [ -x "$ANALYZE" ] || die "$ANALYZE is missing: the top-level meson.build needs subdir('bench')"
@@ -170,9 +170,9 @@ ACTIVITY_PID=""
 cleanup() {
     local d
     # workers first, while PostgreSQL and the simulator are still there for
-    # their graceful shutdown; stop_pids ends with SIGKILL for any that hang
-    [ "${#RUN_PIDS[@]}" = 0 ] || stop_pids "${RUN_PIDS[@]}"
-    [ -z "$ACTIVITY_PID" ] || stop_pids "$ACTIVITY_PID"
+    # their graceful shutdown; qw_stop_pids ends with SIGKILL for any that hang
+    [ "${#RUN_PIDS[@]}" = 0 ] || qw_stop_pids 20 "${RUN_PIDS[@]}"
+    [ -z "$ACTIVITY_PID" ] || qw_stop_pids 20 "$ACTIVITY_PID"
     qw_sim_stop
     for d in "${STARTED_PG[@]}"; do
         QW_PG_DIR=$d qw_pg_stop fast
@@ -234,7 +234,7 @@ activity_start() {
 # With --pg-statements: the run's statements by total execution time into $1.
 statements_dump() {
     [ "$PG_STATEMENTS" = 1 ] || return 0
-    [ -z "${ACTIVITY_PID:-}" ] || stop_pids "$ACTIVITY_PID"
+    [ -z "${ACTIVITY_PID:-}" ] || qw_stop_pids 20 "$ACTIVITY_PID"
     ACTIVITY_PID=""
     tail -c +$((PG_LOG_OFFSET + 1)) "$PG_DIR/postgres.log" | grep -A3 'duration:\|still waiting' \
         >"$(dirname "$1")/pg_slow.log" || true
@@ -289,7 +289,7 @@ workload_workers() {
 # Writes the TSV of a size once; prints its path.
 workload_tsv() {
     local f=$WORK/w-$1x$2.tsv
-    [ -s "$f" ] || "$GEN" --services "$1" --batches "$2" >"$f"
+    [ -s "$f" ] || qw_gen "$f" "$1" "$2"
     echo "$f"
 }
 
@@ -375,20 +375,6 @@ collect_procs() {
 db_settle() {
     bench_db_idle "$PG_ADMIN" "$DB" 30 || say "$DB: backends still connected; commit count may be off"
     sleep 0.3
-}
-
-# SIGTERM to the processes in "$@", then up to 20 s for them to exit, then SIGKILL.
-stop_pids() {
-    local pid i
-    for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "$@"; do
-        for i in $(seq 1 200); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
 }
 
 new_db() {
@@ -488,11 +474,10 @@ run_queuer() {
     new_db "b_${db,,}"
     tsv=$(workload_tsv "$s" "$b")
     say "$name: $s services x $b batches, $k worker(s), fsync=$fsync $*"
-    QUEUER_DATABASE_CONNINFO=$DB_CONNINFO "$QUEUER_BIN" migrate >>"$LOG" 2>&1 || die "migrate failed"
+    qw_migrate "$LOG" "$DB_CONNINFO" || die "migrate failed"
     w7_capacity "$name"
     t0=$(date +%s.%N)
-    QUEUER_DATABASE_CONNINFO=$DB_CONNINFO QUEUER_INGEST_HIGH=0 "$QUEUER_BIN" enqueue --tsv "$tsv" \
-        >>"$LOG" 2>&1 || die "enqueue failed"
+    QUEUER_DATABASE_CONNINFO=$DB_CONNINFO qw_load_tsv "$tsv" >>"$LOG" 2>&1 || die "enqueue failed"
     enq=$(elapsed_since "$t0")
     psql -X -q "$DB_CONNINFO" -c "VACUUM ANALYZE" -c "CHECKPOINT" >>"$LOG" 2>&1
     db_settle
@@ -590,7 +575,7 @@ SQL
         "$(run_timeout_s $((s * b)))"
     snap_after
     collect_procs "${pids[@]}"
-    stop_pids "${pids[@]}"
+    qw_stop_pids 20 "${pids[@]}"
     RUN_PIDS=()
     db_settle
     qw_sim_stop

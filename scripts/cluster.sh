@@ -23,7 +23,7 @@
 # build/release), QUEUER_BIN / SCABBARD_SIM_BIN (binaries, default from QWC_BUILD).
 # As root, PostgreSQL runs as the unprivileged "postgres" user.
 #
-# The file can also be sourced (scripts/demo.sh, the e2e tests): it then only
+# The file can also be sourced (scripts/demo.sh): it then only
 # defines the qwc_* functions and the topology below.
 
 QWC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -55,35 +55,6 @@ qwc_bins() {
     for b in "$QUEUER_BIN" "$SCABBARD_SIM_BIN"; do
         [ -x "$b" ] || { echo "cluster.sh: $b not found; build first (meson setup $QWC_BUILD)" >&2; return 1; }
     done
-}
-
-# Loads a TSV workload (service_id<TAB>batch_id<TAB>hex) into the database of
-# QUEUER_DATABASE_CONNINFO with ingest back pressure off for this load
-# (QUEUER_INGEST_HIGH=0: a whole sample workload goes in at once).
-qwc_load_tsv() {
-    local file=$1 out rc=0
-    out=$(QUEUER_INGEST_HIGH=0 "${QUEUER_BIN:?}" enqueue --tsv "$file" 2>&1) || rc=$?
-    if [ "$rc" != 0 ] && grep -q "not implemented yet" <<<"$out"; then
-        qwc_load_tsv_psql "$file"
-        return
-    fi
-    [ -z "$out" ] || echo "$out" >&2
-    return "$rc"
-}
-
-# Fallback while `queuer enqueue --tsv` is not available: the same SQL
-# function, fed by psql.
-qwc_load_tsv_psql() {
-    local file=$1
-    [ "$file" != - ] || { echo "cluster.sh: the psql fallback needs a file, not stdin" >&2; return 1; }
-    psql -X -q -v ON_ERROR_STOP=1 "${QUEUER_DATABASE_CONNINFO:?}" <<SQL
-SET queuer.ingest_high = 0;
-CREATE TEMP TABLE qwc_load (line_no serial, service_id text, batch_id text, payload_hex text);
-\copy qwc_load (service_id, batch_id, payload_hex) from '$file'
-SELECT count(*) AS refused FROM queuer.enqueue_rows((SELECT array_agg(ROW(line_no, service_id,
-       batch_id, decode(payload_hex, 'hex'))::queuer.enqueue_row ORDER BY line_no) FROM qwc_load),
-       false);
-SQL
 }
 
 # Prints N random bytes as hex.
@@ -204,11 +175,7 @@ qwc_start() {
     qwc_save_state 0
     QUEUER_DATABASE_CONNINFO=$QW_PG_CONNINFO
     export QUEUER_DATABASE_CONNINFO
-    "$QUEUER_BIN" migrate >"$QWC_DIR/migrate.log" 2>&1 || {
-        cat "$QWC_DIR/migrate.log" >&2
-        qwc_start_failed "$monitor"
-        return 1
-    }
+    qw_migrate "$QWC_DIR/migrate.log" || { qwc_start_failed "$monitor"; return 1; }
     qw_sim_start "$QWC_DIR/sim" "${QWC_SIM_ARGS[@]}" --token-file "$QWC_DIR/secrets/dlt_token" ||
         { qwc_start_failed "$monitor"; return 1; }
     qwc_save_state 0
@@ -224,9 +191,9 @@ qwc_start() {
 qwc_alive() {
     local f
     [ -f "$QW_PG_DIR/data/postmaster.pid" ] && return 0
-    kill -0 "${QW_SIM_PID:-0}" 2>/dev/null && return 0
+    qw_alive "${QW_SIM_PID:-0}" && return 0
     for f in "$QWC_DIR"/workers/*.pid; do
-        [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && return 0
+        [ -f "$f" ] && qw_alive "$(cat "$f")" && return 0
     done
     return 1
 }
@@ -235,17 +202,8 @@ qwc_alive() {
 qwc_stop() {
     qw_workers_stop "$QWC_DIR/workers"
     qwc_load_state || return 0
-    if [ -n "${QW_SIM_PID:-}" ] && kill -0 "$QW_SIM_PID" 2>/dev/null; then
-        kill -TERM "$QW_SIM_PID" 2>/dev/null || true
-        local i
-        for i in $(seq 1 100); do
-            kill -0 "$QW_SIM_PID" 2>/dev/null || break
-            sleep 0.05
-        done
-        kill -KILL "$QW_SIM_PID" 2>/dev/null || true
-    fi
-    QW_SIM_PID=
-    [ -z "${QW_PG_DIR:-}" ] || qw_pg_stop
+    qw_sim_stop
+    qw_pg_stop
     rm -f "$QWC_DIR/state.env"
 }
 
@@ -325,7 +283,7 @@ qwc_main() {
     load)
         qwc_bins
         qwc_load_state || { echo "no cluster running in $QWC_DIR" >&2; exit 1; }
-        qwc_load_tsv "${1:?load needs a TSV file or -}"
+        qw_load_tsv "${1:?load needs a TSV file or -}"
         ;;
     psql)
         qwc_load_state || { echo "no cluster running in $QWC_DIR" >&2; exit 1; }

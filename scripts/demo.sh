@@ -96,10 +96,9 @@ echo "workers:      $(for i in $(seq 1 "$workers"); do printf 'w%s ' "$i"; done)
 
 total=$((services * batches))
 say "enqueueing $services services x $batches batches = $total batches"
-"$QUEUER_GEN_BIN" --services "$services" --batches "$batches" --seed 1 \
-    >"$QWC_DIR/workload.tsv"
+qw_gen "$QWC_DIR/workload.tsv" "$services" "$batches"
 t0=$(now_us)
-qwc_load_tsv "$QWC_DIR/workload.tsv"
+qw_load_tsv "$QWC_DIR/workload.tsv"
 t_loaded=$(now_us)
 echo "enqueued in $(secs $((t_loaded - t0))) s (ingest back pressure off for this load: QUEUER_INGEST_HIGH=0)"
 

@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "db/db.h"
+#include "db/migrate.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -116,6 +117,23 @@ int qw_cli_common_opt(int argc, char **argv, int *i, struct qw_cli_common *c)
     return 0;
 }
 
+int qw_cli_next_arg(int argc, char **argv, int *i, struct qw_cli_common *c,
+                    void (*usage)(FILE *out))
+{
+    while (++*i < argc) {
+        if (strcmp(argv[*i], "--help") == 0 || strcmp(argv[*i], "-h") == 0) {
+            usage(stdout);
+            return QW_EXIT_OK;
+        }
+        int r = qw_cli_common_opt(argc, argv, i, c);
+        if (r < 0)
+            return QW_EXIT_USAGE;
+        if (r == 0)
+            return QW_CLI_ARG;
+    }
+    return QW_CLI_ARGS_END;
+}
+
 static void print_warning(void *ctx, const char *msg)
 {
     (void)ctx;
@@ -197,6 +215,22 @@ int qw_cli_db_error(const struct qw_error *err, const char *role)
     else
         qw_cli_err("%s", err->msg);
     return qw_cli_exit_for(err->rc);
+}
+
+int qw_cli_open_current_db(const struct qw_cli_common *c, const char *app, const char *role,
+                           struct qw_db **db)
+{
+    int code = qw_cli_open_db(c, app, db);
+    if (code != QW_EXIT_OK)
+        return code;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_migrate_check(*db, NULL, &err) != QW_OK) {
+        qw_db_close(*db);
+        *db = NULL;
+        return qw_cli_db_error(&err, role);
+    }
+    return QW_EXIT_OK;
 }
 
 int qw_cli_print_json(json_t *obj)

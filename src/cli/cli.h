@@ -5,7 +5,7 @@
  *
  * The options every command accepts (-c/--config FILE, --database
  * CONNINFO) may stand before the command name too: main() moves them
- * behind it, so each command parses them with qw_cli_common_opt(). Every
+ * behind it, so each command parses them in qw_cli_next_arg(). Every
  * message a command prints starts with "queuer <command>: " (qw_cli_err,
  * qw_cli_warn), errors and warnings on stderr.
  */
@@ -57,6 +57,23 @@ const char *qw_cli_count(char *buf, size_t len, long long n, const char *one, co
  */
 int qw_cli_common_opt(int argc, char **argv, int *i, struct qw_cli_common *c);
 
+/** What qw_cli_next_arg() found besides an exit code. */
+enum {
+    QW_CLI_ARG = -1,      /* argv[*i] is the command's own argument */
+    QW_CLI_ARGS_END = -2, /* no argument left */
+};
+
+/**
+ * The argument loop every command shares: advances *i (start at 0) to the
+ * command's next own argument, taking the common options on the way
+ * (qw_cli_common_opt). Returns QW_CLI_ARG with argv[*i] for the command to
+ * parse (it may take a value by advancing *i itself), QW_CLI_ARGS_END after
+ * the last argument, QW_EXIT_OK after printing usage(stdout) for --help or
+ * -h, QW_EXIT_USAGE after a bad common option (message printed).
+ */
+int qw_cli_next_arg(int argc, char **argv, int *i, struct qw_cli_common *c,
+                    void (*usage)(FILE *out)) QW_MUST_CHECK;
+
 /**
  * Fills `src` with the sources of `c`: the file of -c or QUEUER_CONFIG,
  * --database, and warnings printed to stderr.
@@ -94,6 +111,16 @@ int qw_cli_open_db(const struct qw_cli_common *c, const char *app, struct qw_db 
  * "queuer_operator"). Returns the exit code for `rc`.
  */
 int qw_cli_db_error(const struct qw_error *err, const char *role);
+
+/**
+ * qw_cli_open_db(), then refuses a database whose schema is not the one
+ * this binary was built for (qw_migrate_check): reports it with
+ * qw_cli_db_error(`role`), closes the connection and returns the exit
+ * code. Returns QW_EXIT_OK with *db open otherwise. For the commands that
+ * read or change batches (not migrate).
+ */
+int qw_cli_open_current_db(const struct qw_cli_common *c, const char *app, const char *role,
+                           struct qw_db **db);
 
 /**
  * Prints `obj` as indented JSON and a newline on stdout, then releases it

@@ -11,7 +11,6 @@
 #include "common/table.h"
 #include "common/termtext.h"
 #include "db/db.h"
-#include "db/migrate.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -68,17 +67,9 @@ struct args {
 static int parse_args(int argc, char **argv, struct args *a)
 {
     const char *id = NULL;
-    for (int i = 1; i < argc; i++) {
+    int i = 0, r;
+    while ((r = qw_cli_next_arg(argc, argv, &i, &a->common, usage)) == QW_CLI_ARG) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, &a->common);
-        if (r == 1)
-            continue;
-        if (r < 0)
-            return QW_EXIT_USAGE;
         if (strcmp(arg, "--json") == 0) {
             a->json = 1;
         } else if (strcmp(arg, "--invalid") == 0) {
@@ -97,6 +88,8 @@ static int parse_args(int argc, char **argv, struct args *a)
             return QW_EXIT_USAGE;
         }
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     if (!a->action || (strcmp(a->action, "show") != 0 && strcmp(a->action, "retry") != 0 &&
                        strcmp(a->action, "cancel") != 0)) {
         qw_cli_err("expected show, retry or cancel");
@@ -114,12 +107,12 @@ static int parse_args(int argc, char **argv, struct args *a)
                    a->action, ID_LEN, ID_PREFIX_MIN);
         return QW_EXIT_USAGE;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!isxdigit((unsigned char)id[i])) {
+    for (size_t k = 0; k < n; k++) {
+        if (!isxdigit((unsigned char)id[k])) {
             qw_cli_err("%s: '%s' is not a hex batch id", a->action, id);
             return QW_EXIT_USAGE;
         }
-        a->id[i] = (char)tolower((unsigned char)id[i]);
+        a->id[k] = (char)tolower((unsigned char)id[k]);
     }
     a->id[n] = '\0';
     if (a->json && strcmp(a->action, "show") != 0) {
@@ -389,19 +382,12 @@ int qw_cmd_batch(int argc, char **argv)
     snprintf(command, sizeof(command), "batch %s", a.action);
     qw_cli_set_command(command);
     struct qw_db *db = NULL;
-    int rc = qw_cli_open_db(&a.common, "queuer-batch", &db);
-    if (rc != QW_EXIT_OK)
-        return rc;
-    struct qw_error err;
-    qw_error_clear(&err);
-    rc = qw_migrate_check(db, NULL, &err);
-    if (rc != QW_OK) {
-        code = qw_cli_db_error(&err, "a role granted queuer_operator");
-    } else {
-        code = resolve(db, &a);
-        if (code < 0)
-            code = strcmp(a.action, "show") == 0 ? do_show(db, &a) : do_action(db, &a);
-    }
+    code = qw_cli_open_current_db(&a.common, "queuer-batch", "a role granted queuer_operator", &db);
+    if (code != QW_EXIT_OK)
+        return code;
+    code = resolve(db, &a);
+    if (code < 0)
+        code = strcmp(a.action, "show") == 0 ? do_show(db, &a) : do_action(db, &a);
     qw_db_close(db);
     return code;
 }

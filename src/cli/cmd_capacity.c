@@ -83,17 +83,9 @@ static int parse_args(int argc, char **argv, struct args *a)
         return QW_EXIT_USAGE;
     }
     bool set = strcmp(a->action, "set") == 0;
-    for (int i = 2; i < argc; i++) {
+    int i = 1, r; /* argv[1] is the action */
+    while ((r = qw_cli_next_arg(argc, argv, &i, &a->common, usage)) == QW_CLI_ARG) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, &a->common);
-        if (r == 1)
-            continue;
-        if (r < 0)
-            return QW_EXIT_USAGE;
         if (strcmp(arg, "--json") == 0 && strcmp(a->action, "show") == 0) {
             a->json = 1;
             continue;
@@ -119,6 +111,8 @@ static int parse_args(int argc, char **argv, struct args *a)
         usage(stderr);
         return QW_EXIT_USAGE;
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     if (set && !a->limit[0] && !a->limit[1]) {
         qw_cli_err("set: give --max-in-flight, --per-second or both");
         return QW_EXIT_USAGE;

@@ -62,16 +62,8 @@ int qw_cmd_check_config(int argc, char **argv)
 {
     struct qw_cli_common common = {0};
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, &common);
-        if (r == 1)
-            continue;
-        if (r < 0)
-            return QW_EXIT_USAGE;
+    int i = 0, r;
+    while ((r = qw_cli_next_arg(argc, argv, &i, &common, usage)) == QW_CLI_ARG) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (argv[i][0] != '-' && !common.config_path) {
@@ -82,6 +74,8 @@ int qw_cmd_check_config(int argc, char **argv)
             return QW_EXIT_USAGE;
         }
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     struct qw_config_source src = {
         .path = common.config_path,
         .path_from = "the command line",

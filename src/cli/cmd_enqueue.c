@@ -74,17 +74,9 @@ struct args {
 /* Returns -1 to go on, else the exit code (help or usage error). */
 static int parse_args(int argc, char **argv, struct args *a)
 {
-    for (int i = 1; i < argc; i++) {
+    int i = 0, r;
+    while ((r = qw_cli_next_arg(argc, argv, &i, &a->common, usage)) == QW_CLI_ARG) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, &a->common);
-        if (r == 1)
-            continue;
-        if (r < 0)
-            return QW_EXIT_USAGE;
         if (strcmp(arg, "--skip-invalid") == 0) {
             a->skip_invalid = 1;
             continue;
@@ -115,6 +107,8 @@ static int parse_args(int argc, char **argv, struct args *a)
         }
         *slot = argv[++i];
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     int single = a->service || a->batch_id || a->payload_file;
     if (a->tsv && single) {
         qw_cli_err("--tsv cannot be combined with --service, --batch-id "

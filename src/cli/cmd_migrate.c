@@ -85,16 +85,8 @@ int qw_cmd_migrate(int argc, char **argv)
     struct qw_cli_common common = {0};
     enum mode mode = MODE_APPLY;
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, &common);
-        if (r == 1)
-            continue;
-        if (r < 0)
-            return QW_EXIT_USAGE;
+    int i = 0, r;
+    while ((r = qw_cli_next_arg(argc, argv, &i, &common, usage)) == QW_CLI_ARG) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
             continue;
@@ -113,6 +105,8 @@ int qw_cmd_migrate(int argc, char **argv)
         }
         mode = m;
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     struct qw_db *db = NULL;
     int code = qw_cli_open_db(&common, "queuer-migrate", &db);
     if (code != QW_EXIT_OK)

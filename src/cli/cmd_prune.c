@@ -10,7 +10,6 @@
 #include "common/clock.h"
 #include "common/duration.h"
 #include "db/db.h"
-#include "db/migrate.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -20,6 +19,9 @@
 #define DEFAULT_CHUNK 1000 /* batches per transaction */
 #define MAX_CHUNK 100000   /* largest --batch-size */
 #define MAX_PAUSE_MS 60000 /* largest --pause-ms */
+#define PRUNE_ROLE                                                                                 \
+    "the schema owner, the role of queuer migrate: DELETE on queuer.batches and "                  \
+    "queuer.batch_history" /* named when permission is denied */
 
 static void usage(FILE *out)
 {
@@ -72,17 +74,9 @@ static int parse_int(const char *text, int min, int max, int *out)
 static int parse_args(int argc, char **argv, struct args *a)
 {
     int have_age = 0;
-    for (int i = 1; i < argc; i++) {
+    int i = 0, r;
+    while ((r = qw_cli_next_arg(argc, argv, &i, &a->common, usage)) == QW_CLI_ARG) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, &a->common);
-        if (r == 1)
-            continue;
-        if (r < 0)
-            return QW_EXIT_USAGE;
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(arg, "--dry-run") == 0) {
             a->dry_run = 1;
@@ -114,6 +108,8 @@ static int parse_args(int argc, char **argv, struct args *a)
             return QW_EXIT_USAGE;
         }
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     if (!have_age) {
         qw_cli_err("--older-than DURATION is required");
         usage(stderr);
@@ -198,9 +194,9 @@ int qw_cmd_prune(int argc, char **argv)
     if (code >= 0)
         return code;
     struct qw_db *db = NULL;
-    int rc = qw_cli_open_db(&a.common, "queuer-prune", &db);
-    if (rc != QW_EXIT_OK)
-        return rc;
+    code = qw_cli_open_current_db(&a.common, "queuer-prune", PRUNE_ROLE, &db);
+    if (code != QW_EXIT_OK)
+        return code;
 
     struct qw_error err;
     qw_error_clear(&err);
@@ -208,9 +204,7 @@ int qw_cmd_prune(int argc, char **argv)
     char seconds[24], cutoff[64] = "", shown[32] = "";
     snprintf(seconds, sizeof(seconds), "%lld", (long long)a.older_s);
     const char *params[] = {seconds};
-    rc = qw_migrate_check(db, NULL, &err);
-    if (rc == QW_OK)
-        rc = qw_db_query(db, "ops_prune_cutoff", 1, params, &res, &err);
+    int rc = qw_db_query(db, "ops_prune_cutoff", 1, params, &res, &err);
     if (rc == QW_OK) {
         snprintf(cutoff, sizeof(cutoff), "%s", qw_db_res_get(res, 0, 0));
         snprintf(shown, sizeof(shown), "%s", qw_db_res_get(res, 0, 1));
@@ -237,7 +231,6 @@ int qw_cmd_prune(int argc, char **argv)
     if (rc == QW_OK || t.chunks > 0)
         print_result(&a, &t, shown, age, qw_clock_mono_ms() - began);
     if (rc != QW_OK)
-        return qw_cli_db_error(&err, "the schema owner, the role of queuer migrate: DELETE on "
-                                     "queuer.batches and queuer.batch_history");
+        return qw_cli_db_error(&err, PRUNE_ROLE);
     return QW_EXIT_OK;
 }

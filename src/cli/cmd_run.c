@@ -58,19 +58,16 @@ static int reload_config(void *ctx, struct qw_config *out, struct qw_error *err)
 int qw_cmd_run(int argc, char **argv)
 {
     struct qw_cli_common common = {0};
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, &common);
-        if (r == 1)
-            continue;
-        if (r == 0)
-            qw_cli_err("unknown argument '%s'", argv[i]);
+    int i = 0;
+    int r = qw_cli_next_arg(argc, argv, &i, &common, usage);
+    if (r == QW_CLI_ARG)
+        qw_cli_err("unknown argument '%s'", argv[i]);
+    if (r == QW_CLI_ARG || r == QW_EXIT_USAGE) {
         usage(stderr);
         return QW_EXIT_USAGE;
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     struct qw_config cfg;
     if (qw_cli_load_config(&common, &cfg) != QW_OK)
         return QW_EXIT_CONFIG;

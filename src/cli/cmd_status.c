@@ -3,7 +3,6 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "db/db.h"
-#include "db/migrate.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -12,8 +11,9 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#define DEFAULT_STUCK_SHOWN 20 /* stuck batches listed by default */
-#define DEFAULT_INSTANCES 200  /* instances listed at most */
+#define DEFAULT_STUCK_SHOWN 20                         /* stuck batches listed by default */
+#define DEFAULT_INSTANCES 200                          /* instances listed at most */
+#define OPERATOR_ROLE "a role granted queuer_operator" /* named when permission is denied */
 
 static void usage(FILE *out)
 {
@@ -52,17 +52,9 @@ static int parse_count(const char *text, int max, int *out)
 static int parse_args(int argc, char **argv, struct qw_cli_common *common, int *json, int *watch,
                       int *stuck)
 {
-    for (int i = 1; i < argc; i++) {
+    int i = 0, r;
+    while ((r = qw_cli_next_arg(argc, argv, &i, common, usage)) == QW_CLI_ARG) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return QW_EXIT_OK;
-        }
-        int r = qw_cli_common_opt(argc, argv, &i, common);
-        if (r == 1)
-            continue;
-        if (r < 0)
-            return QW_EXIT_USAGE;
         if (strcmp(arg, "--json") == 0) {
             *json = 1;
         } else if (strcmp(arg, "--watch") == 0) {
@@ -78,6 +70,8 @@ static int parse_args(int argc, char **argv, struct qw_cli_common *common, int *
             return QW_EXIT_USAGE;
         }
     }
+    if (r != QW_CLI_ARGS_END)
+        return r;
     if (*json && *watch) {
         qw_cli_err("--json and --watch exclude each other");
         return QW_EXIT_USAGE;
@@ -172,24 +166,22 @@ int qw_cmd_status(int argc, char **argv)
     if (code >= 0)
         return code;
     struct qw_db *db = NULL;
-    int rc = qw_cli_open_db(&common, "queuer-status", &db);
-    if (rc != QW_EXIT_OK)
-        return rc;
-
-    struct qw_error err;
-    qw_error_clear(&err);
-    struct qw_status_report report;
-    rc = qw_migrate_check(db, NULL, &err);
-    if (rc == QW_OK && watching) {
+    code = qw_cli_open_current_db(&common, "queuer-status", OPERATOR_ROLE, &db);
+    if (code != QW_EXIT_OK)
+        return code;
+    if (watching) {
         code = watch(db, stuck);
         qw_db_close(db);
         return code;
     }
-    if (rc == QW_OK)
-        rc = qw_status_load(db, DEFAULT_INSTANCES, stuck, &report, &err);
+
+    struct qw_error err;
+    qw_error_clear(&err);
+    struct qw_status_report report;
+    int rc = qw_status_load(db, DEFAULT_INSTANCES, stuck, &report, &err);
     qw_db_close(db);
     if (rc != QW_OK)
-        return qw_cli_db_error(&err, "a role granted queuer_operator");
+        return qw_cli_db_error(&err, OPERATOR_ROLE);
     char *text = NULL;
     if (json) {
         json_t *obj = qw_status_render_json(&report);

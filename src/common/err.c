@@ -32,14 +32,8 @@ const char *qw_strerror(int rc)
         return "back pressure";
     case QW_ERR_DUPLICATE:
         return "duplicate";
-    case QW_ERR_CLAIM_LOST:
-        return "claim lost";
     case QW_ERR_SCHEMA:
         return "schema version mismatch";
-    case QW_ERR_HTTP:
-        return "ledger HTTP error";
-    case QW_ERR_AUTH:
-        return "ledger refused credentials";
     case QW_ERR_SHUTDOWN:
         return "shutting down";
     }

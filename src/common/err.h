@@ -28,10 +28,7 @@ enum qw_rc {
     QW_ERR_TIMEOUT = -9,         /* a deadline passed */
     QW_ERR_BACKPRESSURE = -10,   /* refused until a backlog drains */
     QW_ERR_DUPLICATE = -11,      /* the key exists already with other content */
-    QW_ERR_CLAIM_LOST = -12,     /* a fenced write touched zero rows */
     QW_ERR_SCHEMA = -13,         /* database schema older or newer than this binary */
-    QW_ERR_HTTP = -14,           /* the ledger answered with an error status */
-    QW_ERR_AUTH = -15,           /* the ledger refused our credentials (401/403) */
     QW_ERR_SHUTDOWN = -16,       /* stopped because the process is shutting down */
 };
 

@@ -142,8 +142,6 @@ static const struct key keys[] = {
             "largest response body accepted; larger ones fail the request"),
     INT_KEY("dlt", "status_wait_s", dlt_status_wait_s, 10, 0, 60,
             "long-poll wait=N of batch_statuses requests"),
-    INT_KEY("dlt", "status_batch", dlt_status_batch, 100, 1, 1000,
-            "batch ids per batch_statuses request"),
     INT_KEY("dlt", "unknown_confirm_ms", dlt_unknown_confirm_ms, 2000, 0, 3600000,
             "delay before an Unknown status is re-checked and the batch resubmitted"),
     INT_KEY("dlt", "max_attempts", dlt_max_attempts, 0, 0, 1000000,

@@ -72,7 +72,6 @@ struct qw_config {
     int dlt_priority_aging_ms;  /* waiting time per priority step gained, ms, default 1000 */
     int dlt_max_response_bytes; /* response body cap, 1024..67108864, default 1048576 */
     int dlt_status_wait_s;      /* long-poll wait=N, 0..60, default 10 */
-    int dlt_status_batch;       /* ids per status request, 1..1000, default 100 */
     int dlt_unknown_confirm_ms; /* re-check delay before resubmitting Unknown, default 2000 */
     int dlt_max_attempts;       /* submissions per batch, 0 = unlimited, default 0 */
     int dlt_retry_base_ms;      /* Delayed backoff base, 1..3600000, default 250 */

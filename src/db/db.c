@@ -386,6 +386,18 @@ static int wrap_result(PGresult *r, struct qw_db_res **res, struct qw_error *err
     return QW_OK;
 }
 
+/* Waits for the result of a query just sent (`sent`: what PQsend* returned). */
+static int finish_query(struct qw_db *db, int sent, struct qw_db_res **res, struct qw_error *err)
+{
+    if (!sent)
+        return conn_error(db, err);
+    PGresult *r = NULL;
+    int rc = collect(db, &r, err);
+    if (rc != QW_OK)
+        return rc;
+    return wrap_result(r, res, err);
+}
+
 int qw_db_query_sql(struct qw_db *db, const char *sql, int nparams, const char *const *params,
                     struct qw_db_res **res, struct qw_error *err)
 {
@@ -393,13 +405,8 @@ int qw_db_query_sql(struct qw_db *db, const char *sql, int nparams, const char *
         *res = NULL;
     if (!db->conn)
         return conn_error(db, err);
-    if (!PQsendQueryParams(db->conn, sql, nparams, NULL, params, NULL, NULL, 0))
-        return conn_error(db, err);
-    PGresult *r = NULL;
-    int rc = collect(db, &r, err);
-    if (rc != QW_OK)
-        return rc;
-    return wrap_result(r, res, err);
+    return finish_query(db, PQsendQueryParams(db->conn, sql, nparams, NULL, params, NULL, NULL, 0),
+                        res, err);
 }
 
 static int is_prepared(const struct qw_db *db, const char *name)
@@ -437,13 +444,8 @@ int qw_db_query(struct qw_db *db, const char *name, int nparams, const char *con
             return rc;
         db->prepared[db->nprepared++] = name;
     }
-    if (!PQsendQueryPrepared(db->conn, name, nparams, params, NULL, NULL, 0))
-        return conn_error(db, err);
-    PGresult *r = NULL;
-    int rc = collect(db, &r, err);
-    if (rc != QW_OK)
-        return rc;
-    return wrap_result(r, res, err);
+    return finish_query(db, PQsendQueryPrepared(db->conn, name, nparams, params, NULL, NULL, 0),
+                        res, err);
 }
 
 int qw_db_res_rows(const struct qw_db_res *res)

@@ -15,9 +15,8 @@
  *  - a connection lost (or a client-side timeout, which drops the
  *    connection) before COMMIT reconnects, repeating the session setup,
  *    and re-runs the body within the same budgets;
- *  - any other failure rolls back and is returned unchanged
- *    (QW_ERR_CLAIM_LOST included: a fenced write that touched zero rows is
- *    never retried).
+ *  - any other failure rolls back and is returned unchanged, never
+ *    retried.
  *
  * The database is reached through struct qw_txn_ops so the logic is tested
  * against a fake; qw_txn_db_ops adapts struct qw_db. The clock, sleep and

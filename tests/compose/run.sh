@@ -35,6 +35,13 @@
 # Environment: QUEUER_TEST_COMPOSE=0 skips the suite;
 # QUEUER_TEST_COMPOSE_PHASES="kill pause ..." runs only those faults (after
 # the demo); QW_KEEP=1 keeps the stack and temp directory of a failed run.
+#
+# Not on the test harness (tests/lib/cluster.sh): PostgreSQL, the ledger
+# and the workers are compose services here, started, faulted and removed
+# through scripts/lib/compose.sh (the code behind `scripts/cluster.sh
+# compose-up`, which this suite exists to test), so none of the harness's
+# process functions apply; its PostgreSQL port also moves when the
+# container restarts, which its SQL helpers do not follow.
 set -euo pipefail
 
 root=${QW_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}

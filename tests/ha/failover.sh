@@ -41,11 +41,13 @@ export QW_HA_DIR=$SC_DIR/ha
 FEEDER_PID=
 PROBE_PID=
 
+# shellcheck disable=SC2317 # called from the EXIT trap
 ha_cleanup() {
-    local rc=$?
-    [ -n "$FEEDER_PID" ] && kill "$FEEDER_PID" 2>/dev/null
-    [ -n "$PROBE_PID" ] && kill "$PROBE_PID" 2>/dev/null
-    if [ "$rc" != 0 ]; then
+    local pid
+    for pid in "$FEEDER_PID" "$PROBE_PID"; do
+        [ -z "$pid" ] || qw_stop_pids 5 "$pid"
+    done
+    if [ "$SC_EXIT_RC" != 0 ]; then
         "$HA_SH" status 2>/dev/null
         for f in "$QW_HA_DIR"/node*/patroni.log; do
             [ -s "$f" ] && { echo "---- last lines of $f"; grep -v "no action" "$f" | tail -n 15; }
@@ -53,10 +55,8 @@ ha_cleanup() {
     fi
     qw_workers_stop "$SC_DIR" 2>/dev/null
     "$HA_SH" down >/dev/null 2>&1
-    (exit "$rc")
-    sc_cleanup
 }
-trap ha_cleanup EXIT
+sc_on_exit ha_cleanup
 
 now_us() {
     date +%s%6N
@@ -78,7 +78,7 @@ sc_log "starting etcd and three Patroni nodes"
 CONNINFO=$("$HA_SH" conninfo)
 export QW_PG_CONNINFO=$CONNINFO QW_DB_CONNINFO=$CONNINFO QUEUER_DATABASE_CONNINFO=$CONNINFO
 "$HA_SH" status
-"$QUEUER_BIN" migrate >"$SC_DIR/migrate.out" 2>&1 || { cat "$SC_DIR/migrate.out"; sc_fail "queuer migrate failed"; }
+qw_migrate "$SC_DIR/migrate.out" || sc_fail "queuer migrate failed"
 sc_install_helpers || sc_fail "cannot install the scenario helper schema"
 sc_show "SHOW synchronous_commit" | sed 's/^/   /'
 
@@ -97,10 +97,9 @@ feeder() {
     local tick=0 file=$SC_DIR/feed.tsv
     while [ ! -e "$SC_DIR/feeder.stop" ]; do
         tick=$((tick + 1))
-        "$QUEUER_GEN_BIN" --services $SERVICES --batches 1 --circuit-prefix hafov \
-            --seed $((tick * 7919)) >"$file" 2>>"$SC_DIR/feeder.log"
-        QUEUER_INGEST_HIGH=0 QUEUER_DATABASE_CONNECT_TIMEOUT_S=2 "$QUEUER_BIN" enqueue --tsv "$file" \
-            >>"$SC_DIR/feeder.log" 2>&1 || echo "feeder: tick $tick: enqueue failed" >>"$SC_DIR/feeder.log"
+        qw_gen "$file" $SERVICES 1 $((tick * 7919)) hafov 2>>"$SC_DIR/feeder.log"
+        QUEUER_DATABASE_CONNECT_TIMEOUT_S=2 qw_load_tsv "$file" >>"$SC_DIR/feeder.log" 2>&1 ||
+            echo "feeder: tick $tick: enqueue failed" >>"$SC_DIR/feeder.log"
         sleep "$(awk -v ms=$FEED_MS 'BEGIN { printf "%.3f", ms / 1000 }')"
     done
 }

@@ -17,18 +17,16 @@ ha_require_packages pgbouncer
 
 sc_begin pgbouncer_txn
 PGB_PID=
+# shellcheck disable=SC2317 # called from the EXIT trap
 pgb_cleanup() {
-    local rc=$?
     qw_workers_stop "$SC_DIR" 2>/dev/null
-    [ -n "$PGB_PID" ] && kill -TERM "$PGB_PID" 2>/dev/null
-    if [ "$rc" != 0 ] && [ -s "$SC_DIR/pgb/pgbouncer.log" ]; then
+    [ -z "$PGB_PID" ] || qw_stop_pids 5 "$PGB_PID"
+    if [ "$SC_EXIT_RC" != 0 ] && [ -s "$SC_DIR/pgb/pgbouncer.log" ]; then
         echo "---- last lines of pgbouncer.log"
         tail -n 20 "$SC_DIR/pgb/pgbouncer.log"
     fi
-    (exit "$rc")
-    sc_cleanup
 }
-trap pgb_cleanup EXIT
+sc_on_exit pgb_cleanup
 
 sc_pg_start
 sc_sim_start --commit-delay-ms 20
@@ -36,7 +34,7 @@ sc_sim_start --commit-delay-ms 20
 # ---- PgBouncer: transaction pooling, two server connections, SCRAM for clients
 PGB_DIR=$SC_DIR/pgb
 mkdir -p "$PGB_DIR"
-PGB_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PGB_PORT=$(qw_free_port)
 PGB_PASSWORD=$(head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')
 (
     umask 077
@@ -71,7 +69,7 @@ PGB_CONNINFO="host=127.0.0.1 port=$PGB_PORT dbname=queuer user=postgres"
 export PGPASSWORD=$PGB_PASSWORD
 for _ in $(seq 1 100); do
     psql -X -q -t -A "$PGB_CONNINFO" -c "SELECT 1" >/dev/null 2>&1 && break
-    kill -0 "$PGB_PID" 2>/dev/null || { cat "$PGB_DIR"/*.log; sc_fail "pgbouncer did not start"; }
+    qw_alive "$PGB_PID" || { cat "$PGB_DIR"/*.log; sc_fail "pgbouncer did not start"; }
     sleep 0.1
 done
 sc_log "pgbouncer $(pgbouncer --version | head -1) on port $PGB_PORT, pool_mode=transaction, 2 server connections"

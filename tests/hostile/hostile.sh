@@ -28,15 +28,13 @@ mkdir -p "$E2E_DIR/ledger"
 "$PY" "$QW_SOURCE_ROOT/tests/hostile/ledger.py" --port-file "$E2E_DIR/ledger/port" --fails 3 \
     >"$E2E_DIR/ledger/out.log" 2>&1 &
 LEDGER_PID=$!
-for _ in $(seq 1 100); do
-    [ -s "$E2E_DIR/ledger/port" ] && break
-    sleep 0.05
-done
-[ -s "$E2E_DIR/ledger/port" ] || e2e_fail "the hostile ledger did not start: $(cat "$E2E_DIR/ledger/out.log")"
+qw_wait_port_file "$E2E_DIR/ledger/port" "$LEDGER_PID" "$E2E_DIR/ledger/out.log" ||
+    e2e_fail "the hostile ledger did not start"
 QW_SIM_URL="http://127.0.0.1:$(cat "$E2E_DIR/ledger/port")"
 export QW_SIM_URL
-stop_ledger() { kill "$LEDGER_PID" 2>/dev/null || true; wait "$LEDGER_PID" 2>/dev/null || true; }
-trap 'rc=$?; stop_ledger; (exit $rc); e2e_cleanup' EXIT
+# shellcheck disable=SC2317 # called from the EXIT trap
+stop_ledger() { qw_stop_pids 5 "$LEDGER_PID"; }
+sc_on_exit stop_ledger
 
 mode() {
     curl -sf -X POST --data "$1" "$QW_SIM_URL/_hostile/mode" >/dev/null || e2e_fail "cannot set mode $1"
@@ -47,9 +45,8 @@ mode() {
 SEED=11
 load() {
     SEED=$((SEED + 1))
-    "$QUEUER_GEN_BIN" --services "$2" --batches "$3" --seed "$SEED" --circuit-prefix "$1" \
-        >"$E2E_DIR/$1.tsv"
-    qwc_load_tsv "$E2E_DIR/$1.tsv" >>"$E2E_DIR/load.log" 2>&1 || e2e_fail "loading $1 failed"
+    qw_gen "$E2E_DIR/$1.tsv" "$2" "$3" "$SEED" "$1"
+    qw_load_tsv "$E2E_DIR/$1.tsv" >>"$E2E_DIR/load.log" 2>&1 || e2e_fail "loading $1 failed"
 }
 
 # final PREFIX SECS: waits until every batch of PREFIX is final.
@@ -69,7 +66,7 @@ metric() {
 }
 
 # admin.listen takes no port 0: ask the kernel for a free port first.
-ADMIN_PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+ADMIN_PORT=$(qw_free_port)
 e2e_worker w1 QUEUER_DLT_TOKEN=$TOKEN QUEUER_ADMIN_LISTEN=127.0.0.1:$ADMIN_PORT \
     QUEUER_DLT_MAX_RESPONSE_BYTES=1048576
 qw_wait_sql 15 "SELECT EXISTS (SELECT 1 FROM queuer.instances WHERE instance_id = 'w1')" ||
@@ -99,6 +96,18 @@ e2e_assert "$(count "SELECT count(*) FROM queuer.batch_history h JOIN queuer.bat
     -gt 0 "html503-jp: the 503 page is in the history, cut on a character boundary"
 
 # --- item 2: a proxy's HTML 400 is a failed attempt, not a verdict
+# The worker logs at most one ledger.request_failed line per request type a
+# second and counts the rest: the proxy's 400s (3 per batch, all within a
+# second) are logged only when a second has passed since the last POST
+# failure line of the 503 phase, so wait for that first.
+last_post_failure=$(sed -n 's/^ts=\([^ ]*\) .*event=ledger.request_failed request=post .*/\1/p' "$LOG" |
+    tail -n 1)
+if [ -n "$last_post_failure" ]; then
+    quiet_from_ms=$(($(date -d "$last_post_failure" +%s%3N) + 1100))
+    while [ "$(date +%s%3N)" -lt "$quiet_from_ms" ]; do
+        sleep 0.1
+    done
+fi
 mode proxy400
 load hp400 3 2
 final hp400 90

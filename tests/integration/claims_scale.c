@@ -9,8 +9,6 @@
  * those with work handed to the live instances, the others freed.
  */
 #include "itest.h"
-#include "common/hex.h"
-#include "ingest/batchlist.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,24 +33,7 @@ struct fixture {
 
 static void enqueue(struct fixture *f, struct qw_db *db, const char *svc, char *id_out)
 {
-    char id[129];
-    uint64_t seed = f->seed++;
-    qw_batchlist_sample_id(seed, id);
-    uint8_t *payload = NULL;
-    size_t len = 0;
-    assert_int_equal(qw_batchlist_sample(id, seed, &payload, &len), 0);
-    char *hex = malloc(2 * len + 1);
-    qw_hex_encode(payload, len, hex);
-    const char *params[] = {svc, id, hex};
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3, params,
-                        NULL, &err) != QW_OK)
-        fail_msg("enqueue: %s", err.msg);
-    if (id_out)
-        memcpy(id_out, id, sizeof(id));
-    free(hex);
-    free(payload);
+    itest_enqueue_sample(db, svc, f->seed++, id_out);
 }
 
 /* S1 with four batches, S2 with one, S3 with none (a row, no work); w1 is

@@ -4,8 +4,6 @@
  * submission only where DESIGN §4 allows it, fenced by the claim.
  */
 #include "itest.h"
-#include "common/hex.h"
-#include "ingest/batchlist.h"
 #include "worker/outcome_writer.h"
 #include "worker/queue_txn.h"
 
@@ -26,24 +24,6 @@ struct fixture {
     char ids[3][129]; /* the service's batches, oldest first */
 };
 
-static void enqueue(struct qw_db *db, const char *id, uint64_t seed)
-{
-    uint8_t *payload = NULL;
-    size_t len = 0;
-    assert_int_equal(qw_batchlist_sample(id, seed, &payload, &len), 0);
-    char *hex = malloc(2 * len + 1);
-    qw_hex_encode(payload, len, hex);
-    const char *params[] = {SVC, id, hex};
-    struct qw_error err;
-    qw_error_clear(&err);
-    int rc = qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3,
-                             params, NULL, &err);
-    if (rc != QW_OK)
-        fail_msg("enqueue: %s", err.msg);
-    free(hex);
-    free(payload);
-}
-
 /* Three batches; the first is Pending at the ledger; w1 holds the claim at epoch 7. */
 static int setup(void **state)
 {
@@ -51,8 +31,7 @@ static int setup(void **state)
     f->conninfo = itest_db_create("fast_path", 1);
     f->db = itest_connect(f->conninfo);
     for (int i = 0; i < 3; i++) {
-        qw_batchlist_sample_id(1000 + (uint64_t)i, f->ids[i]);
-        enqueue(f->db, f->ids[i], 1000 + (uint64_t)i);
+        itest_enqueue_sample(f->db, SVC, 1000 + (uint64_t)i, f->ids[i]);
     }
     itest_exec(f->db, "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 7, "
                       "expiry_1 = now() + interval '1 min', expiry_2 = now() + interval '2 min'");
@@ -311,21 +290,7 @@ static void test_foreign_locked_claim_does_not_fail_the_group(void **state)
     struct fixture *f = *state;
     static const char other_svc[] = "fastp-bbbbb::0002";
     char other_id[129];
-    qw_batchlist_sample_id(2000, other_id);
-    uint8_t *payload = NULL;
-    size_t len = 0;
-    assert_int_equal(qw_batchlist_sample(other_id, 2000, &payload, &len), 0);
-    char *hex = malloc(2 * len + 1);
-    qw_hex_encode(payload, len, hex);
-    const char *params[] = {other_svc, other_id, hex};
-    struct qw_error err;
-    qw_error_clear(&err);
-    assert_int_equal(qw_db_query_sql(f->db,
-                                     "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3,
-                                     params, NULL, &err),
-                     QW_OK);
-    free(hex);
-    free(payload);
+    itest_enqueue_sample(f->db, other_svc, 2000, other_id);
     /* w2 took the other service over (epoch 4) and its claims transaction holds the row */
     itest_exec(f->db, "UPDATE queuer.service_id_claims SET claimant = 'w2', claim_epoch = 4, "
                       "expiry_1 = now() + interval '1 min', expiry_2 = now() + interval '2 min' "
@@ -355,6 +320,8 @@ static void test_foreign_locked_claim_does_not_fail_the_group(void **state)
                                        {.job = &lost, .outcome = committed}};
     struct qw_outcome_writer w;
     qw_outcome_writer_init(&w);
+    struct qw_error err;
+    qw_error_clear(&err);
     int rc = qw_outcome_writer_write(&w, f->db, "w1", items, 2, &err);
     itest_exec(w2, "ROLLBACK");
     qw_db_close(w2);

@@ -8,8 +8,6 @@
  * does not own, nor switch back pressure off with SET queuer.ingest_high.
  */
 #include "itest.h"
-#include "common/hex.h"
-#include "ingest/batchlist.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,24 +42,6 @@ static void create_roles(struct qw_db *admin)
                       "CREATE ROLE itest_henq LOGIN IN ROLE queuer_enqueuer; END IF; END $$");
 }
 
-/* Enqueues sample batch `seed` for `svc` through queuer.enqueue_batch; returns the SQLSTATE. */
-static void enqueue(struct qw_db *db, const char *svc, uint64_t seed, char *id_out,
-                    struct qw_error *err)
-{
-    uint8_t *payload = NULL;
-    size_t len = 0;
-    qw_batchlist_sample_id(seed, id_out);
-    assert_int_equal(qw_batchlist_sample(id_out, seed, &payload, &len), 0);
-    char *hex = malloc(2 * len + 1);
-    qw_hex_encode(payload, len, hex);
-    const char *params[] = {svc, id_out, hex};
-    qw_error_clear(err);
-    qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3, params, NULL,
-                    err);
-    free(hex);
-    free(payload);
-}
-
 static void test_worker_cannot_forge(void **state)
 {
     (void)state;
@@ -70,8 +50,7 @@ static void test_worker_cannot_forge(void **state)
     create_roles(admin);
     char id[129];
     struct qw_error err;
-    enqueue(admin, SVC, 7, id, &err);
-    assert_int_equal(err.rc, QW_OK);
+    assert_int_equal(itest_enqueue_sample_try(admin, SVC, 7, id, &err), QW_OK);
     itest_exec(admin,
                "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 1, "
                "expiry_1 = now() + interval '1 hour', expiry_2 = now() + interval '2 hours'");
@@ -164,13 +143,11 @@ static void test_enqueuer_limits(void **state)
     create_roles(admin);
     char id[129];
     struct qw_error err;
-    enqueue(admin, OTHER_SVC, 11, id, &err);
-    assert_int_equal(err.rc, QW_OK);
+    assert_int_equal(itest_enqueue_sample_try(admin, OTHER_SVC, 11, id, &err), QW_OK);
 
     struct qw_db *e = itest_connect_as(conninfo, "itest_henq");
     /* the same batch id under another service: refused without naming the holder */
-    enqueue(e, SVC, 11, id, &err);
-    assert_int_equal(err.rc, QW_ERR_DUPLICATE);
+    assert_int_equal(itest_enqueue_sample_try(e, SVC, 11, id, &err), QW_ERR_DUPLICATE);
     assert_string_equal(err.sqlstate, "QU409");
     if (strstr(err.msg, "bbbbb") || strstr(err.msg, "0002"))
         fail_msg("the conflict names the service that holds the batch: %s", err.msg);
@@ -208,8 +185,7 @@ static void test_enqueuer_limits(void **state)
     /* the owner's session may still set the marks for itself */
     itest_exec(admin, "SET queuer.ingest_high = '0'");
     char id2[129];
-    enqueue(admin, SVC, 12, id2, &err);
-    assert_int_equal(err.rc, QW_OK);
+    assert_int_equal(itest_enqueue_sample_try(admin, SVC, 12, id2, &err), QW_OK);
     qw_db_close(admin);
     free(conninfo);
 }

@@ -12,8 +12,6 @@
  * `submitting` in step with the batches.
  */
 #include "itest.h"
-#include "common/hex.h"
-#include "ingest/batchlist.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,23 +33,6 @@ struct fixture {
     char ids[3][129]; /* the service's batches, oldest first */
 };
 
-static void enqueue(struct qw_db *db, const char *id, uint64_t seed)
-{
-    uint8_t *payload = NULL;
-    size_t len = 0;
-    assert_int_equal(qw_batchlist_sample(id, seed, &payload, &len), 0);
-    char *hex = malloc(2 * len + 1);
-    qw_hex_encode(payload, len, hex);
-    const char *params[] = {SVC, id, hex};
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3, params,
-                        NULL, &err) != QW_OK)
-        fail_msg("enqueue: %s", err.msg);
-    free(hex);
-    free(payload);
-}
-
 /* Three batches, none submitted; w1 holds the claim at epoch 3 for LEASE_MS
  * (soft) and an hour (hard), by its own expiries and its instance lease. */
 static int setup(void **state)
@@ -61,8 +42,7 @@ static int setup(void **state)
     f->a = itest_connect(f->conninfo);
     f->b = itest_connect(f->conninfo);
     for (int i = 0; i < 3; i++) {
-        qw_batchlist_sample_id(3000 + (uint64_t)i, f->ids[i]);
-        enqueue(f->a, f->ids[i], 3000 + (uint64_t)i);
+        itest_enqueue_sample(f->a, SVC, 3000 + (uint64_t)i, f->ids[i]);
     }
     char sql[256];
     snprintf(sql, sizeof(sql),

@@ -1,6 +1,8 @@
 /* Integration-test helpers; see itest.h. */
 #include "itest.h"
+#include "common/hex.h"
 #include "db/migrate.h"
+#include "ingest/batchlist.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -226,4 +228,33 @@ int itest_run(const char *const *argv, const char *const *env, const char *input
     if (WIFEXITED(status))
         return WEXITSTATUS(status);
     return 128 + WTERMSIG(status);
+}
+
+int itest_enqueue_sample_try(struct qw_db *db, const char *service, uint64_t seed, char *id_out,
+                             struct qw_error *err)
+{
+    char id[129];
+    qw_batchlist_sample_id(seed, id);
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    assert_int_equal(qw_batchlist_sample(id, seed, &payload, &len), 0);
+    char *hex = malloc(2 * len + 1);
+    assert_non_null(hex);
+    qw_hex_encode(payload, len, hex);
+    const char *params[] = {service, id, hex};
+    qw_error_clear(err);
+    int rc = qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3,
+                             params, NULL, err);
+    free(hex);
+    free(payload);
+    if (id_out)
+        memcpy(id_out, id, sizeof(id));
+    return rc;
+}
+
+void itest_enqueue_sample(struct qw_db *db, const char *service, uint64_t seed, char *id_out)
+{
+    struct qw_error err;
+    if (itest_enqueue_sample_try(db, service, seed, id_out, &err) != QW_OK)
+        fail_msg("enqueue %s: %s", service, err.msg);
 }

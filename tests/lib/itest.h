@@ -43,6 +43,18 @@ char *itest_string(struct qw_db *db, const char *sql);
 int itest_run(const char *const *argv, const char *const *env, const char *input, char **out,
               char **errout);
 
+/**
+ * Enqueues sample batch `seed` (ingest/batchlist.h: the id and the payload
+ * follow from the seed) for `service` through queuer.enqueue_batch(), and
+ * writes its id to `id_out` (129 bytes) when not NULL. Returns the result;
+ * `err` says why it failed (the SQLSTATE of a refusal).
+ */
+int itest_enqueue_sample_try(struct qw_db *db, const char *service, uint64_t seed, char *id_out,
+                             struct qw_error *err) QW_MUST_CHECK;
+
+/** itest_enqueue_sample_try(), failing the test unless it succeeds. */
+void itest_enqueue_sample(struct qw_db *db, const char *service, uint64_t seed, char *id_out);
+
 /** Path of the built queuer binary (QUEUER_BIN). */
 const char *itest_queuer_bin(void);
 

@@ -59,20 +59,6 @@ nm_die() {
     exit 2
 }
 
-# nm_proc_state PID: the process state letter (R, S, T, Z, ...) or "-" when gone.
-nm_proc_state() {
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo -; return 0; }
-    stat=${stat##*) }
-    echo "${stat%% *}"
-}
-
-nm_alive() {
-    local s
-    s=$(nm_proc_state "$1")
-    [ "$s" != - ] && [ "$s" != Z ]
-}
-
 # ---- canaries ------------------------------------------------------------
 
 nm_canaries() {
@@ -208,7 +194,7 @@ listen_addresses = '$NM_DB_ADDR'"
     QW_PG_FSYNC=${NM_PG_DURABLE:-on} QW_PG_CONF_EXTRA=$extra qw_pg_start "$NM_DIR/pg" || nm_die "PostgreSQL did not start"
     ln -sf "$NM_DIR/pg/postgres.log" "$NM_DIR/logs/postgres.log"
     export QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO"
-    "$QUEUER_BIN" migrate >"$NM_DIR/logs/migrate.log" 2>&1 || nm_die "queuer migrate failed"
+    qw_migrate "$NM_DIR/logs/migrate.log" || nm_die "queuer migrate failed"
     qw_psql -f "$NM_SOURCE_ROOT/tests/nemesis/schema.sql" >"$NM_DIR/logs/schema.log" 2>&1 ||
         nm_die "cannot install the nemesis schema ($(cat "$NM_DIR/logs/schema.log"))"
     # The password travels on stdin, never on a command line or in a log.
@@ -243,23 +229,9 @@ nm_worker_conninfo() {
 nm_sim_setup() {
     local listen=127.0.0.1
     [ "$NM_NET" = 1 ] && listen=$NM_SIM_ADDR
-    mkdir -p "$NM_DIR/sim"
-    rm -f "$NM_DIR/sim/sim.port"
-    "$SCABBARD_SIM_BIN" --listen "$listen:0" --port-file "$NM_DIR/sim/sim.port" \
-        --event-log "$NM_DIR/sim/sim.ndjson" --token-file "$NM_DIR/secrets/token" \
+    QW_SIM_HOST=$listen qw_sim_start "$NM_DIR/sim" --token-file "$NM_DIR/secrets/token" \
         --seed "$NM_SEED" --commit-delay-ms "$NM_COMMIT_DELAY_MS" --hang-max-ms $((NM_HTTP_TIMEOUT_MS * 3)) \
-        --threads 4 >"$NM_DIR/logs/sim.out" 2>&1 &
-    QW_SIM_PID=$!
-    local i
-    for i in $(seq 1 200); do
-        [ -s "$NM_DIR/sim/sim.port" ] && break
-        nm_alive "$QW_SIM_PID" || nm_die "scabbard-sim did not start: $(cat "$NM_DIR/logs/sim.out")"
-        sleep 0.05
-    done
-    [ -s "$NM_DIR/sim/sim.port" ] || nm_die "scabbard-sim did not start"
-    QW_SIM_URL="http://$listen:$(cat "$NM_DIR/sim/sim.port")"
-    QW_SIM_LOG="$NM_DIR/sim/sim.ndjson"
-    export QW_SIM_URL QW_SIM_LOG QW_SIM_PID
+        --threads 4 || nm_die "scabbard-sim did not start"
     # The token is really needed: without it the ledger refuses.
     local code
     code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$QW_SIM_URL/_sim/stats")
@@ -356,15 +328,8 @@ nm_worker_start() {
 # nm_worker_wait_exit NAME SECS: waits for the worker's process to end; sets
 # NM_RC to its exit status (or "timeout").
 nm_worker_wait_exit() {
-    local pid=${NM_PID[$1]} i
-    NM_RC=timeout
-    for i in $(seq 1 $(($2 * 20))); do
-        nm_alive "$pid" || break
-        sleep 0.05
-    done
-    nm_alive "$pid" && return 0
-    wait "$pid" 2>/dev/null
-    NM_RC=$?
+    qw_wait_exit "${NM_PID[$1]}" "$2"
+    NM_RC=$QW_RC
 }
 
 # nm_worker_stop NAME: SIGTERM, then waits (grace + margin); SIGKILL after that.
@@ -389,11 +354,9 @@ nm_feeder() {
     local tick=0 file="$NM_DIR/run/feed.tsv"
     while [ ! -e "$NM_DIR/run/feeder.stop" ]; do
         tick=$((tick + 1))
-        "$QUEUER_GEN_BIN" --services "$NM_SERVICES" --batches 1 --circuit-prefix nemes \
-            --seed $((NM_SEED * 7919 + tick)) >"$file" 2>>"$NM_DIR/logs/feeder.log"
-        if ! QUEUER_INGEST_HIGH=0 QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO" \
-            QUEUER_DATABASE_CONNECT_TIMEOUT_S=2 "$QUEUER_BIN" enqueue --tsv "$file" \
-            >>"$NM_DIR/logs/feeder.log" 2>&1; then
+        qw_gen "$file" "$NM_SERVICES" 1 $((NM_SEED * 7919 + tick)) nemes 2>>"$NM_DIR/logs/feeder.log"
+        if ! QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO" QUEUER_DATABASE_CONNECT_TIMEOUT_S=2 \
+            qw_load_tsv "$file" >>"$NM_DIR/logs/feeder.log" 2>&1; then
             echo "feeder: tick $tick: enqueue failed" >>"$NM_DIR/logs/feeder.log"
         fi
         sleep "$(awk -v ms="$NM_FEED_MS" 'BEGIN { printf "%.3f", ms / 1000 }')"
@@ -418,25 +381,13 @@ nm_feeder_stop() {
 # Resumes everything we stopped, stops workers, feeder, simulator and
 # PostgreSQL, removes the namespace; keeps NM_DIR on failure or --keep.
 nm_cleanup() {
-    local rc=$? pid name
+    local rc=$? pid
     trap - EXIT
     for pid in "${NM_STOPPED_PIDS[@]}"; do
         kill -CONT "$pid" 2>/dev/null
     done
     [ -n "$NM_FEEDER_PID" ] && touch "$NM_DIR/run/feeder.stop" && kill "$NM_FEEDER_PID" 2>/dev/null
-    for name in "${!NM_PID[@]}"; do
-        kill -CONT "${NM_PID[$name]}" 2>/dev/null
-        kill -TERM "${NM_PID[$name]}" 2>/dev/null
-    done
-    for name in "${!NM_PID[@]}"; do
-        pid=${NM_PID[$name]}
-        for _ in $(seq 1 100); do
-            nm_alive "$pid" || break
-            sleep 0.05
-        done
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    done
+    [ "${#NM_PID[@]}" = 0 ] || qw_stop_pids 5 "${NM_PID[@]}"
     wait "$NM_FEEDER_PID" 2>/dev/null
     qw_sim_stop 2>/dev/null
     qw_pg_stop immediate 2>/dev/null

@@ -40,7 +40,7 @@ nm_stop_pid() {
     kill -STOP "$pid" 2>/dev/null || return 1
     NM_STOPPED_PIDS+=("$pid")
     for i in $(seq 1 100); do
-        [ "$(nm_proc_state "$pid")" = T ] && return 0
+        [ "$(qw_proc_state "$pid")" = T ] && return 0
         sleep 0.01
     done
     return 1
@@ -59,9 +59,9 @@ nm_cont_pid() {
 # (and gives up when the simulator is gone: nothing could be checked).
 nm_check_crashes() {
     local name
-    nm_alive "$QW_SIM_PID" || nm_die "scabbard-sim exited: $(tail -3 "$NM_DIR/logs/sim.out")"
+    qw_alive "$QW_SIM_PID" || nm_die "scabbard-sim exited: $(tail -3 "$NM_DIR/sim/sim.out")"
     for name in "${NM_WORKERS[@]}"; do
-        nm_alive "${NM_PID[$name]}" && continue
+        qw_alive "${NM_PID[$name]}" && continue
         wait "${NM_PID[$name]}" 2>/dev/null
         local rc=$?
         NM_CRASHES=$((NM_CRASHES + 1))

@@ -72,14 +72,7 @@ sc_takeover_poll_start $((SC_HARD_MS / 1000 + 60))
 sc_takeover_poll_wait
 TAKEN=$(sc_taken_at)
 
-sc_show "SELECT w.tag, count(*) AS services,
-                min($(sc_ms "$TAKEN - w.old_expiry_1")) AS min_after_expiry_1_ms,
-                max($(sc_ms "$TAKEN - w.old_expiry_1")) AS max_after_expiry_1_ms,
-                min($(sc_ms "$TAKEN - w.old_expiry_2")) AS min_after_expiry_2_ms,
-                max($(sc_ms "$TAKEN - w.old_expiry_2")) AS max_after_expiry_2_ms,
-                max($(sc_ms "$TAKEN - '$kill_at'::timestamptz")) AS max_after_kill_ms,
-                max($(sc_ms "w.seen_at - '$kill_at'::timestamptz")) AS max_seen_after_kill_ms
-           FROM scenario.watch w GROUP BY 1 ORDER BY 1"
+sc_show_takeover "$kill_at"
 sc_show "SELECT new_claimant, count(*) FROM scenario.watch GROUP BY 1 ORDER BY 1"
 
 EVIDENCE="SELECT w.tag, w.service_id, w.old_expiry_1, w.old_expiry_2, $TAKEN AS taken_at,

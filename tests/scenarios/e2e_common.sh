@@ -1,12 +1,11 @@
-# Shared by the e2e_* scenario tests (sourced, not a test itself): a private
-# PostgreSQL, scabbard-sim and workers in a temporary directory, a generated
-# workload, waiting for it to drain, and qw-check over the ledger's event log.
-# The directory is removed after a passing run and kept (path printed) after
-# a failing one. Needs QUEUER_BIN, SCABBARD_SIM_BIN, QUEUER_GEN_BIN,
-# QW_SOURCE_ROOT and QW_BUILD_ROOT (set by meson test); QW_CHECK_BIN defaults
-# to the build's tools/qw-check.
-set -euo pipefail
-
+# Shared by the e2e_* scenario tests (sourced, not a test itself), on top of
+# lib_scenario.sh: a private PostgreSQL, scabbard-sim and workers in the
+# test's directory (workers in E2E_DIR/workers), a generated workload,
+# waiting for it to drain, and qw-check over the ledger's event log. The
+# directory is removed after a passing run and kept (path printed) after a
+# failing one. Needs QUEUER_BIN, SCABBARD_SIM_BIN, QUEUER_GEN_BIN,
+# QW_SOURCE_ROOT and QW_BUILD_ROOT (set by meson test); QW_CHECK_BIN
+# defaults to the build's tools/qw-check.
 for v in QUEUER_BIN SCABBARD_SIM_BIN QUEUER_GEN_BIN QW_SOURCE_ROOT QW_BUILD_ROOT; do
     if [ -z "${!v:-}" ]; then
         echo "$v is not set: run this through 'meson test'" >&2
@@ -14,13 +13,10 @@ for v in QUEUER_BIN SCABBARD_SIM_BIN QUEUER_GEN_BIN QW_SOURCE_ROOT QW_BUILD_ROOT
     fi
 done
 QW_CHECK_BIN=${QW_CHECK_BIN:-$QW_BUILD_ROOT/tools/qw-check}
-export QUEUER_BIN SCABBARD_SIM_BIN
 
-# shellcheck source=tests/lib/cluster.sh
-. "$QW_SOURCE_ROOT/tests/lib/cluster.sh"
-# qwc_load_tsv: the one place that knows how a TSV workload gets loaded.
-# shellcheck source=scripts/cluster.sh
-. "$QW_SOURCE_ROOT/scripts/cluster.sh"
+# shellcheck source=tests/scenarios/lib_scenario.sh
+. "$QW_SOURCE_ROOT/tests/scenarios/lib_scenario.sh"
+set -e
 
 # Test-scale worker settings: short leases, a fast cycle and quick retries.
 E2E_WORKER_SETTINGS=(QUEUER_WORKER_LEASE_MS=2000 QUEUER_WORKER_HARD_EXPIRY_MS=6000
@@ -28,43 +24,13 @@ E2E_WORKER_SETTINGS=(QUEUER_WORKER_LEASE_MS=2000 QUEUER_WORKER_HARD_EXPIRY_MS=60
                      QUEUER_DLT_RETRY_MAX_MS=1000 QUEUER_DLT_PAUSE_BASE_MS=50
                      QUEUER_DLT_PAUSE_MAX_MS=500 QUEUER_DLT_REQUEST_TIMEOUT_MS=3000
                      QUEUER_DLT_STATUS_WAIT_S=2 QUEUER_LOG_LEVEL=info)
-FINAL_SQL="SELECT count(*) = 0 FROM queuer.batches
-            WHERE status IS NULL OR status NOT IN ('Committed', 'Valid', 'Invalid')"
 
-E2E_NAME=$(basename "$0" .sh)
-E2E_DIR=$(mktemp -d "${TMPDIR:-/tmp}/qw-$E2E_NAME.XXXXXX")
-E2E_START_US=${EPOCHREALTIME/./}
+sc_begin "$(basename "$0" .sh)"
+E2E_DIR=$SC_DIR
 declare -A FIG=()
 
-e2e_cleanup() {
-    local rc=$?
-    qw_workers_stop "$E2E_DIR/workers" 2>/dev/null || true
-    qw_sim_stop 2>/dev/null || true
-    qw_pg_stop 2>/dev/null || true
-    if [ "$rc" = 0 ]; then
-        rm -rf "$E2E_DIR"
-    else
-        echo "$E2E_NAME: FAILED (exit $rc); logs kept in $E2E_DIR" >&2
-        local f
-        for f in "$E2E_DIR"/workers/*.log; do
-            [ -f "$f" ] || continue
-            echo "--- last lines of $f" >&2
-            tail -n 15 "$f" >&2
-        done
-    fi
-    exit "$rc"
-}
-trap e2e_cleanup EXIT
-
-e2e_fail() {
-    echo "$E2E_NAME: FAIL: $*" >&2
-    exit 1
-}
-
-e2e_log() {
-    printf '%s: [%5ss] %s\n' "$E2E_NAME" \
-        "$(awk -v us=$((${EPOCHREALTIME/./} - E2E_START_US)) 'BEGIN { printf "%.1f", us / 1e6 }')" "$*"
-}
+e2e_fail() { sc_fail "$@"; }
+e2e_log() { sc_log "$@"; }
 
 # Asserts "$1 $2 $3" with integers, e.g. e2e_assert "${FIG[posts]}" -eq 500 "POSTs = batches".
 e2e_assert() {
@@ -74,23 +40,12 @@ e2e_assert() {
 }
 
 # Starts a migrated PostgreSQL in the test directory.
-e2e_db() {
-    qw_pg_start "$E2E_DIR/pg"
-    QUEUER_DATABASE_CONNINFO=$QW_PG_CONNINFO
-    export QUEUER_DATABASE_CONNINFO
-    "$QUEUER_BIN" migrate >"$E2E_DIR/migrate.log" 2>&1 || {
-        cat "$E2E_DIR/migrate.log" >&2
-        e2e_fail "queuer migrate failed"
-    }
-}
+e2e_db() { sc_pg_start; }
 
 # e2e_workload SERVICES BATCHES: generates and enqueues SERVICES x BATCHES.
 e2e_workload() {
-    "$QUEUER_GEN_BIN" --services "$1" --batches "$2" --seed 7 >"$E2E_DIR/workload.tsv"
-    qwc_load_tsv "$E2E_DIR/workload.tsv" >"$E2E_DIR/load.log" 2>&1 || {
-        cat "$E2E_DIR/load.log" >&2
-        e2e_fail "loading the workload failed"
-    }
+    sc_gen "$E2E_DIR/workload.tsv" "$1" "$2" 7
+    sc_load_tsv "$E2E_DIR/workload.tsv"
     local n
     n=$(qw_sql "SELECT count(*) FROM queuer.batches")
     e2e_assert "$n" -eq $(($1 * $2)) "batches enqueued"
@@ -104,13 +59,7 @@ e2e_worker() {
 }
 
 # e2e_drain SECS: waits until every batch is final; on timeout shows where they are.
-e2e_drain() {
-    if ! qw_wait_sql "$1" "$FINAL_SQL"; then
-        qw_sql "SELECT coalesce(status, CASE WHEN submitted THEN 'submitting' ELSE 'waiting' END),
-                       count(*) FROM queuer.batches GROUP BY 1" >&2 || true
-        e2e_fail "not every batch became final within $1 s"
-    fi
-}
+e2e_drain() { sc_wait_all_final "$1"; }
 
 # Stops workers and simulator, then runs qw-check; its figures land in FIG[].
 # Fails the test when qw-check reports a violation or cannot run, or when a
@@ -130,6 +79,25 @@ e2e_check() {
         FIG[$k]=$v
     done <"$E2E_DIR/check.kv"
     [ "$rc" = 0 ] || e2e_fail "qw-check found ${FIG[violations]:-?} invariant violation(s)"
+}
+
+# e2e_drain_three TOTAL SECS: workers w1, w2 and w3 drain the workload of
+# TOTAL batches within SECS, then e2e_check; every batch must end Committed
+# and qw-check must have seen each one. Sets PER_WORKER (e2e_per_worker).
+e2e_drain_three() {
+    local w committed
+    for w in w1 w2 w3; do
+        e2e_worker "$w"
+    done
+    e2e_drain "$2"
+    e2e_log "drained: $(qw_sql "SELECT string_agg(status || '=' || n, ' ')
+                                  FROM (SELECT status, count(*) AS n FROM queuer.batches GROUP BY 1) x")"
+    # shellcheck disable=SC2034 # read by the scripts
+    PER_WORKER=$(e2e_per_worker)
+    e2e_check
+    committed=$(qw_sql "SELECT count(*) FROM queuer.batches WHERE status = 'Committed'")
+    e2e_assert "$committed" -eq "$1" "every batch Committed"
+    e2e_assert "${FIG[batches]}" -eq "$1" "qw-check saw every batch"
 }
 
 # Committed batches per worker instance, "w1=170 w2=160 ...".

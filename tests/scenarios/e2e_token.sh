@@ -68,12 +68,8 @@ rm -f "$E2E_DIR/workers/w1.pid"
 
 # ---- the right token from dlt.token_file: w2 drains a second workload -------
 e2e_log "second workload ($SERVICES2 services x $BATCHES) for w2, token from dlt.token_file"
-"$QUEUER_GEN_BIN" --services "$SERVICES2" --batches "$BATCHES" --seed 8 --circuit-prefix qwtok \
-    >"$E2E_DIR/workload2.tsv"
-qwc_load_tsv "$E2E_DIR/workload2.tsv" >"$E2E_DIR/load2.log" 2>&1 || {
-    cat "$E2E_DIR/load2.log" >&2
-    e2e_fail "loading the second workload failed"
-}
+sc_gen "$E2E_DIR/workload2.tsv" "$SERVICES2" "$BATCHES" 8 qwtok
+sc_load_tsv "$E2E_DIR/workload2.tsv"
 e2e_worker w2 QUEUER_CONFIG="$E2E_DIR/w2.cfg"
 e2e_drain 30
 by_w2=$(qw_sql "SELECT count(*) FROM queuer.batch_history WHERE instance_id = 'w2' AND to_status = 'Committed'")

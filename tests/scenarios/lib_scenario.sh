@@ -1,25 +1,32 @@
-# Shared helpers for the scenario scripts (tests/scenarios/*.sh): a private
-# temporary directory, a trap that always stops what the script started
-# (workers, simulator, PostgreSQL), assertions that print expected vs
-# actual, workload generation and loading, and SQL helpers that measure
-# claim takeovers on the database clock. Source it from bash; it defines
-# functions and a few variables only, then the script calls sc_begin.
+# Shared helpers for the scenario scripts (tests/scenarios/*.sh), on top of
+# the harness tests/lib/cluster.sh (processes, PostgreSQL, simulator,
+# workloads): a private temporary directory, a trap that always stops what
+# the script started, assertions that print expected vs actual, and SQL
+# helpers that measure claim takeovers on the database clock. Source it
+# from bash; it defines functions and a few variables only, then the script
+# calls sc_begin.
 #
 #   sc_begin NAME                 temp dir SC_DIR, EXIT trap (cleanup + logs on failure)
+#   sc_on_exit FUNC               the trap calls FUNC first (what the script started
+#                                 itself), with SC_EXIT_RC set to the exit status
 #   sc_pg_start                   private PostgreSQL, `queuer migrate`, helper schema
 #   sc_sim_start [SIM-ARGS...]    scabbard-sim; sc_sim_pause / sc_sim_resume /
 #                                 sc_sim_faults JSON; sc_sim_log_load (event log -> SQL)
 #   sc_worker_start NAME [VAR=VALUE...]   `queuer run` as instance NAME with the
 #                                 test-scale defaults of SC_WORKER_ENV (overridable)
 #   sc_worker_wait_exit NAME SECS sets SC_RC (exit code, or "timeout")
+#   sc_worker_stop NAME SECS      SIGTERM; it must exit 0 within SECS
 #   sc_gen FILE SERVICES BATCHES [SEED [PREFIX]]   queuer-gen workload
-#   sc_load_tsv FILE              enqueue a TSV workload (psql, or the CLI)
+#   sc_load_tsv FILE              enqueue a TSV workload (one transaction, back
+#                                 pressure off)
 #   sc_check WHAT EXPECTED ACTUAL, sc_check_sql WHAT EXPECTED SQL [EVIDENCE-SQL],
 #   sc_check_num WHAT A OP B, sc_wait WHAT SECS SQL [EVIDENCE-SQL], sc_fail MSG
 #   sc_watch_claims TAG WHERE     remember the claims matching WHERE (scenario.watch);
 #                                 sc_watch_refresh TAG re-reads their expiries
 #   sc_takeover_poll_start SECS / sc_takeover_poll_wait   poll (in the background)
 #                                 until every watched claim has a new holder
+#   sc_show_takeover KILL_AT      how long after the old expiries and KILL_AT the
+#                                 watched claims were taken over
 #
 # Every wait is bounded; nothing here sleeps as a substitute for a condition.
 
@@ -44,15 +51,13 @@ SC_HARD_MS=4000
 SC_CYCLE_MS=200
 SC_WORKER_ENV=()
 
-# How sc_load_tsv enqueues: "cli" (`queuer enqueue --tsv`, the default) or
-# "psql" (queuer.enqueue_rows() directly). Override with the environment.
-SC_LOADER=${SC_LOADER:-cli}
-
 SC_NAME=
 SC_DIR=
 SC_RC=
 SC_POLLER_PID=
 SC_T0=0
+SC_ON_EXIT=()
+SC_EXIT_RC=
 
 sc_log() {
     printf '[%s %s] %s\n' "$SC_NAME" "$(date +%H:%M:%S.%3N)" "$*"
@@ -77,19 +82,27 @@ sc_begin() {
     sc_log "directory $SC_DIR"
 }
 
-# Stops every worker (resuming stopped ones first), the simulator and
-# PostgreSQL; on failure prints the tail of every log and keeps SC_DIR.
+sc_on_exit() {
+    SC_ON_EXIT+=("$1")
+}
+
+# Runs the sc_on_exit functions, stops every worker (resuming stopped ones
+# first), the simulator and PostgreSQL; on failure prints the tail of every
+# log and keeps SC_DIR. Errors here do not end the script early (set +e).
 sc_cleanup() {
-    local rc=$? f
+    local rc=$? f d logs=() fn
     trap - EXIT
-    for f in "$SC_DIR"/*.pid; do
-        [ -f "$f" ] && kill -CONT "$(cat "$f")" 2>/dev/null
+    set +e
+    SC_EXIT_RC=$rc
+    for fn in "${SC_ON_EXIT[@]}"; do
+        "$fn"
     done
-    qw_workers_stop "$SC_DIR" 2>/dev/null
-    qw_sim_stop
-    qw_pg_stop fast
+    qw_stop_all fast
     if [ "$rc" != 0 ]; then
-        for f in "$SC_DIR"/*.log "$SC_DIR"/sim/sim.out "$SC_DIR"/pg/postgres.log; do
+        for d in "${QW_WORKER_DIRS[@]}"; do
+            [ "$d" = "$SC_DIR" ] || logs+=("$d"/*.log)
+        done
+        for f in "$SC_DIR"/*.log "${logs[@]}" "$SC_DIR"/sim/sim.out "$SC_DIR"/pg/postgres.log; do
             [ -s "$f" ] || continue
             echo "---- last lines of $f"
             tail -n 25 "$f"
@@ -153,10 +166,7 @@ sc_check_sql() {
     echo "  expected: $expected" >&2
     echo "  actual:   $actual" >&2
     echo "  query:    $sql" >&2
-    if [ -n "$evidence" ]; then
-        echo "  evidence:" >&2
-        sc_show "$evidence" | sed 's/^/    /' >&2
-    fi
+    sc_evidence "$evidence"
     exit 1
 }
 
@@ -168,11 +178,15 @@ sc_wait() {
     fi
     echo "FAIL: timed out after ${secs}s waiting for: $what" >&2
     echo "  query: $sql" >&2
-    if [ -n "$evidence" ]; then
-        echo "  evidence:" >&2
-        sc_show "$evidence" | sed 's/^/    /' >&2
-    fi
+    sc_evidence "$evidence"
     exit 1
+}
+
+# sc_evidence [SQL]: prints the result of SQL (if any) under "evidence:" on stderr.
+sc_evidence() {
+    [ -n "${1:-}" ] || return 0
+    echo "  evidence:" >&2
+    sc_show "$1" | sed 's/^/    /' >&2
 }
 
 # sc_wait_log NAME SECS PATTERN: waits for an extended regex in a worker's log.
@@ -272,10 +286,7 @@ SQL
 sc_pg_start() {
     qw_pg_start "$SC_DIR/pg" || sc_fail "PostgreSQL did not start"
     export QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO"
-    "$QUEUER_BIN" migrate >"$SC_DIR/migrate.out" 2>&1 || {
-        cat "$SC_DIR/migrate.out" >&2
-        sc_fail "queuer migrate failed"
-    }
+    qw_migrate "$SC_DIR/migrate.out" || sc_fail "queuer migrate failed"
     sc_install_helpers || sc_fail "cannot install the scenario helper schema"
 }
 
@@ -366,7 +377,7 @@ sc_worker_kill() {
 }
 
 sc_worker_pid() {
-    cat "$SC_DIR/$1.pid"
+    qw_worker_pid "$SC_DIR" "$1"
 }
 
 sc_worker_alive() {
@@ -384,60 +395,35 @@ sc_wait_registered() {
     done
 }
 
+# sc_worker_stop NAME SECS: SIGTERM; the worker must exit 0 within SECS.
+sc_worker_stop() {
+    sc_worker_signal "$1" TERM
+    sc_worker_wait_exit "$1" "$2"
+    sc_check "$1 exits 0 after SIGTERM" 0 "$SC_RC"
+}
+
 # sc_worker_wait_exit NAME SECS: waits for the worker to exit; sets SC_RC to
 # its exit code or to "timeout". (Runs in this shell: `wait` only works for
 # our own children, so this must not be called inside $(...).)
 sc_worker_wait_exit() {
-    local pid _
-    pid=$(sc_worker_pid "$1")
-    SC_RC=timeout
-    {
-        for _ in $(seq 1 $(($2 * 20))); do
-            kill -0 "$pid" || break
-            sleep 0.05
-        done
-        kill -0 "$pid" && return 0
-        wait "$pid"
-        SC_RC=$?
-    } 2>/dev/null # no "Killed" notice from bash
+    qw_wait_exit "$(sc_worker_pid "$1")" "$2"
+    SC_RC=$QW_RC
 }
 
 # ---- workloads --------------------------------------------------------------
 
 # sc_gen FILE SERVICES BATCHES [SEED [CIRCUIT-PREFIX]]
 sc_gen() {
-    "$QUEUER_GEN_BIN" --services "$2" --batches "$3" --seed "${4:-1}" \
-        --circuit-prefix "${5:-qwgen}" >"$1" || sc_fail "queuer-gen failed"
+    qw_gen "$@" || sc_fail "queuer-gen failed"
 }
 
 # sc_load_tsv FILE: enqueues every line in one transaction (back pressure
 # off), so workers see the whole workload at once.
 sc_load_tsv() {
-    local file=$1
-    case "$SC_LOADER" in
-    cli)
-        # one transaction (src/ingest/enqueue.c); back pressure off
-        QUEUER_INGEST_HIGH=0 "$QUEUER_BIN" enqueue --tsv "$file" >"$SC_DIR/enqueue.out" 2>&1 || {
-            cat "$SC_DIR/enqueue.out" >&2
-            sc_fail "queuer enqueue --tsv $file failed"
-        }
-        ;;
-    psql)
-        qw_psql >"$SC_DIR/enqueue.out" 2>&1 <<SQL || {
-SET queuer.ingest_high = 0;
-CREATE TEMP TABLE sc_load (line_no serial, service_id text, batch_id text, payload_hex text);
-\copy sc_load (service_id, batch_id, payload_hex) FROM '$file'
-SELECT count(*) FROM queuer.enqueue_rows(
-    (SELECT array_agg(ROW(line_no, service_id, batch_id, decode(payload_hex, 'hex'))::queuer.enqueue_row
-                      ORDER BY line_no)
-       FROM sc_load), false);
-SQL
-            cat "$SC_DIR/enqueue.out" >&2
-            sc_fail "loading $file failed"
-        }
-        ;;
-    *) sc_fail "SC_LOADER must be cli or psql, not '$SC_LOADER'" ;;
-    esac
+    qw_load_tsv "$1" >"$SC_DIR/enqueue.out" 2>&1 || {
+        cat "$SC_DIR/enqueue.out" >&2
+        sc_fail "queuer enqueue --tsv $1 failed"
+    }
 }
 
 # sc_services_sql FILE: the distinct service ids of a TSV workload as a SQL
@@ -534,10 +520,26 @@ sc_ms() {
     echo "round(extract(epoch FROM ($1)) * 1000)::bigint"
 }
 
+# sc_show_takeover KILL_AT: per tag of the watched claims, how long after
+# their old expiry_1 and expiry_2 and after KILL_AT (a timestamptz) they
+# were taken over, and when the poller saw it at the latest (ms).
+sc_show_takeover() {
+    local taken
+    taken=$(sc_taken_at)
+    sc_show "SELECT w.tag, count(*) AS services,
+                    min($(sc_ms "$taken - w.old_expiry_1")) AS min_after_expiry_1_ms,
+                    max($(sc_ms "$taken - w.old_expiry_1")) AS max_after_expiry_1_ms,
+                    min($(sc_ms "$taken - w.old_expiry_2")) AS min_after_expiry_2_ms,
+                    max($(sc_ms "$taken - w.old_expiry_2")) AS max_after_expiry_2_ms,
+                    min($(sc_ms "$taken - '$1'::timestamptz")) AS min_after_kill_ms,
+                    max($(sc_ms "$taken - '$1'::timestamptz")) AS max_after_kill_ms,
+                    max($(sc_ms "w.seen_at - '$1'::timestamptz")) AS max_seen_after_kill_ms
+               FROM scenario.watch w GROUP BY 1 ORDER BY 1"
+}
+
 # sc_wait_all_final SECS: waits until every batch has a final status.
 sc_wait_all_final() {
-    sc_wait "every batch final" "$1" \
-        "SELECT count(*) = 0 FROM queuer.batches WHERE status IS NULL OR status NOT IN ('Committed', 'Valid', 'Invalid')" \
+    sc_wait "every batch final" "$1" "$QW_ALL_FINAL_SQL" \
         "SELECT coalesce(status, CASE WHEN submitted THEN '(submitting)' ELSE '(new)' END) AS state,
                 count(*) FROM queuer.batches GROUP BY 1 ORDER BY 1"
 }

@@ -13,9 +13,6 @@
 . "$(dirname "$0")/lib_scenario.sh"
 sc_begin ops_signals
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 http_code() { curl -s -m 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1${2:-/healthz}"; }
 cfg=$SC_DIR/queuer.cfg
 write_cfg() { # LEVEL PORT PAUSE_MAX SLACK
@@ -29,8 +26,8 @@ CFG
 
 sc_pg_start
 sc_sim_start --commit-delay-ms 200
-p1=$(free_port)
-p2=$(free_port)
+p1=$(qw_free_port)
+p2=$(qw_free_port)
 write_cfg info "$p1" 1000 4
 sc_gen "$SC_DIR/w.tsv" 10 6 3
 # Not sc_worker_start: it sets QUEUER_ADMIN_LISTEN=off and QUEUER_LOG_LEVEL,
@@ -80,7 +77,7 @@ sc_check "readyz on the new port" 200 "$ready"
 kill -0 "$(cat "$SC_DIR/w1.pid")" || sc_fail "the worker died at SIGHUP"
 
 # An admin address that cannot be bound: logged, and the server stays where it was.
-p3=$(free_port)
+p3=$(qw_free_port)
 python3 -c 'import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(30)' "$p3" &

@@ -20,14 +20,7 @@ tmux_() { tmux -S "$sock" "$@"; }
 screen() { tmux_ capture-pane -p -t watch; }
 # shellcheck disable=SC2317 # called from the EXIT trap
 stop_tmux() { tmux_ kill-server 2>/dev/null || true; }
-# shellcheck disable=SC2317
-cleanup() {
-    local rc=$?
-    stop_tmux
-    (exit "$rc")
-    sc_cleanup
-}
-trap cleanup EXIT
+sc_on_exit stop_tmux
 
 sc_pg_start
 sc_sim_start --commit-delay-ms 100 --seed 16

@@ -99,7 +99,5 @@ sc_sim_resume
 sc_wait_all_final 30
 sc_check_order
 for w in w1 w2; do
-    sc_worker_signal $w TERM
-    sc_worker_wait_exit $w 15
-    sc_check "$w exits 0 after SIGTERM" 0 "$SC_RC"
+    sc_worker_stop $w 15
 done

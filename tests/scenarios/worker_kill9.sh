@@ -75,14 +75,7 @@ sc_check_sql "at the kill, every hanging service has a batch mid-submission" 8 \
 sc_takeover_poll_wait
 TAKEN=$(sc_taken_at)
 
-sc_show "SELECT w.tag, count(*) AS services,
-                min($(sc_ms "$TAKEN - w.old_expiry_1")) AS min_after_expiry_1_ms,
-                max($(sc_ms "$TAKEN - w.old_expiry_1")) AS max_after_expiry_1_ms,
-                min($(sc_ms "$TAKEN - w.old_expiry_2")) AS min_after_expiry_2_ms,
-                max($(sc_ms "$TAKEN - w.old_expiry_2")) AS max_after_expiry_2_ms,
-                min($(sc_ms "$TAKEN - '$kill_at'::timestamptz")) AS min_after_kill_ms,
-                max($(sc_ms "$TAKEN - '$kill_at'::timestamptz")) AS max_after_kill_ms
-           FROM scenario.watch w GROUP BY 1 ORDER BY 1"
+sc_show_takeover "$kill_at"
 
 EVIDENCE="SELECT w.tag, w.service_id, w.old_expiry_1, w.old_expiry_2, $TAKEN AS taken_at,
                  w.last_unseen_at, w.seen_at, w.new_claimant
@@ -108,6 +101,4 @@ sc_wait_all_final 30
 sc_check_order
 sc_show "SELECT to_status, coalesce(instance_id, '-') AS instance, count(*)
            FROM queuer.batch_history GROUP BY 1, 2 ORDER BY 2, 1"
-sc_worker_signal w2 TERM
-sc_worker_wait_exit w2 15
-sc_check "w2 exits 0 after SIGTERM" 0 "$SC_RC"
+sc_worker_stop w2 15

@@ -96,7 +96,5 @@ sc_check_sql "no batch was Committed twice beyond what the history explains" 0 \
     "SELECT * FROM ($PER_BATCH) x WHERE commits > 1 LIMIT 10"
 
 for w in w1 w2; do
-    sc_worker_signal $w TERM
-    sc_worker_wait_exit $w 15
-    sc_check "$w exits 0 after SIGTERM" 0 "$SC_RC"
+    sc_worker_stop $w 15
 done

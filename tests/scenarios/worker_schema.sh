@@ -12,6 +12,9 @@ sc_begin worker_schema
 sc_pg_start
 # The binary's newest migration: what `queuer migrate` just recorded.
 LATEST=$(qw_sql "SELECT max(version) FROM queuer.schema_migrations")
+# the version before it (numbers may have gaps: some are reserved for
+# migrations not merged yet)
+PREVIOUS=$(qw_sql "SELECT coalesce(max(version), 0) FROM queuer.schema_migrations WHERE version < $LATEST")
 sc_check_num "queuer migrate recorded a schema version" "$LATEST" ">=" 1
 PASSWORD=sc-secret-$RANDOM$RANDOM
 

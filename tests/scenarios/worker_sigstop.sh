@@ -123,9 +123,7 @@ sc_check_sql "every batch Committed" 0 \
 sc_check_order
 
 for w in w1 w2; do
-    sc_worker_signal $w TERM
-    sc_worker_wait_exit $w 15
-    sc_check "$w exits 0 after SIGTERM" 0 "$SC_RC"
+    sc_worker_stop $w 15
 done
 sc_log "w1 after SIGCONT: $(grep -c 'event=claim.lost' "$SC_DIR/w1.log") fenced writes matched nothing;" \
     "$(grep -o 'event=worker.summary.*' "$SC_DIR/w1.log")"

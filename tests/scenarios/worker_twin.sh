@@ -36,6 +36,6 @@ qw_wait_sql 15 "SELECT EXISTS (SELECT 1 FROM queuer.instances WHERE instance_id 
 grep -q "event=instance.taken_over" "$E2E_DIR/workers/w1.log" ||
     e2e_fail "the restarted w1 did not say it took over its id"
 "$QUEUER_GEN_BIN" --services 3 --batches 2 --seed 8 --circuit-prefix again >"$E2E_DIR/again.tsv"
-qwc_load_tsv "$E2E_DIR/again.tsv" >"$E2E_DIR/load2.log" 2>&1 || e2e_fail "loading more work failed"
+qw_load_tsv "$E2E_DIR/again.tsv" >"$E2E_DIR/load2.log" 2>&1 || e2e_fail "loading more work failed"
 e2e_drain 60
 e2e_log "PASS"

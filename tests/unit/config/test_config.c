@@ -128,7 +128,6 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.dlt_max_in_flight, 256);
     assert_int_equal(cfg.dlt_max_response_bytes, 1048576);
     assert_int_equal(cfg.dlt_status_wait_s, 10);
-    assert_int_equal(cfg.dlt_status_batch, 100);
     assert_int_equal(cfg.dlt_unknown_confirm_ms, 2000);
     assert_int_equal(cfg.dlt_max_attempts, 0);
     assert_int_equal(cfg.dlt_retry_base_ms, 250);

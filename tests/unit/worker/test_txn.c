@@ -402,7 +402,7 @@ static void test_time_budget_while_reconnecting(void **state)
 
 static void test_non_retryable_error_rolls_back(void **state)
 {
-    static const int codes[] = {QW_ERR_CLAIM_LOST, QW_ERR_DB, QW_ERR_INVALID, QW_ERR_DUPLICATE};
+    static const int codes[] = {QW_ERR_DB, QW_ERR_INVALID, QW_ERR_DUPLICATE, QW_ERR_SCHEMA};
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         setup(state);
         struct fixture *f = *state;
@@ -448,10 +448,10 @@ static void test_rollback_failing_on_dead_connection(void **state)
 static void test_rollback_failing_keeps_body_error(void **state)
 {
     struct fixture *f = *state;
-    f->db.body_rc[0] = QW_ERR_CLAIM_LOST;
+    f->db.body_rc[0] = QW_ERR_INVALID;
     f->db.rollback_rc[0] = QW_ERR_DB_CONN;
-    assert_int_equal(run(f), QW_ERR_CLAIM_LOST);
-    assert_int_equal(f->err.rc, QW_ERR_CLAIM_LOST);
+    assert_int_equal(run(f), QW_ERR_INVALID);
+    assert_int_equal(f->err.rc, QW_ERR_INVALID);
     assert_string_equal(f->db.trace, "BbR");
     /* The dead connection is left for the next run, which reconnects first. */
     assert_false(f->db.alive);
@@ -500,9 +500,9 @@ static void test_null_stats_and_err(void **state)
     struct fixture *f = *state;
     f->db.stats = NULL;
     f->db.body_rc[0] = QW_ERR_SERIALIZATION;
-    f->db.body_rc[1] = QW_ERR_CLAIM_LOST;
+    f->db.body_rc[1] = QW_ERR_INVALID;
     assert_int_equal(qw_txn_run(&fake_ops, &f->db, &f->policy, fake_body, &f->db, NULL, NULL),
-                     QW_ERR_CLAIM_LOST);
+                     QW_ERR_INVALID);
     assert_string_equal(f->db.trace, "BbRBbR");
 }
 
