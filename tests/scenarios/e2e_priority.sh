@@ -31,7 +31,7 @@ e2e_db
     >"$E2E_DIR/low.tsv"
 "$QUEUER_GEN_BIN" --services "$HIGH_SERVICES" --batches "$BATCHES" --seed 22 --circuit-prefix highp |
     sed 's/$/\t10/' >"$E2E_DIR/high.tsv"
-qwc_load_tsv "$E2E_DIR/low.tsv" || e2e_fail "loading the priority-0 workload failed"
+qw_load_tsv "$E2E_DIR/low.tsv" || e2e_fail "loading the priority-0 workload failed"
 
 e2e_log "scarce: ${QW_PRIORITY_SCARCE:-channels}"
 qw_sim_start "$E2E_DIR/sim" --commit-delay-ms 20 --node-latency-ms 0:10
@@ -46,7 +46,7 @@ capacity)
 esac
 qw_wait_sql 30 "SELECT count(*) >= 20 FROM queuer.batches WHERE status = 'Committed'" ||
     e2e_fail "the priority-0 load did not start"
-qwc_load_tsv "$E2E_DIR/high.tsv" || e2e_fail "loading the priority-10 workload failed"
+qw_load_tsv "$E2E_DIR/high.tsv" || e2e_fail "loading the priority-10 workload failed"
 e2e_log "priority 10 enqueued ($(qw_sql "SELECT count(*) FROM queuer.batches WHERE status = 'Committed'") committed so far)"
 e2e_assert "$(qw_sql "SELECT count(*) FROM queuer.batches WHERE priority = 10")" -eq "$HIGH" \
     "batches stored with priority 10 (fourth TSV column)"
