@@ -10,7 +10,8 @@
  * (ids as text, the payload as its decoded bytes) into pg_temp.queuer_load
  * while the rest of the input is still being read, and moved into
  * queuer.batches by queuer.enqueue_staged() (migration 0011 says why that
- * move does not run the payload trigger again).
+ * move does not run the payload trigger again; 0012 stores each row's
+ * priority, so one call takes a load of mixed priorities).
  */
 #include "ingest/enqueue.h"
 
@@ -26,17 +27,11 @@
 #define CHUNK_MS_PER_ROW 1         /* a bulk call's deadline grows by this per row, ms */
 #define COPY_FLUSH_BYTES (1 << 20) /* send COPY data in pieces of about 1 MiB */
 #define READ_BLOCK (1 << 16)       /* bytes read from the input at a time */
-#define COPY_ROW_FIELDS 5          /* seq, line_no, service_id, batch_id, payload */
+#define COPY_ROW_FIELDS 6          /* seq, line_no, service_id, batch_id, payload, priority */
 
 static const char SQL_MARKS[] = "SELECT set_config('queuer.ingest_high', $1, true), "
                                 "set_config('queuer.ingest_low', $2, true)";
 static const char SQL_ENQUEUE_ONE[] = "SELECT queuer.enqueue_batch($1, $2, $3::bytea, $4::integer)";
-/*
- * The priority of the rows a queuer.enqueue_staged() call stores, for the
- * rest of the load's transaction: that function inserts without naming
- * the column, whose default reads this setting (migration 0010).
- */
-static const char SQL_RUN_PRIORITY[] = "SELECT set_config('queuer.enqueue_priority', $1, true)";
 /*
  * The staging table lives in local memory (temp_buffers, set before the
  * session touches any temporary table) so that a load of some 100 MB does
@@ -47,9 +42,10 @@ static const char SQL_RUN_PRIORITY[] = "SELECT set_config('queuer.enqueue_priori
 static const char SQL_STAGE[] =
     "SET LOCAL temp_buffers = '256MB'; "
     "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id text COLLATE \"C\", "
-    "batch_id text COLLATE \"C\", payload bytea) ON COMMIT DROP";
+    "batch_id text COLLATE \"C\", payload bytea, priority integer) ON COMMIT DROP";
 static const char SQL_STAGE_COPY[] =
-    "COPY queuer_load (seq, line_no, service_id, batch_id, payload) FROM STDIN (FORMAT binary)";
+    "COPY queuer_load (seq, line_no, service_id, batch_id, payload, priority) FROM STDIN "
+    "(FORMAT binary)";
 /* For the rest of the load's transaction only. */
 static const char SQL_STATEMENT_TIMEOUT[] = "SELECT set_config('statement_timeout', $1, true)";
 /* queuer.enqueue_staged() runs as queuer_loader: let it read the staged rows. */
@@ -303,15 +299,6 @@ struct bulk {
     size_t copy_len;                    /* bytes pending */
     size_t copy_cap;                    /* bytes allocated */
     long sent;                          /* rows COPYed (their seq is 0..sent-1) */
-    struct run *runs;                   /* owned; rows of equal priority, in seq order */
-    size_t n_runs;                      /* entries in runs */
-    size_t cap_runs;                    /* entries allocated */
-};
-
-/* Consecutive staged rows of one priority: seq from `from` to the next run's. */
-struct run {
-    long from;    /* first seq */
-    int priority; /* of every row in the run */
 };
 
 static void report_issue(struct bulk *b, long line_no, enum qw_enqueue_outcome outcome,
@@ -385,23 +372,6 @@ static void doom(struct bulk *b)
     rollback(b->db);
 }
 
-/* Notes the priority of the row about to get seq b->sent: a new run when it changes. */
-static int note_priority(struct bulk *b, int priority, struct qw_error *err)
-{
-    if (b->n_runs > 0 && b->runs[b->n_runs - 1].priority == priority)
-        return QW_OK;
-    if (b->n_runs == b->cap_runs) {
-        size_t cap = b->cap_runs ? b->cap_runs * 2 : 8;
-        struct run *grown = realloc(b->runs, cap * sizeof(*grown));
-        if (!grown)
-            return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-        b->runs = grown;
-        b->cap_runs = cap;
-    }
-    b->runs[b->n_runs++] = (struct run){.from = b->sent, .priority = priority};
-    return QW_OK;
-}
-
 /* Makes room for `need` more bytes of COPY data: sends what is pending, grows the buffer. */
 static int copy_reserve(struct bulk *b, size_t need, struct qw_error *err)
 {
@@ -454,20 +424,18 @@ static char *put_field(char *p, const void *data, size_t len)
 }
 
 /*
- * Appends one binary COPY row: seq, line_no, service_id, batch_id and the
- * decoded payload (`len` bytes), as PostgreSQL's binary COPY format lays
- * out a tuple (a field count, then each field's length and bytes).
+ * Appends one binary COPY row: seq, line_no, service_id, batch_id, the
+ * decoded payload (`len` bytes) and the line's priority (or the load's), as PostgreSQL's binary
+ * COPY format lays out a tuple (a field count, then each field's length and bytes).
  */
 static int copy_row(struct bulk *b, long line_no, const struct qw_tsv_record *rec,
                     const uint8_t *payload, size_t len, struct qw_error *err)
 {
     if (b->sent >= INT32_MAX || line_no > INT32_MAX)
         return qw_error_set(err, QW_ERR_INVALID, "a load holds at most %d lines", INT32_MAX);
-    int rc = note_priority(b, rec->has_priority ? rec->priority : b->opts->priority, err);
-    if (rc != QW_OK)
-        return rc;
-    size_t need = 2 + 2 * (4 + 4) + 4 + rec->service_id_len + 4 + rec->batch_id_len + 4 + len;
-    rc = copy_reserve(b, need, err);
+    size_t need =
+        2 + 2 * (4 + 4) + 4 + rec->service_id_len + 4 + rec->batch_id_len + 4 + len + (4 + 4);
+    int rc = copy_reserve(b, need, err);
     if (rc != QW_OK)
         return rc;
     char *p = b->copy_buf + b->copy_len;
@@ -479,6 +447,8 @@ static int copy_row(struct bulk *b, long line_no, const struct qw_tsv_record *re
     p = put_field(p, rec->service_id, rec->service_id_len);
     p = put_field(p, rec->batch_id, rec->batch_id_len);
     p = put_field(p, payload, len);
+    p = put_be32(p, 4);
+    p = put_be32(p, (uint32_t)(rec->has_priority ? rec->priority : b->opts->priority));
     b->copy_len = (size_t)(p - b->copy_buf);
     b->sent++;
     if (b->copy_len >= COPY_FLUSH_BYTES)
@@ -514,39 +484,16 @@ static int enqueue_staged(struct bulk *b, struct qw_error *err)
     qw_db_set_timeout(b->db, call_ms);
     if (rc == QW_OK)
         rc = qw_db_exec(b->db, SQL_STAGE_READY, err);
-    /*
-     * One call per chunk of a run of equal priority: a call stores the
-     * priority the transaction's setting names, set when the run changes.
-     */
-    long from = 0;
-    size_t r = 0;
-    int set_priority = 0; /* bool: the setting holds runs[r].priority */
-    while (rc == QW_OK && from < b->sent) {
-        while (r + 1 < b->n_runs && b->runs[r + 1].from <= from) {
-            r++;
-            set_priority = 0;
-        }
-        if (!set_priority) {
-            char prio[16];
-            snprintf(prio, sizeof(prio), "%d", b->runs[r].priority);
-            const char *pparams[1] = {prio};
-            rc = qw_db_query_sql(b->db, SQL_RUN_PRIORITY, 1, pparams, NULL, err);
-            if (rc != QW_OK)
-                break;
-            set_priority = 1;
-        }
-        long end = r + 1 < b->n_runs ? b->runs[r + 1].from : b->sent;
-        long to = from + chunk < end ? from + chunk : end;
+    for (long from = 0; rc == QW_OK && from < b->sent; from += chunk) {
         char lo[24];
         char hi[24];
         snprintf(lo, sizeof(lo), "%ld", from);
-        snprintf(hi, sizeof(hi), "%ld", to);
+        snprintf(hi, sizeof(hi), "%ld", from + chunk);
         const char *params[2] = {lo, hi};
         struct qw_db_res *res = NULL;
         rc = qw_db_query_sql(b->db, SQL_ENQUEUE_CHUNK, 2, params, &res, err);
         if (rc != QW_OK)
             break;
-        from = to;
         int rows = qw_db_res_rows(res);
         for (int i = 0; i < rows; i++) {
             long line_no = (long)qw_db_res_int(res, i, 0);
@@ -760,6 +707,5 @@ int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *
     }
 out:
     free(b.copy_buf);
-    free(b.runs);
     return rc;
 }

@@ -5,15 +5,12 @@
  * Every line is checked in the client first (identifier formats, hex, the
  * BatchList payload, the optional priority), and all failures are reported
  * with their line numbers. The valid lines are then COPYed (binary) into a
- * temporary table and handed, in line order, to queuer.enqueue_staged()
- * (one call per run of lines of equal priority, so order is kept), which
- * settles duplicates, conflicts and back pressure under per-service locks
- * and inserts; the database does not check those payloads a second time.
- * The load commits only if every line was enqueued or was an identical
- * duplicate (an idempotent no-op), unless `skip_invalid` is set,
- * in which case the lines that can be enqueued are, and every other line
- * is reported. Re-running a load is therefore safe: lines already stored
- * come back as duplicates.
+ * temporary table, each with its priority, and handed, in line order, to
+ * queuer.enqueue_staged(), which settles duplicates, conflicts and back pressure under per-service
+ * locks and inserts; the database does not check those payloads a second time. The load commits
+ * only if every line was enqueued or was an identical duplicate (an idempotent no-op), unless
+ * `skip_invalid` is set, in which case the lines that can be enqueued are, and every other line is
+ * reported. Re-running a load is therefore safe: lines already stored come back as duplicates.
  *
  * Back-pressure marks: the session settings queuer.ingest_high/low are set
  * (SET LOCAL) from the options when they are >= 0; otherwise the database's

@@ -511,7 +511,7 @@ static void assert_line_order(struct qw_db *db, const char *service, int skip, c
  * Priorities (issue 14): --priority for a single batch and as the default
  * of a load, the fourth TSV column per line, enqueue_batch()'s parameter;
  * a load mixing priorities keeps each service's line order (it is stored
- * in runs of equal priority); out-of-range values are refused.
+ * with each line's own priority); out-of-range values are refused.
  */
 static void test_priorities(void **state)
 {
@@ -645,14 +645,13 @@ static int64_t staged_calls_reach(struct qw_db *db, int64_t want)
 }
 
 /*
- * Priorities through the bulk path (queuer.enqueue_staged(), which inserts
- * without naming the column): `--tsv --priority N` stores N for a whole
- * load in one call; a load whose fourth column changes is stored with one
- * call per run of equal priority, each line at its own priority and each
- * service's batches in line order; a duplicate keeps the priority it was
- * stored with.
+ * Priorities through the bulk path (the staging table's priority column,
+ * read by queuer.enqueue_staged(), migration 0012): `--tsv --priority N`
+ * stores N for a whole load; a load whose fourth column changes stores each
+ * line at its own priority, still in one call, each service's batches in
+ * line order; a duplicate keeps the priority it was stored with.
  */
-static void test_bulk_priority_runs(void **state)
+static void test_bulk_priorities(void **state)
 {
     (void)state;
     char *conninfo = itest_db_create("enq_prio_bulk", 1);
@@ -722,8 +721,8 @@ static void test_bulk_priority_runs(void **state)
     for (int k = 0; k < 2; k++)
         assert_int_equal(
             count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", ids[k]), 7);
-    assert_int_equal(staged_calls_reach(db, 4), 4);
-    /* each service's batches of the second load in line order across the runs */
+    assert_int_equal(staged_calls_reach(db, 2), 2);
+    /* each service's batches of the second load in line order across priorities */
     for (int s2 = 0; s2 < 3; s2++)
         assert_line_order(db, svcs[s2], 7, mids, s2, 3, 10);
     qw_db_close(db);
@@ -1259,7 +1258,7 @@ int main(void)
         cmocka_unit_test(test_bulk_order_and_rows),
         cmocka_unit_test(test_bulk_bad_lines),
         cmocka_unit_test(test_priorities),
-        cmocka_unit_test(test_bulk_priority_runs),
+        cmocka_unit_test(test_bulk_priorities),
         cmocka_unit_test(test_backpressure_hysteresis),
         cmocka_unit_test(test_concurrent_enqueuers),
         cmocka_unit_test(test_enqueuer_role_calls_sql),
