@@ -9,7 +9,7 @@
 #                [--out DIR] [--keep] [--pg-statements]
 #
 #   --quick        reduced sizes for a CI smoke run (about two minutes)
-#   --workload     any of W1 W2 W3 W4 W1F W6 G1 W7 (default: all but W6 and W7;
+#   --workload     any of W1 W2 W3 W4 W1F W6 G1 W7 WN WP WF (default: all but W6 and W7;
 #                  --quick also leaves out W1F)
 #                    W1  1,000 services x 10 batches, K = 1, 2, 4
 #                    W2  10,000 services x 3 batches, K = 1, 4
@@ -23,6 +23,7 @@
 #                        (429 until 20) and 1,000 batches/s, K = 4, without and
 #                        with a shared capacity of 36 in flight and 950/s
 #                        (bench/capacity.sh, issue 13)
+#                    WN, WP, WF  nodes, priority, fairness (bench/scheduling.sh)
 #   --workers      worker counts for every queuer workload (overrides the K above)
 #   --out DIR      where results go (default bench/out/<date>-<time>)
 #   --keep         keep the PostgreSQL data, simulator event logs and databases
@@ -85,13 +86,13 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -z "$WORKLOADS" ]; then
-    if [ "$QUICK" = 1 ]; then WORKLOADS=W1,W2,W3,W4,G1; else WORKLOADS=W1,W2,W3,W4,W1F,G1; fi
+    if [ "$QUICK" = 1 ]; then WORKLOADS=W1,W2,W3,W4,G1,WN,WP,WF; else WORKLOADS=W1,W2,W3,W4,W1F,G1,WN,WP,WF; fi
 fi
 for w in ${WORKLOADS//,/ }; do
     case $w in
-    W1 | W2 | W3 | W4 | W1F | W6 | G1 | W7) ;;
+    W1 | W2 | W3 | W4 | W1F | W6 | G1 | W7 | WN | WP | WF) ;;
     *)
-        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F W6 G1 W7)" >&2
+        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F W6 G1 W7 WN WP WF)" >&2
         exit 2
         ;;
     esac
@@ -584,6 +585,9 @@ SQL
     drop_db
 }
 
+# WN, WP, WF: several nodes, priority, fairness.
+. "$ROOT/bench/scheduling.sh"
+
 # ---- main -----------------------------------------------------------------------
 
 MACHINE_BEFORE=$(bench_machine)
@@ -611,6 +615,12 @@ for wl in ${WORKLOADS//,/ }; do
             RUN_NAME=W7-cap-k$k run_queuer W7 "$k" on "${W7_SIM_ARGS[@]}"
         done
         ;;
+    WN) run_nodes ;;
+    WP)
+        run_priority WP 10
+        run_priority WP0 0
+        ;;
+    WF) run_fairness ;;
     esac
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -698,6 +708,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             if (w1k1 != "" && w1k4 != "") printf "- W1 with 4 workers >= W1 with 1 worker: %s vs %s (%s)\n", w1k4, w1k1, verdict(w1k4 >= w1k1)
         }' "$RESULTS"
     w7_report
+    scheduling_report
 } >"$OUT/table.md"
 cat "$OUT/table.md"
 say "table: $OUT/table.md, raw figures: $RESULTS"

@@ -497,6 +497,30 @@ void qw_sim_engine_cancel(struct qw_sim_engine *e, struct qw_sim_waiter *w)
     pthread_mutex_unlock(&e->mu);
 }
 
+size_t qw_sim_engine_wake_where(struct qw_sim_engine *e,
+                                bool (*match)(const struct qw_sim_waiter *w, void *ctx), void *ctx)
+{
+    size_t woken = 0;
+    pthread_mutex_lock(&e->mu);
+    /* Every armed waiter is in the deadline heap; waking one reorders the
+     * heap, so collect the matches first. */
+    struct qw_sim_waiter **hit = e->n_timers ? malloc(e->n_timers * sizeof(*hit)) : NULL;
+    size_t n = 0;
+    for (size_t i = 0; hit && i < e->n_timers; i++) {
+        if (match(e->timers[i], ctx))
+            hit[n++] = e->timers[i];
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (atomic_load(&hit[i]->armed)) {
+            wake_waiter(e, hit[i], QW_SIM_WAKE_SHUTDOWN);
+            woken++;
+        }
+    }
+    free(hit);
+    pthread_mutex_unlock(&e->mu);
+    return woken;
+}
+
 void qw_sim_engine_restart(struct qw_sim_engine *e, const char *why)
 {
     pthread_mutex_lock(&e->mu);

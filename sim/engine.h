@@ -125,6 +125,15 @@ void qw_sim_engine_wait(struct qw_sim_engine *e, struct qw_sim_waiter *w);
 /** Disarms `w` without waking it; no-op when not armed. Thread-safe. */
 void qw_sim_engine_cancel(struct qw_sim_engine *e, struct qw_sim_waiter *w);
 
+/**
+ * Wakes, with SHUTDOWN, every armed waiter for which `match(w, ctx)` is
+ * true (called with the engine mutex held: it must not call back into the
+ * engine). Used when a node goes down: its suspended requests end at once.
+ * Returns how many were woken. Thread-safe.
+ */
+size_t qw_sim_engine_wake_where(struct qw_sim_engine *e,
+                                bool (*match)(const struct qw_sim_waiter *w, void *ctx), void *ctx);
+
 /** Wipes the ledger (a node restart), logs it, wakes long polls. Thread-safe. */
 void qw_sim_engine_restart(struct qw_sim_engine *e, const char *why);
 

@@ -3,6 +3,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "nodes.h"
 #include "payload.h"
 #include "render.h"
 #include "routes.h"
@@ -31,6 +32,9 @@ struct qw_sim_http {
     struct qw_sim_prng prng;           /* fault decisions */
     uint64_t seed;                     /* last seed */
     int64_t faults_since_us;           /* when the settings last changed (storm phase) */
+    struct qw_sim_node *node;          /* the node served, or NULL */
+    struct qw_sim_nodes *nodes;        /* all nodes (control routes), or NULL */
+    atomic_bool retired;               /* the node went down: drop every request */
 };
 
 /* What a suspended request waits for. */
@@ -39,6 +43,7 @@ enum suspend_kind {
     SUSPEND_SLOW, /* injected delay, then answer normally */
     SUSPEND_HANG, /* never answer; close when woken */
     SUSPEND_POLL, /* long poll on batch statuses */
+    SUSPEND_NODE, /* the node's latency: before a status query, or before a held answer */
 };
 
 /* One HTTP request, from its first byte to its completion callback. */
@@ -57,14 +62,41 @@ struct request {
     struct qw_sim_waiter waiter;        /* handed to the engine while suspended */
     struct qw_sim_id_list ids;          /* status query ids */
     int64_t poll_start_us;              /* when a long poll began */
+    bool node_delayed;                  /* the node's latency has been applied */
+    bool held;                          /* an answer waits for the node's latency: */
+    unsigned held_status;               /* its HTTP status */
+    char *held_body;                    /* its body (malloc'd) or NULL */
+    size_t held_len;                    /* bytes in held_body */
+    const char *held_header;            /* its extra header (static) or NULL */
+    const char *held_value;             /* that header's value (static) */
 };
+
+/* The extra latency of the request's node, ms (0 = none). */
+static int64_t node_latency_ms(const struct request *r)
+{
+    return r->h->node ? atomic_load(&r->h->node->latency_ms) : 0;
+}
 
 /* ---- responses --------------------------------------------------------- */
 
-/* Queues `status` with `body` (malloc'd, taken over; NULL = empty). */
+static enum MHD_Result suspend(struct request *r, enum suspend_kind kind, int64_t deadline_us);
+
+/* Queues `status` with `body` (malloc'd, taken over; NULL = empty). A
+ * submission's answer on a node with latency is held that long first. */
 static enum MHD_Result respond(struct request *r, unsigned status, char *body, size_t len,
                                const char *extra_header, const char *extra_value)
 {
+    int64_t late_ms = node_latency_ms(r);
+    if (late_ms > 0 && !r->node_delayed && r->route.kind == QW_SIM_ROUTE_BATCHES) {
+        r->node_delayed = true;
+        r->held = true;
+        r->held_status = status;
+        r->held_body = body;
+        r->held_len = len;
+        r->held_header = extra_header;
+        r->held_value = extra_value;
+        return suspend(r, SUSPEND_NODE, qw_sim_clock_now_us() + late_ms * 1000);
+    }
     struct MHD_Response *resp;
     if (body)
         resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
@@ -204,6 +236,8 @@ static enum MHD_Result handle_submit(struct request *r)
 {
     struct qw_sim_http *h = r->h;
     const char *svc = r->route.service_key;
+    if (h->node && !r->decided)
+        atomic_fetch_add(&h->node->posts, 1);
     decide_faults(r, true);
     if (r->fault.slow_ms > 0 && !r->slowed)
         return suspend(r, SUSPEND_SLOW, qw_sim_clock_now_us() + r->fault.slow_ms * 1000);
@@ -292,6 +326,13 @@ static enum MHD_Result handle_statuses(struct request *r)
 {
     struct qw_sim_http *h = r->h;
     const char *svc = r->route.service_key;
+    int64_t late_ms = node_latency_ms(r);
+    if (late_ms > 0 && !r->node_delayed) {
+        r->node_delayed = true;
+        return suspend(r, SUSPEND_NODE, qw_sim_clock_now_us() + late_ms * 1000);
+    }
+    if (h->node && !r->decided)
+        atomic_fetch_add(&h->node->gets, 1);
     decide_faults(r, false);
     if (r->fault.slow_ms > 0 && !r->slowed)
         return suspend(r, SUSPEND_SLOW, qw_sim_clock_now_us() + r->fault.slow_ms * 1000);
@@ -404,6 +445,22 @@ static enum MHD_Result handle_control(struct request *r)
     }
     case QW_SIM_ROUTE_FAULTS:
         return handle_faults_post(r);
+    case QW_SIM_ROUTE_NODES:
+        return respond_json(r, 200, h->nodes ? qw_sim_nodes_render(h->nodes) : strdup("[]"));
+    case QW_SIM_ROUTE_NODE: {
+        char why[160] = "no such node";
+        json_error_t jerr;
+        json_t *change = r->body ? json_loadb(r->body, r->body_len, 0, &jerr) : NULL;
+        int rc = h->nodes && change
+                     ? qw_sim_nodes_apply(h->nodes, r->route.node, change, why, sizeof(why))
+                     : QW_ERR_INVALID;
+        if (!change)
+            snprintf(why, sizeof(why), "body must be a JSON object");
+        json_decref(change);
+        if (rc != QW_OK)
+            return respond_message(r, rc == QW_ERR_NOMEM ? 500 : 400, why);
+        return respond_json(r, 200, qw_sim_nodes_render(h->nodes));
+    }
     case QW_SIM_ROUTE_STATS: {
         json_t *o = qw_sim_stats_to_json(h->stats);
         if (!o || qw_sim_engine_stats_json(h->engine, o) != QW_OK) {
@@ -472,6 +529,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **con_cls)
 {
     struct request *r = *con_cls;
+    struct qw_sim_http *layer = cls;
+    if (atomic_load(&layer->retired))
+        return MHD_NO; /* the node is down: the connection is closed */
     if (!r) {
         r = calloc(1, sizeof(*r));
         if (!r)
@@ -517,6 +577,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                               (const char *const *)r->ids.ids, r->ids.n, &settled);
             return answer_statuses(r, body, (qw_sim_clock_now_us() - r->poll_start_us) / 1000);
         }
+        case SUSPEND_NODE:
+            if (r->held) {
+                r->held = false;
+                char *body = r->held_body;
+                r->held_body = NULL;
+                return respond(r, r->held_status, body, r->held_len, r->held_header, r->held_value);
+            }
+            break;
         case SUSPEND_SLOW:
         case SUSPEND_NONE:
             r->slowed = true;
@@ -534,6 +602,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     qw_sim_engine_cancel(r->h->engine, &r->waiter);
     qw_sim_ids_free(&r->ids);
+    free(r->held_body);
     free(r->body);
     free(r);
     *con_cls = NULL;
@@ -570,6 +639,8 @@ int qw_sim_http_start(const struct qw_sim_http_config *cfg, struct qw_sim_http *
     h->faults = cfg->faults;
     h->seed = cfg->seed;
     h->faults_since_us = qw_sim_clock_now_us();
+    h->node = cfg->node;
+    h->nodes = cfg->nodes;
     qw_sim_prng_seed(&h->prng, cfg->seed);
     pthread_mutex_init(&h->fault_mu, NULL);
     if (cfg->token && !(h->token = strdup(cfg->token))) {
@@ -577,7 +648,9 @@ int qw_sim_http_start(const struct qw_sim_http_config *cfg, struct qw_sim_http *
         close(cfg->listen_fd);
         return QW_ERR_NOMEM;
     }
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    /* MHD_USE_ITC: a node that goes down quiesces its daemon (qw_sim_http_retire). */
+    unsigned flags =
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     h->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
         MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
@@ -592,6 +665,25 @@ int qw_sim_http_start(const struct qw_sim_http_config *cfg, struct qw_sim_http *
     }
     *out = h;
     return QW_OK;
+}
+
+/* Waiters of requests served by the layer `ctx`. */
+static bool served_by(const struct qw_sim_waiter *w, void *ctx)
+{
+    const struct request *r = w->arg;
+    return w->wake == on_wake && r && r->h == ctx;
+}
+
+void qw_sim_http_retire(struct qw_sim_http *h)
+{
+    if (atomic_exchange(&h->retired, true))
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(h->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    size_t woken = qw_sim_engine_wake_where(h->engine, served_by, h);
+    qw_log_info("sim.node.retired", "node=%d suspended_requests_dropped=%zu",
+                h->node ? h->node->index : -1, woken);
 }
 
 void qw_sim_http_stop(struct qw_sim_http *h)

@@ -6,6 +6,13 @@
  *
  * Threads: libmicrohttpd's pool (`threads`) runs every handler. The fault
  * settings and PRNG sit behind their own mutex (never held with another).
+ *
+ * Nodes (nodes.h): one HTTP layer serves one node's address; several share
+ * the engine. A node's extra latency delays its answers: a status query is
+ * answered that much later, a submission is taken by the ledger when it
+ * arrives and answered that much later (so a node that goes down meanwhile
+ * leaves it accepted with its answer lost). A layer that is retired (its
+ * node went down) accepts no connection and drops every request.
  */
 #ifndef QW_SIM_HTTP_H
 #define QW_SIM_HTTP_H
@@ -16,6 +23,9 @@
 
 #include <stdint.h>
 
+struct qw_sim_node;
+struct qw_sim_nodes;
+
 struct qw_sim_http_config {
     int listen_fd;                     /* bound, listening socket; the daemon owns it */
     int threads;                       /* handler threads, >= 1 */
@@ -25,6 +35,8 @@ struct qw_sim_http_config {
     struct qw_sim_stats *stats;        /* borrowed; outlives the HTTP layer */
     struct qw_sim_fault_config faults; /* initial fault settings */
     uint64_t seed;                     /* fault PRNG seed */
+    struct qw_sim_node *node;          /* the node served (latency, counters); NULL = none */
+    struct qw_sim_nodes *nodes;        /* for the /_sim/nodes routes; NULL = none */
 };
 
 struct qw_sim_http;
@@ -40,5 +52,14 @@ int qw_sim_http_start(const struct qw_sim_http_config *cfg, struct qw_sim_http *
  * no connection stays suspended. NULL is a no-op.
  */
 void qw_sim_http_stop(struct qw_sim_http *h);
+
+/**
+ * Takes the layer's node down: closes its listening socket (new
+ * connections are refused), drops every request from now on (a connection
+ * in use sees it closed) and ends its suspended requests at once. The
+ * layer stays allocated until qw_sim_http_stop(). Thread-safe; may be
+ * called from one of its own handlers.
+ */
+void qw_sim_http_retire(struct qw_sim_http *h);
 
 #endif

@@ -1,6 +1,6 @@
 /*
- * scabbard-sim: main(). Parses options, binds the socket, starts the engine
- * and the HTTP layer, then waits for signals on the main thread with
+ * scabbard-sim: main(). Parses options, starts the engine and the nodes
+ * (one HTTP layer per --listen address, nodes.h), then waits for signals on the main thread with
  * sigwait() (every other thread has them blocked): SIGHUP wipes the ledger,
  * SIGTERM/SIGINT stop cleanly.
  */
@@ -9,6 +9,7 @@
 #include "engine.h"
 #include "evlog.h"
 #include "http.h"
+#include "nodes.h"
 #include "options.h"
 #include "simclock.h"
 #include "stats.h"
@@ -53,54 +54,8 @@ static char *read_token_file(const char *path, char *err, size_t errlen)
     return token;
 }
 
-/* Binds and listens; returns the socket and the bound port, or -1. */
-static int open_listener(const char *host, int port, int *bound_port)
-{
-    char port_text[16];
-    snprintf(port_text, sizeof(port_text), "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    int gai = getaddrinfo(host, port_text, &hints, &res);
-    if (gai != 0) {
-        qw_log_error("sim.listen.resolve_failed", "host=%s error=\"%s\"", host, gai_strerror(gai));
-        return -1;
-    }
-    int fd = -1;
-    int last_errno = 0;
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) {
-            last_errno = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0)
-            break;
-        last_errno = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) {
-        qw_log_error("sim.listen.failed", "host=%s port=%d error=\"%s\"", host, port,
-                     strerror(last_errno));
-        return -1;
-    }
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    getsockname(fd, (struct sockaddr *)&ss, &len);
-    if (ss.ss_family == AF_INET6)
-        *bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    else
-        *bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    return fd;
-}
-
-/* Writes `port` to `path` atomically (temp file + rename). */
-static int write_port_file(const char *path, int port)
+/* Writes the `n` ports to `path`, one a line, atomically (temp file + rename). */
+static int write_port_file(const char *path, const int *ports, size_t n)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
@@ -108,7 +63,9 @@ static int write_port_file(const char *path, int port)
     FILE *f = fopen(tmp, "w");
     if (!f)
         return QW_ERR_IO;
-    int ok = fprintf(f, "%d\n", port) > 0;
+    int ok = 1;
+    for (size_t i = 0; i < n; i++)
+        ok = fprintf(f, "%d\n", ports[i]) > 0 && ok;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         unlink(tmp);
@@ -183,11 +140,11 @@ int main(int argc, char **argv)
     qw_sim_clock_init();
 
     int exit_code = 1;
-    int port = 0;
+    int ports[QW_SIM_NODES_MAX] = {0};
     int rc;
     struct qw_sim_evlog *evlog = NULL;
     struct qw_sim_engine *engine = NULL;
-    struct qw_sim_http *http = NULL;
+    struct qw_sim_nodes *nodes = NULL;
     static struct qw_sim_stats stats;
     struct qw_sim_http_config hc = {
         .threads = opt.threads,
@@ -203,29 +160,27 @@ int main(int argc, char **argv)
                      strerror(errno));
         goto out;
     }
-    hc.listen_fd = open_listener(opt.listen_host, opt.listen_port, &port);
-    if (hc.listen_fd < 0)
-        goto out;
     rc = qw_sim_engine_start(&opt.ledger, evlog, &stats, &engine);
     if (rc != QW_OK) {
-        close(hc.listen_fd);
         qw_log_error("sim.engine.start_failed", "error=\"%s\"", qw_strerror(rc));
         goto out;
     }
     hc.engine = engine;
-    rc = qw_sim_http_start(&hc, &http);
+    rc = qw_sim_nodes_start(&opt, &hc, &nodes, ports);
     if (rc != QW_OK) {
         qw_log_error("sim.http.start_failed", "error=\"%s\"", qw_strerror(rc));
         goto out;
     }
-    qw_log_info("sim.listening",
-                "host=%s port=%d seed=%llu queue_high=%zu queue_low=%zu commit_delay_ms=%lld "
-                "valid_step=%d status_memory=%zu auth=%s threads=%d",
-                opt.listen_host, port, (unsigned long long)opt.seed, opt.ledger.queue_high,
-                opt.ledger.queue_low, (long long)(opt.ledger.commit_delay_us / 1000),
-                opt.ledger.valid_step, opt.ledger.status_memory, token ? "bearer" : "none",
-                opt.threads);
-    if (opt.port_file && write_port_file(opt.port_file, port) != QW_OK) {
+    for (size_t i = 0; i < opt.n_listen; i++)
+        qw_log_info("sim.listening",
+                    "node=%zu host=%s port=%d latency_ms=%lld seed=%llu queue_high=%zu "
+                    "queue_low=%zu commit_delay_ms=%lld valid_step=%d status_memory=%zu auth=%s "
+                    "threads=%d",
+                    i, opt.listen[i].host, ports[i], (long long)opt.listen[i].latency_ms,
+                    (unsigned long long)opt.seed, opt.ledger.queue_high, opt.ledger.queue_low,
+                    (long long)(opt.ledger.commit_delay_us / 1000), opt.ledger.valid_step,
+                    opt.ledger.status_memory, token ? "bearer" : "none", opt.threads);
+    if (opt.port_file && write_port_file(opt.port_file, ports, opt.n_listen) != QW_OK) {
         qw_log_error("sim.port_file.failed", "path=%s error=\"%s\"", opt.port_file,
                      strerror(errno));
         goto out;
@@ -247,7 +202,7 @@ int main(int argc, char **argv)
 out:
     if (engine)
         qw_sim_engine_shutdown(engine);
-    qw_sim_http_stop(http);
+    qw_sim_nodes_stop(nodes);
     qw_sim_engine_free(engine);
     qw_sim_evlog_close(evlog);
     free(token);

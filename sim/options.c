@@ -36,6 +36,7 @@ enum {
     OPT_THREADS,
     OPT_HANG_MAX,
     OPT_LOG_LEVEL,
+    OPT_NODE_LATENCY,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -68,6 +69,7 @@ static const struct option long_options[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"hang-max-ms", required_argument, NULL, OPT_HANG_MAX},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"node-latency-ms", required_argument, NULL, OPT_NODE_LATENCY},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -76,8 +78,9 @@ static const struct option long_options[] = {
 void qw_sim_options_defaults(struct qw_sim_options *o)
 {
     memset(o, 0, sizeof(*o));
-    snprintf(o->listen_host, sizeof(o->listen_host), "127.0.0.1");
-    o->listen_port = 8008;
+    snprintf(o->listen[0].host, sizeof(o->listen[0].host), "127.0.0.1");
+    o->listen[0].port = 8008;
+    o->n_listen = 1;
     o->ledger.queue_high = 30;
     o->ledger.queue_low = 15;
     o->ledger.commit_delay_us = 20 * 1000;
@@ -101,8 +104,12 @@ static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out
     return QW_OK;
 }
 
-static int parse_listen(const char *text, struct qw_sim_options *o)
+/* Parses HOST:PORT into the next node (the first --listen replaces the default). */
+static int parse_listen(const char *text, struct qw_sim_options *o, bool *given)
 {
+    if (*given && o->n_listen == QW_SIM_NODES_MAX)
+        return QW_ERR_INVALID;
+    struct qw_sim_listen *l = &o->listen[*given ? o->n_listen : 0];
     const char *colon = strrchr(text, ':');
     if (!colon || colon == text)
         return QW_ERR_INVALID;
@@ -117,11 +124,32 @@ static int parse_listen(const char *text, struct qw_sim_options *o)
         host++;
         len -= 2;
     }
-    if (len == 0 || len >= sizeof(o->listen_host))
+    if (len == 0 || len >= sizeof(l->host))
         return QW_ERR_INVALID;
-    memcpy(o->listen_host, host, len);
-    o->listen_host[len] = '\0';
-    o->listen_port = (int)port;
+    memcpy(l->host, host, len);
+    l->host[len] = '\0';
+    l->port = (int)port;
+    l->latency_ms = 0;
+    o->n_listen = *given ? o->n_listen + 1 : 1;
+    *given = true;
+    return QW_OK;
+}
+
+/* Parses NODE:MS (node index, extra latency); checked against the nodes at the end. */
+static int parse_node_latency(const char *text, struct qw_sim_options *o)
+{
+    const char *colon = strchr(text, ':');
+    if (!colon || colon == text || colon - text > 3)
+        return QW_ERR_INVALID;
+    char index[4];
+    memcpy(index, text, (size_t)(colon - text));
+    index[colon - text] = '\0';
+    uint64_t node, ms;
+    if (parse_u64(index, 0, QW_SIM_NODES_MAX - 1, &node) != QW_OK ||
+        parse_u64(colon + 1, 0, 600000, &ms) != QW_OK)
+        return QW_ERR_INVALID;
+    o->node_latency_ms[node] = (int64_t)ms;
+    o->node_latency_set[node] = true;
     return QW_OK;
 }
 
@@ -137,13 +165,17 @@ static bool all_hex(const char *text)
 }
 
 /* Applies one option; returns QW_OK or QW_ERR_INVALID with `err` set. */
-static int apply(int opt, const char *arg, struct qw_sim_options *o, char *err, size_t errlen)
+static int apply(int opt, const char *arg, struct qw_sim_options *o, bool *listen_given, char *err,
+                 size_t errlen)
 {
     uint64_t u;
     int rc = QW_OK;
     switch (opt) {
     case OPT_LISTEN:
-        rc = parse_listen(arg, o);
+        rc = parse_listen(arg, o, listen_given);
+        break;
+    case OPT_NODE_LATENCY:
+        rc = parse_node_latency(arg, o);
         break;
     case OPT_PORT_FILE:
         o->port_file = arg;
@@ -243,10 +275,20 @@ static int apply(int opt, const char *arg, struct qw_sim_options *o, char *err, 
     return rc;
 }
 
-/* Checks the options against each other. */
-static int check(const struct qw_sim_options *o, char *err, size_t errlen)
+/* Checks the options against each other; gives each node its --node-latency-ms. */
+static int check(struct qw_sim_options *o, char *err, size_t errlen)
 {
     const struct qw_sim_ledger_config *l = &o->ledger;
+    for (size_t i = 0; i < QW_SIM_NODES_MAX; i++) {
+        if (!o->node_latency_set[i])
+            continue;
+        if (i >= o->n_listen) {
+            snprintf(err, errlen, "--node-latency-ms names node %zu, but only %zu --listen given",
+                     i, o->n_listen);
+            return QW_ERR_INVALID;
+        }
+        o->listen[i].latency_ms = o->node_latency_ms[i];
+    }
     if (l->queue_low > l->queue_high) {
         snprintf(err, errlen, "--queue-low (%zu) must not exceed --queue-high (%zu)", l->queue_low,
                  l->queue_high);
@@ -269,6 +311,7 @@ int qw_sim_options_parse(int argc, char **argv, struct qw_sim_options *o, bool *
 {
     qw_sim_options_defaults(o);
     *show_usage = false;
+    bool listen_given = false;
     optind = 0; /* GNU: restart scanning (tests parse several times) */
     opterr = 0;
     for (;;) {
@@ -293,7 +336,7 @@ int qw_sim_options_parse(int argc, char **argv, struct qw_sim_options *o, bool *
             o->version = true;
             continue;
         }
-        int rc = apply(opt, optarg, o, err, errlen);
+        int rc = apply(opt, optarg, o, &listen_given, err, errlen);
         if (rc != QW_OK)
             return rc;
     }
@@ -312,8 +355,12 @@ void qw_sim_options_usage(FILE *out, const char *prog)
             "A simulated Splinter scabbard ledger (REST) for tests, demos and benchmarks.\n"
             "\n"
             "  --listen HOST:PORT        address to listen on (default 127.0.0.1:8008; port 0 = "
-            "any)\n"
-            "  --port-file FILE          write the bound port to FILE once listening\n"
+            "any);\n"
+            "                            repeat it for several nodes of the same ledger (up to "
+            "16)\n"
+            "  --node-latency-ms N:MS    node N (0 = first --listen) answers MS ms late\n"
+            "  --port-file FILE          write the bound ports to FILE (one a line, in --listen "
+            "order)\n"
             "  --queue-high N            per-service queued batches that start 429s (30)\n"
             "  --queue-low N             ... and below which they stop (15)\n"
             "  --global-high N           same over all services, 0 = off (0);\n"
@@ -344,6 +391,7 @@ void qw_sim_options_usage(FILE *out, const char *prog)
             "\n"
             "Signals: SIGHUP wipes the ledger (node restart); SIGTERM/SIGINT stop.\n"
             "Control: POST /_sim/restart, GET|POST /_sim/faults, GET /_sim/stats,\n"
-            "         POST /_sim/pause, POST /_sim/resume. See sim/README.md.\n",
+            "         POST /_sim/pause, POST /_sim/resume, GET /_sim/nodes,\n"
+            "         POST /_sim/nodes/N {\"up\": bool, \"latency_ms\": MS}. See sim/README.md.\n",
             prog);
 }

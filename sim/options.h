@@ -16,11 +16,20 @@
 
 /** Exit status for bad usage (BSD EX_USAGE). */
 #define QW_SIM_EXIT_USAGE 64
+/** Most nodes (--listen addresses) one simulator serves. */
+#define QW_SIM_NODES_MAX 16
+
+/** One node: an address of the same ledger. */
+struct qw_sim_listen {
+    char host[256];     /* address to bind, brackets stripped */
+    int port;           /* 0..65535, 0 = any free port */
+    int64_t latency_ms; /* extra latency of every answer of this node, ms */
+};
 
 struct qw_sim_options {
-    char listen_host[256];              /* address to bind, brackets stripped */
-    int listen_port;                    /* 0..65535, 0 = any free port */
-    const char *port_file;              /* write the bound port here, NULL = don't */
+    struct qw_sim_listen listen[QW_SIM_NODES_MAX]; /* nodes, in --listen order */
+    size_t n_listen;                               /* nodes, >= 1 */
+    const char *port_file;              /* write the bound ports here (one a line), NULL = don't */
     struct qw_sim_ledger_config ledger; /* queue limits, delay, steps, memory */
     const char *token;                  /* required bearer token, NULL = none */
     const char *token_file;             /* file holding the token, NULL = none */
@@ -31,8 +40,10 @@ struct qw_sim_options {
     int threads;                        /* HTTP worker threads */
     int64_t hang_max_ms;                /* longest a hung request is held, milliseconds */
     enum qw_log_level log_level;        /* stderr log threshold */
-    bool help;                          /* --help: print usage, exit 0 */
-    bool version;                       /* --version: print version, exit 0 */
+    int64_t node_latency_ms[QW_SIM_NODES_MAX]; /* --node-latency-ms values by node index */
+    bool node_latency_set[QW_SIM_NODES_MAX];   /* ... given for that index */
+    bool help;                                 /* --help: print usage, exit 0 */
+    bool version;                              /* --version: print version, exit 0 */
 };
 
 /** Fills `o` with the defaults. */

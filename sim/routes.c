@@ -58,6 +58,19 @@ void qw_sim_route_parse(const char *method, const char *path, struct qw_sim_rout
             return;
         }
     }
+    /* /_sim/nodes and /_sim/nodes/{index} (1 to 3 digits) */
+    static const char nodes[] = "/_sim/nodes";
+    if (strncmp(path, nodes, sizeof(nodes) - 1) == 0) {
+        const char *rest = path + sizeof(nodes) - 1;
+        size_t digits = rest[0] == '/' ? strspn(rest + 1, "0123456789") : 0;
+        if (rest[0] == '\0') {
+            set_kind(out, QW_SIM_ROUTE_NODES, method, "GET");
+        } else if (digits >= 1 && digits <= 3 && rest[1 + digits] == '\0') {
+            set_kind(out, QW_SIM_ROUTE_NODE, method, "POST");
+            out->node = atoi(rest + 1);
+        }
+        return;
+    }
 
     /* /scabbard/CCCCC-CCCCC/SSSS/{batches|batch_statuses} */
     static const char prefix[] = "/scabbard/";
@@ -84,7 +97,8 @@ void qw_sim_route_parse(const char *method, const char *path, struct qw_sim_rout
 bool qw_sim_route_is_control(enum qw_sim_route_kind kind)
 {
     return kind == QW_SIM_ROUTE_RESTART || kind == QW_SIM_ROUTE_FAULTS ||
-           kind == QW_SIM_ROUTE_STATS || kind == QW_SIM_ROUTE_PAUSE || kind == QW_SIM_ROUTE_RESUME;
+           kind == QW_SIM_ROUTE_STATS || kind == QW_SIM_ROUTE_PAUSE ||
+           kind == QW_SIM_ROUTE_RESUME || kind == QW_SIM_ROUTE_NODES || kind == QW_SIM_ROUTE_NODE;
 }
 
 bool qw_sim_id_valid(const char *id)

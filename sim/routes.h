@@ -28,6 +28,8 @@ enum qw_sim_route_kind {
     QW_SIM_ROUTE_STATS,         /* /_sim/stats */
     QW_SIM_ROUTE_PAUSE,         /* /_sim/pause */
     QW_SIM_ROUTE_RESUME,        /* /_sim/resume */
+    QW_SIM_ROUTE_NODES,         /* /_sim/nodes */
+    QW_SIM_ROUTE_NODE,          /* /_sim/nodes/{index} */
 };
 
 /** A parsed request line. */
@@ -38,6 +40,7 @@ struct qw_sim_route {
     char circuit[12];                         /* scabbard routes: circuit id */
     char service[5];                          /* scabbard routes: service id */
     char service_key[QW_SIM_SERVICE_KEY_MAX]; /* scabbard routes: "circuit::service" */
+    int node;                                 /* /_sim/nodes/{index}: the index, 0..999 */
 };
 
 /** Parses `method` and `path` (no query string) into `out`. */

@@ -1,5 +1,6 @@
 -- Fetch: for each service this instance holds, its oldest non-final batch
--- plus any batch in flight, as the input of the one-round serial queuer.
+-- plus any batch in flight, as the input of the one-round serial queuer,
+-- with each batch's priority (the queuer hands higher priorities over first).
 -- $1 instance. (batches_fetch_some is the same for a list of services.)
 -- Times are microseconds since the epoch on the database clock.
 SELECT c.service_id, c.claim_epoch, b.batch_id,
@@ -9,17 +10,20 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
        coalesce((extract(epoch FROM least(b.retry_at, '9999-01-01'::timestamptz)) * 1000000)::bigint,
                 0) AS retry_us,
        b.attempts,
-       (extract(epoch FROM now()) * 1000000)::bigint AS now_us
+       (extract(epoch FROM now()) * 1000000)::bigint AS now_us,
+       b.priority
   FROM queuer.service_id_claims c
  CROSS JOIN LATERAL (
-       (SELECT o.batch_id, o.created_at, o.submitted, o.status, o.retry_at, o.attempts
+       (SELECT o.batch_id, o.created_at, o.submitted, o.status, o.retry_at, o.attempts,
+               o.priority
           FROM queuer.batches o
          WHERE o.service_id = c.service_id
            AND (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
          ORDER BY o.created_at, o.batch_id
          LIMIT 1)
        UNION
-       (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts
+       (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts,
+               f.priority
           FROM queuer.batches f
          WHERE f.service_id = c.service_id
            AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending'))

@@ -9,17 +9,20 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
        coalesce((extract(epoch FROM least(b.retry_at, '9999-01-01'::timestamptz)) * 1000000)::bigint,
                 0) AS retry_us,
        b.attempts,
-       (extract(epoch FROM now()) * 1000000)::bigint AS now_us
+       (extract(epoch FROM now()) * 1000000)::bigint AS now_us,
+       b.priority
   FROM queuer.service_id_claims c
  CROSS JOIN LATERAL (
-       (SELECT o.batch_id, o.created_at, o.submitted, o.status, o.retry_at, o.attempts
+       (SELECT o.batch_id, o.created_at, o.submitted, o.status, o.retry_at, o.attempts,
+               o.priority
           FROM queuer.batches o
          WHERE o.service_id = c.service_id
            AND (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
          ORDER BY o.created_at, o.batch_id
          LIMIT 1)
        UNION
-       (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts
+       (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts,
+               f.priority
           FROM queuer.batches f
          WHERE f.service_id = c.service_id
            AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending'))

@@ -6,7 +6,7 @@
 -- `submitting` is set by the trigger on batches (migration 0008) in the
 -- same statement; maintenance decides soft expiry from it. Appends a
 -- 'Submitting' history row with the reason. Returns the batches marked
--- with their payloads; a batch not returned must not be submitted.
+-- with their payloads and priorities; a batch not returned must not be submitted.
 -- $1 instance, $2 batch ids, $3 service ids, $4 epochs, $5 statuses seen ('' = none).
 WITH q AS (
     SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[])
@@ -34,7 +34,8 @@ WITH q AS (
        AND b.service_id = q.service_id
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nullif(q.seen, '')
-    RETURNING b.batch_id, b.service_id, b.payload, b.attempts, q.epoch, q.seen, b.last_error
+    RETURNING b.batch_id, b.service_id, b.payload, b.attempts, q.epoch, q.seen, b.last_error,
+              b.priority
 ), hist AS (
     INSERT INTO queuer.batch_history
            (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
@@ -42,4 +43,4 @@ WITH q AS (
            queuer.submit_reason(nullif(upd.seen, ''), upd.attempts, upd.last_error)
       FROM upd
 )
-SELECT upd.batch_id, upd.service_id, upd.epoch, upd.attempts, upd.payload FROM upd
+SELECT upd.batch_id, upd.service_id, upd.epoch, upd.attempts, upd.payload, upd.priority FROM upd

@@ -6,7 +6,7 @@
 -- submitter, so nothing was posted: they go out now (as batches_mark's
 -- rows) instead of waiting for adoption and an Unknown confirmation.
 -- $1 instance, $2 batch ids, $3 service ids, $4 epochs (parallel arrays).
-SELECT b.batch_id, b.service_id, q.epoch, b.attempts, b.payload
+SELECT b.batch_id, b.service_id, q.epoch, b.attempts, b.payload, b.priority
   FROM unnest($2::text[], $3::text[], $4::bigint[]) AS q(batch_id, service_id, epoch)
   JOIN queuer.service_id_claims c ON c.service_id = q.service_id
                                  AND c.claimant IS NOT DISTINCT FROM $1

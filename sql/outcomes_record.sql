@@ -25,8 +25,8 @@
 -- element per batch; `ord` below is an element's position (from 1).
 -- Returns one row per outcome written (kind 'w': batch_id, ord) and one
 -- per next batch marked (kind 'n': batch_id, service_id, epoch, attempts,
--- payload, the claim's lease left in ms as checked by this statement, and
--- the ord of the outcome whose job goes on with it). An outcome not
+-- payload, the claim's lease left in ms as checked by this statement, the
+-- ord of the outcome whose job goes on with it, and the batch's priority). An outcome not
 -- returned means "claim lost, drop it".
 WITH o AS (
     SELECT * FROM unnest($2::queuer.outcome[]) WITH ORDINALITY
@@ -107,7 +107,8 @@ WITH o AS (
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nxt.seen
     RETURNING b.batch_id, b.service_id, nxt.epoch, nxt.seen, b.attempts, b.payload, nxt.last_error,
-              (extract(epoch FROM nxt.expiry_1 - now()) * 1000)::bigint AS lease_left_ms, nxt.ord
+              (extract(epoch FROM nxt.expiry_1 - now()) * 1000)::bigint AS lease_left_ms, nxt.ord,
+              b.priority
 ), go_hist AS (
     INSERT INTO queuer.batch_history
            (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
@@ -116,9 +117,10 @@ WITH o AS (
       FROM go
 )
 SELECT 'w' AS kind, upd.batch_id, NULL::text AS service_id, NULL::bigint AS epoch,
-       NULL::integer AS attempts, NULL::bytea AS payload, NULL::bigint AS lease_left_ms, upd.ord
+       NULL::integer AS attempts, NULL::bytea AS payload, NULL::bigint AS lease_left_ms, upd.ord,
+       NULL::integer AS priority
   FROM upd
 UNION ALL
 SELECT 'n', go.batch_id, go.service_id, go.epoch, go.attempts, go.payload, go.lease_left_ms,
-       go.ord
+       go.ord, go.priority
   FROM go

@@ -84,6 +84,71 @@ static void histogram(struct qw_strbuf *b, const char *name, const char *help,
                      (long long)cumulative);
 }
 
+/* One sample of a per-node family: queuer_NAME{node="i"[,EXTRA]} value. */
+static void node_sample(struct qw_strbuf *b, const char *name, size_t node, const char *extra,
+                        const char *value)
+{
+    qw_strbuf_printf(b, "queuer_%s{node=\"%zu\"%s%s} %s\n", name, node, extra ? "," : "",
+                     extra ? extra : "", value);
+}
+
+static void node_count(struct qw_strbuf *b, const char *name, size_t node, const char *extra,
+                       int64_t v)
+{
+    char text[32];
+    snprintf(text, sizeof(text), "%lld", (long long)v);
+    node_sample(b, name, node, extra, text);
+}
+
+/* The ledger_node_* families, one sample per node (and per state, request). */
+static void render_nodes(struct qw_strbuf *b, const struct qw_metrics_snapshot *s)
+{
+    size_t n = s->n_nodes < QW_METRICS_NODES_MAX ? s->n_nodes : QW_METRICS_NODES_MAX;
+    if (n == 0)
+        return;
+    family(b, "ledger_node_up", "gauge",
+           "1 while the ledger node is up (in use), 0 while suspect or down.");
+    for (size_t i = 0; i < n; i++) {
+        qw_strbuf_printf(b, "queuer_ledger_node_up{node=\"%zu\",url=\"", i);
+        label_value(b, s->nodes[i].url);
+        qw_strbuf_printf(b, "\"} %d\n", s->nodes[i].state == 0 ? 1 : 0);
+    }
+    static const char *const states[3] = {"up", "suspect", "down"};
+    family(b, "ledger_node_state", "gauge",
+           "1 for the node's state: up, suspect (failing, probed) or down (probes fail).");
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < 3; k++) {
+            char extra[32];
+            snprintf(extra, sizeof(extra), "state=\"%s\"", states[k]);
+            node_count(b, "ledger_node_state", i, extra, s->nodes[i].state == k);
+        }
+    }
+    family(b, "ledger_node_latency_seconds", "gauge",
+           "Moving average of the node's answer time (POSTs, status reads without a wait).");
+    for (size_t i = 0; i < n; i++) {
+        char sec[32];
+        qw_metrics_format_seconds(s->nodes[i].latency_us, sec, sizeof(sec));
+        node_sample(b, "ledger_node_latency_seconds", i, NULL, sec);
+    }
+    family(b, "ledger_node_posts_in_flight", "gauge",
+           "POSTs in flight on the node (its channels in use, at most dlt.channels).");
+    for (size_t i = 0; i < n; i++)
+        node_count(b, "ledger_node_posts_in_flight", i, NULL, s->nodes[i].posts_in_flight);
+    family(b, "ledger_node_requests_total", "counter",
+           "Requests started on the node: post, status (probes included).");
+    for (size_t i = 0; i < n; i++) {
+        node_count(b, "ledger_node_requests_total", i, "request=\"post\"", s->nodes[i].posts);
+        node_count(b, "ledger_node_requests_total", i, "request=\"status\"", s->nodes[i].polls);
+    }
+    family(b, "ledger_node_failures_total", "counter",
+           "Requests that failed on the node (timeout, connection, TLS, 5xx).");
+    for (size_t i = 0; i < n; i++)
+        node_count(b, "ledger_node_failures_total", i, NULL, s->nodes[i].failures);
+    family(b, "ledger_node_suspect_total", "counter", "Times the node turned suspect.");
+    for (size_t i = 0; i < n; i++)
+        node_count(b, "ledger_node_suspect_total", i, NULL, s->nodes[i].suspect);
+}
+
 char *qw_metrics_render(const struct qw_metrics_snapshot *s, size_t *len)
 {
     struct qw_strbuf b;
@@ -150,6 +215,10 @@ char *qw_metrics_render(const struct qw_metrics_snapshot *s, size_t *len)
                "Seconds since this worker last completed a claims cycle.");
         qw_strbuf_printf(&b, "queuer_last_cycle_age_seconds %s\n", age);
     }
+    scalar(&b, "submit_waiting", "gauge",
+           "Batches whose POST waits for ledger capacity (a free channel, the end of a pause).",
+           s->submit_waiting);
+    render_nodes(&b, s);
     scalar(&b, "cycles_total", "counter", "Claims cycles run (successful or not).", s->cycles);
     scalar(&b, "serialization_retries_total", "counter",
            "Transactions re-run after a serialization failure or deadlock (40001/40P01).",

@@ -26,6 +26,15 @@
  *   ledger_paused                             gauge 0/1: submissions paused after a 429
  *   stopping                                  gauge 0/1: graceful shutdown under way
  *   last_cycle_age_seconds                    gauge (absent before the first cycle)
+ *   submit_waiting                            gauge: batches whose POST waits for ledger
+ *                                             capacity (channels, pause)
+ *   ledger_node_up{node,url}                  gauge 1 up, 0 suspect or down
+ *   ledger_node_state{node,state}             gauge 0/1 per state (up, suspect, down)
+ *   ledger_node_latency_seconds{node}         gauge: moving average of answered requests
+ *   ledger_node_posts_in_flight{node}         gauge: channels in use
+ *   ledger_node_requests_total{node,request}  counter: post, status (probes included)
+ *   ledger_node_failures_total{node}          counter: failed requests
+ *   ledger_node_suspect_total{node}           counter: times it turned suspect
  *   cycle_duration_seconds,
  *   ledger_request_duration_seconds           histograms
  */
@@ -38,6 +47,19 @@
 #include <stdint.h>
 
 #define QW_METRICS_FAILURES_MAX 32 /* (request, kind) pairs of ledger_failures_total */
+#define QW_METRICS_NODES_MAX 16    /* ledger nodes */
+
+/** One ledger node as the worker sees it; url borrowed. */
+struct qw_metrics_node {
+    const char *url;         /* its base URL (label), may be NULL */
+    int state;               /* 0 up, 1 suspect, 2 down */
+    int64_t latency_us;      /* moving average of answered requests, us; 0 = none yet */
+    int64_t posts_in_flight; /* channels in use */
+    int64_t posts;           /* POSTs started */
+    int64_t polls;           /* status GETs started (probes included) */
+    int64_t failures;        /* failed requests */
+    int64_t suspect;         /* times it turned suspect */
+};
 
 /** One sample of queuer_ledger_failures_total; strings borrowed, static. */
 struct qw_metrics_failure {
@@ -80,6 +102,9 @@ struct qw_metrics_snapshot {
     size_t n_failures;                                           /* entries in failures */
     struct qw_histogram_snapshot cycle_duration;                 /* claims cycle durations */
     struct qw_histogram_snapshot ledger_latency;                 /* ledger POST latencies */
+    int64_t submit_waiting;                             /* gauge: POSTs waiting for capacity */
+    struct qw_metrics_node nodes[QW_METRICS_NODES_MAX]; /* ledger nodes, in dlt.url order */
+    size_t n_nodes;                                     /* entries in nodes */
 };
 
 /**

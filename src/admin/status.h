@@ -69,6 +69,19 @@ struct qw_status_stuck {
     int64_t waiting_behind; /* unfinished batches of the service behind it */
 };
 
+/** One live worker's view of one ledger node (sql/ops_status_nodes.sql). */
+struct qw_status_node {
+    char instance_id[80];    /* the worker reporting it */
+    int64_t node;            /* index in dlt.url, from 0 */
+    char url[256];           /* its base URL */
+    char state[16];          /* up | suspect | down */
+    int64_t latency_us;      /* moving average of its answer time, us; -1 = not measured */
+    int64_t posts_in_flight; /* channels in use */
+    int64_t posts;           /* POSTs the worker sent it */
+    int64_t failures;        /* requests that failed on it */
+    int64_t reported_age_s;  /* seconds since the worker reported this */
+};
+
 struct qw_status_report {
     char at[32];                          /* database time of the report, UTC ISO 8601 */
     struct qw_status_counts counts;       /* headline numbers */
@@ -76,12 +89,14 @@ struct qw_status_report {
     size_t n_instances;                   /* entries in instances */
     struct qw_status_stuck *stuck;        /* n_stuck entries (the longest stuck), owned */
     size_t n_stuck;                       /* entries in stuck (<= counts.stuck) */
+    struct qw_status_node *nodes;         /* n_nodes entries: live workers x ledger nodes */
+    size_t n_nodes;                       /* entries in nodes */
 };
 
 /**
  * Fills `r` from the database: counts, up to `max_instances` instances
- * (with the shared capacity each holds) and the `max_stuck` longest-stuck
- * batches. Runs four read-only statements on
+ * (with the shared capacity each holds, and up to 16 ledger nodes for each live
+ * one) and the `max_stuck` longest-stuck batches. Runs five read-only statements on
  * `db` (the caller's connection). On failure `r` is left empty and `err`
  * says why. Free with qw_status_free().
  */

@@ -143,6 +143,38 @@ static int load_stuck(struct qw_db *db, int max, struct qw_status_report *r, str
     return QW_OK;
 }
 
+static int load_nodes(struct qw_db *db, int max, struct qw_status_report *r, struct qw_error *err)
+{
+    char limit[16];
+    snprintf(limit, sizeof(limit), "%d", max);
+    const char *params[] = {limit};
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "ops_status_nodes", 1, params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    int n = qw_db_res_rows(res);
+    r->nodes = calloc((size_t)n + 1, sizeof(*r->nodes));
+    if (!r->nodes) {
+        qw_db_res_free(res);
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        struct qw_status_node *nd = &r->nodes[i];
+        copy(nd->instance_id, sizeof(nd->instance_id), qw_db_res_get(res, i, 0));
+        nd->node = qw_db_res_int(res, i, 1);
+        copy(nd->url, sizeof(nd->url), qw_db_res_get(res, i, 2));
+        copy(nd->state, sizeof(nd->state), qw_db_res_get(res, i, 3));
+        nd->latency_us = qw_db_res_int(res, i, 4);
+        nd->posts_in_flight = qw_db_res_int(res, i, 5);
+        nd->posts = qw_db_res_int(res, i, 6);
+        nd->failures = qw_db_res_int(res, i, 7);
+        nd->reported_age_s = qw_db_res_int(res, i, 8);
+    }
+    r->n_nodes = (size_t)n;
+    qw_db_res_free(res);
+    return QW_OK;
+}
+
 int qw_status_load(struct qw_db *db, int max_instances, int max_stuck, struct qw_status_report *r,
                    struct qw_error *err)
 {
@@ -154,6 +186,8 @@ int qw_status_load(struct qw_db *db, int max_instances, int max_stuck, struct qw
         rc = load_capacity(db, r, err);
     if (rc == QW_OK)
         rc = load_stuck(db, max_stuck, r, err);
+    if (rc == QW_OK)
+        rc = load_nodes(db, max_instances * 16, r, err);
     if (rc != QW_OK)
         qw_status_free(r);
     return rc;
@@ -163,5 +197,6 @@ void qw_status_free(struct qw_status_report *r)
 {
     free(r->instances);
     free(r->stuck);
+    free(r->nodes);
     memset(r, 0, sizeof(*r));
 }

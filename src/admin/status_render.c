@@ -78,6 +78,43 @@ static void render_instances(struct qw_strbuf *b, const struct qw_status_report 
     qw_table_free(&t);
 }
 
+/* The ledger nodes as each live worker sees them (only when a worker reported some). */
+static void render_nodes(struct qw_strbuf *b, const struct qw_status_report *r)
+{
+    if (r->n_nodes == 0)
+        return;
+    qw_strbuf_printf(b, "\nledger nodes (as each live worker sees them):\n");
+    struct qw_table t;
+    if (qw_table_init(&t, r->n_nodes + 1, 9) != 0) {
+        b->failed = true;
+        return;
+    }
+    const char *head[] = {"INSTANCE",  "NODE",  "URL",      "STATE",   "LATENCY",
+                          "IN FLIGHT", "POSTS", "FAILURES", "REPORTED"};
+    for (int c = 0; c < t.cols; c++)
+        qw_table_set(&t, 0, c, head[c]);
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        const struct qw_status_node *nd = &r->nodes[i];
+        char latency[32], age[32];
+        if (nd->latency_us < 0)
+            snprintf(latency, sizeof(latency), "-");
+        else
+            snprintf(latency, sizeof(latency), "%.1f ms", (double)nd->latency_us / 1000.0);
+        qw_duration_format(nd->reported_age_s, age, sizeof(age));
+        qw_table_set(&t, i + 1, 0, nd->instance_id);
+        qw_table_set_int(&t, i + 1, 1, nd->node);
+        qw_table_set(&t, i + 1, 2, nd->url);
+        qw_table_set(&t, i + 1, 3, nd->state);
+        qw_table_set(&t, i + 1, 4, latency);
+        qw_table_set_int(&t, i + 1, 5, nd->posts_in_flight);
+        qw_table_set_int(&t, i + 1, 6, nd->posts);
+        qw_table_set_int(&t, i + 1, 7, nd->failures);
+        qw_table_set(&t, i + 1, 8, age);
+    }
+    qw_table_render(&t, b);
+    qw_table_free(&t);
+}
+
 static void render_stuck(struct qw_strbuf *b, const struct qw_status_report *r)
 {
     if (r->counts.stuck == 0) {
@@ -158,6 +195,7 @@ char *qw_status_render_text(const struct qw_status_report *r)
                      (long long)c->services_claimed, (long long)c->services_unclaimed,
                      (long long)c->services_blocked);
     render_instances(&b, r);
+    render_nodes(&b, r);
     render_stuck(&b, r);
     return qw_strbuf_take(&b, NULL);
 }
@@ -174,9 +212,9 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
     json_t *root = json_object();
     json_t *batches = json_object(), *hour = json_object(), *five = json_object();
     json_t *services = json_object(), *instances = json_array(), *claims = json_object();
-    json_t *stuck = json_object(), *stuck_list = json_array();
+    json_t *stuck = json_object(), *stuck_list = json_array(), *nodes = json_array();
     int bad = !root || !batches || !hour || !five || !services || !instances || !claims || !stuck ||
-              !stuck_list;
+              !stuck_list || !nodes;
     if (!bad) {
         bad |= put(batches, "waiting", json_integer(c->waiting));
         bad |= put(batches, "submitting", json_integer(c->submitting));
@@ -240,6 +278,16 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
                         : NULL;
         bad |= o ? json_array_append_new(stuck_list, o) : -1;
     }
+    for (size_t i = 0; !bad && i < r->n_nodes; i++) {
+        const struct qw_status_node *nd = &r->nodes[i];
+        json_t *o = json_pack(
+            "{s:s, s:I, s:s, s:s, s:o, s:I, s:I, s:I, s:I}", "instance_id", nd->instance_id, "node",
+            (json_int_t)nd->node, "url", nd->url, "state", nd->state, "latency_ms",
+            nd->latency_us >= 0 ? json_real((double)nd->latency_us / 1000.0) : json_null(),
+            "posts_in_flight", (json_int_t)nd->posts_in_flight, "posts", (json_int_t)nd->posts,
+            "failures", (json_int_t)nd->failures, "reported_age_s", (json_int_t)nd->reported_age_s);
+        bad |= o ? json_array_append_new(nodes, o) : -1;
+    }
     if (!bad) {
         bad |= put(stuck, "total", json_integer(c->stuck));
         bad |= json_object_set(stuck, "longest", stuck_list);
@@ -251,6 +299,7 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
         bad |= json_object_set(root, "instances", instances);
         bad |= json_object_set(root, "claims_per_instance", claims);
         bad |= json_object_set(root, "stuck", stuck);
+        bad |= json_object_set(root, "ledger_nodes", nodes);
     }
     json_decref(batches);
     json_decref(hour);
@@ -260,6 +309,7 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
     json_decref(claims);
     json_decref(stuck);
     json_decref(stuck_list);
+    json_decref(nodes);
     if (bad) {
         json_decref(root);
         return NULL;

@@ -4,6 +4,7 @@
 #include "db/db.h"
 #include "db/migrate.h"
 #include "ingest/enqueue.h"
+#include "ingest/tsv.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -16,13 +17,20 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: queuer enqueue --service S --batch-id ID --payload-file F|- [--json]\n"
-            "       queuer enqueue --tsv FILE|- [--skip-invalid] [--json]\n"
+            "usage: queuer enqueue --service S --batch-id ID --payload-file F|- [--priority N]\n"
+            "                      [--json]\n"
+            "       queuer enqueue --tsv FILE|- [--skip-invalid] [--priority N] [--json]\n"
             "       (and the common options -c FILE, --database CONNINFO)\n"
             "\n"
             "Enqueues one batch (the payload file holds the raw BatchList bytes), or one\n"
-            "batch per line 'service_id<TAB>batch_id<TAB>hex(payload)' of a TSV file or\n"
-            "stdin ('-'; blank lines and '#' comments are skipped).\n"
+            "batch per line 'service_id<TAB>batch_id<TAB>hex(payload)[<TAB>priority]' of a\n"
+            "TSV file or stdin ('-'; blank lines and '#' comments are skipped).\n"
+            "\n"
+            "Priority: an integer from -1000 to 1000, default 0, higher first. When the\n"
+            "ledger's capacity is short, services whose next batch has a higher priority\n"
+            "go first (a waiting service gains one step per dlt.priority_aging_ms); a\n"
+            "service's own batches always go in the order they were enqueued. --priority\n"
+            "applies to the batch, or to every TSV line without a fourth field.\n"
             "\n"
             "Every line is checked before anything is written; without --skip-invalid a\n"
             "single bad line loads nothing. With it, the good lines are loaded and each\n"
@@ -58,6 +66,7 @@ struct args {
     const char *batch_id;        /* --batch-id */
     const char *payload_file;    /* --payload-file, "-" = stdin */
     const char *tsv;             /* --tsv, "-" = stdin */
+    const char *priority;        /* --priority, or NULL (0) */
     int skip_invalid;            /* bool: --skip-invalid */
     int json;                    /* bool: --json */
 };
@@ -85,6 +94,8 @@ static int parse_args(int argc, char **argv, struct args *a)
             slot = &a->payload_file;
         else if (strcmp(arg, "--tsv") == 0)
             slot = &a->tsv;
+        else if (strcmp(arg, "--priority") == 0)
+            slot = &a->priority;
         if (!slot) {
             qw_cli_err("unknown argument '%s'", arg);
             usage(stderr);
@@ -112,6 +123,13 @@ static int parse_args(int argc, char **argv, struct args *a)
     }
     if (!a->tsv && a->skip_invalid) {
         qw_cli_err("--skip-invalid applies to --tsv only");
+        return QW_EXIT_USAGE;
+    }
+    int priority;
+    if (a->priority &&
+        qw_tsv_parse_priority(a->priority, strlen(a->priority), &priority, NULL) != QW_OK) {
+        qw_cli_err("--priority must be an integer from %d to %d, not '%s'", QW_PRIORITY_MIN,
+                   QW_PRIORITY_MAX, a->priority);
         return QW_EXIT_USAGE;
     }
     return -1;
@@ -305,6 +323,8 @@ int qw_cmd_enqueue(int argc, char **argv)
         .max_payload_bytes = (size_t)cfg.ingest_max_payload_bytes,
         .skip_invalid = a.skip_invalid,
     };
+    if (a.priority)
+        qw_tsv_parse_priority(a.priority, strlen(a.priority), &opts.priority, NULL);
 
     /* Input problems are reported before the database is contacted. */
     FILE *in = NULL;

@@ -118,8 +118,10 @@ static const struct key keys[] = {
             "cap of that backoff; must be >= worker.txn_backoff_base_ms"),
 
     STR_KEY("dlt", "url", dlt_url, "http://127.0.0.1:8008", rule_url,
-            "http(s)://host[:port][/path]; port 1..65535; no credentials, ? or #",
-            "base URL of the Splinter node (scabbard REST)"),
+            "http(s)://host[:port][/path]; port 1..65535; no credentials, ? or #; "
+            "up to 16, comma-separated",
+            "base URL of the Splinter node (scabbard REST), or of several nodes of the same "
+            "ledger separated by commas"),
     STR_KEY("dlt", "token_file", dlt_token_file, "", NULL, "path or empty",
             "file holding the bearer token (mode 0600); QUEUER_DLT_TOKEN wins"),
     STR_KEY("dlt", "ca_file", dlt_ca_file, "", NULL, "path or empty",
@@ -130,6 +132,12 @@ static const struct key keys[] = {
             "timeout of one whole batch POST; must be < worker.hard_expiry_ms - worker.lease_ms"),
     INT_KEY("dlt", "max_in_flight", dlt_max_in_flight, 256, 1, 10000,
             "concurrent HTTP requests to the ledger"),
+    INT_KEY("dlt", "channels", dlt_channels, 64, 1, 10000,
+            "POSTs in flight per ledger node; a POST waits for a free channel of an "
+            "available node"),
+    INT_KEY("dlt", "priority_aging_ms", dlt_priority_aging_ms, 1000, 1, 3600000,
+            "waiting this long raises a service's priority by one while it waits for "
+            "ledger capacity, so low priority cannot starve"),
     INT_KEY("dlt", "max_response_bytes", dlt_max_response_bytes, 1048576, 1024, 67108864,
             "largest response body accepted; larger ones fail the request"),
     INT_KEY("dlt", "status_wait_s", dlt_status_wait_s, 10, 0, 60,
@@ -325,7 +333,7 @@ static const char *rule_url(const char *value, bool *hide_value)
         *hide_value = true;
         return "must not contain credentials; use QUEUER_DLT_TOKEN or dlt.token_file";
     }
-    return qw_dlt_base_url_check(value);
+    return qw_dlt_url_list_check(value);
 }
 
 static const char *rule_listen(const char *value, bool *hide_value)

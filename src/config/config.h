@@ -61,12 +61,15 @@ struct qw_config {
     int worker_txn_backoff_max_ms;  /* backoff cap, >= base, default 200 */
 
     /* [dlt] */
-    char *dlt_url;              /* ledger base URL, default "http://127.0.0.1:8008" */
+    char *dlt_url;              /* ledger base URL(s), comma-separated nodes of one ledger,
+                                   default "http://127.0.0.1:8008" */
     char *dlt_token_file;       /* private file holding the bearer token, or "" */
     char *dlt_ca_file;          /* CA bundle for TLS verification, "" = system default */
     int dlt_connect_timeout_ms; /* 100..60000, default 3000 */
     int dlt_request_timeout_ms; /* whole POST, 100..600000, default 10000 */
     int dlt_max_in_flight;      /* concurrent HTTP requests, 1..10000, default 256 */
+    int dlt_channels;           /* POSTs in flight per node, 1..10000, default 64 */
+    int dlt_priority_aging_ms;  /* waiting time per priority step gained, ms, default 1000 */
     int dlt_max_response_bytes; /* response body cap, 1024..67108864, default 1048576 */
     int dlt_status_wait_s;      /* long-poll wait=N, 0..60, default 10 */
     int dlt_unknown_confirm_ms; /* re-check delay before resubmitting Unknown, default 2000 */

@@ -25,6 +25,7 @@ struct qw_dlt_xfer {
     struct qw_dlt_xfer *prev, *next;         /* links in the client's transfer list */
     CURL *easy;                              /* the curl handle of this transfer */
     enum qw_dlt_kind kind;                   /* POST or STATUS */
+    int node;                                /* index of the node (base URL) it went to */
     void *user;                              /* the caller's pointer */
     char service_id[QW_SERVICE_ID_LEN + 1];  /* copy of the service_id */
     char *payload;                           /* POST: copy of the request body */
@@ -47,7 +48,7 @@ struct qw_dlt_xfer {
 
 struct qw_dlt_client {
     CURLM *multi;                    /* the multi handle: transfers and connection cache */
-    char *base_url;                  /* copy of opts.base_url */
+    struct qw_dlt_url_list nodes;    /* the base URLs of opts.base_url, node i = url[i] */
     char *ca_file;                   /* copy of opts.ca_file, NULL = system default */
     struct curl_slist *post_headers; /* headers of a POST (may hold the token) */
     struct curl_slist *get_headers;  /* headers of a GET (may hold the token) */
@@ -148,9 +149,12 @@ int qw_dlt_client_new(struct qw_dlt_client **out, const struct qw_dlt_opts *opts
                       struct qw_error *err)
 {
     *out = NULL;
-    if (!opts || !qw_dlt_base_url_valid(opts->base_url))
+    const char *why = NULL;
+    if (!opts || qw_dlt_url_list_parse(opts->base_url, NULL, &why) != QW_OK)
         return qw_error_set(err, QW_ERR_CONFIG,
-                            "dlt url must be http(s)://host[:port][/path] without ?, # or @");
+                            "dlt url must be http(s)://host[:port][/path] without ?, # or @, "
+                            "or several such URLs separated by commas: %s",
+                            why ? why : "out of memory");
     if (opts->token && !token_valid(opts->token))
         return qw_error_set(err, QW_ERR_CONFIG, "dlt token holds spaces or control characters");
     if (opts->connect_timeout_ms <= 0 || opts->request_timeout_ms <= 0 ||
@@ -171,10 +175,10 @@ int qw_dlt_client_new(struct qw_dlt_client **out, const struct qw_dlt_opts *opts
         opts->retry_after_max_ms > 0 ? opts->retry_after_max_ms : DEFAULT_RETRY_AFTER_MAX_MS;
 
     int rc;
-    c->base_url = strdup(opts->base_url);
+    bool listed = qw_dlt_url_list_parse(opts->base_url, &c->nodes, NULL) == QW_OK;
     c->ca_file = ca ? strdup(ca) : NULL;
     c->token = opts->token && *opts->token ? strdup(opts->token) : NULL;
-    if (!c->base_url || (ca && !c->ca_file) || (opts->token && *opts->token && !c->token)) {
+    if (!listed || (ca && !c->ca_file) || (opts->token && *opts->token && !c->token)) {
         rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -248,7 +252,7 @@ void qw_dlt_client_free(struct qw_dlt_client *c)
         explicit_bzero(c->token, strlen(c->token));
         free(c->token);
     }
-    free(c->base_url);
+    qw_dlt_url_list_free(&c->nodes);
     free(c->ca_file);
     free(c);
 }
@@ -303,7 +307,7 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
 }
 
 /* Creates a transfer with the settings every request shares; NULL when out of memory. */
-static struct qw_dlt_xfer *xfer_new(struct qw_dlt_client *c, enum qw_dlt_kind kind,
+static struct qw_dlt_xfer *xfer_new(struct qw_dlt_client *c, enum qw_dlt_kind kind, int node,
                                     const char *service_id, void *user, const char *url,
                                     long timeout_ms)
 {
@@ -311,6 +315,7 @@ static struct qw_dlt_xfer *xfer_new(struct qw_dlt_client *c, enum qw_dlt_kind ki
     if (!x)
         return NULL;
     x->kind = kind;
+    x->node = node;
     x->user = user;
     x->max_body = c->max_response_bytes;
     memcpy(x->service_id, service_id, QW_SERVICE_ID_LEN); /* validated by the caller */
@@ -389,25 +394,27 @@ static int refuse_rewind(void *arg, curl_off_t offset, int origin)
     return CURL_SEEKFUNC_CANTSEEK;
 }
 
-int qw_dlt_post(struct qw_dlt_client *c, const char *service_id, const void *payload, size_t len,
-                void *user)
+int qw_dlt_post(struct qw_dlt_client *c, int node, const char *service_id, const void *payload,
+                size_t len, void *user)
 {
-    if (!payload || len == 0 || qw_dlt_service_id_parse(service_id, NULL) != QW_OK)
+    if (!payload || len == 0 || node < 0 || (size_t)node >= c->nodes.n ||
+        qw_dlt_service_id_parse(service_id, NULL) != QW_OK)
         return QW_ERR_INVALID;
     if (c->in_flight >= c->max_in_flight)
         return QW_ERR_BACKPRESSURE;
 
-    size_t url_cap = strlen(c->base_url) + 64;
+    const char *base = c->nodes.url[node];
+    size_t url_cap = strlen(base) + 64;
     char *url = malloc(url_cap);
     if (!url)
         return QW_ERR_NOMEM;
-    int rc = qw_dlt_url_batches(url, url_cap, c->base_url, service_id);
+    int rc = qw_dlt_url_batches(url, url_cap, base, service_id);
     if (rc != QW_OK) {
         free(url);
         return rc;
     }
     struct qw_dlt_xfer *x =
-        xfer_new(c, QW_DLT_KIND_POST, service_id, user, url, c->request_timeout_ms);
+        xfer_new(c, QW_DLT_KIND_POST, node, service_id, user, url, c->request_timeout_ms);
     free(url);
     if (!x)
         return QW_ERR_NOMEM;
@@ -431,10 +438,11 @@ int qw_dlt_post(struct qw_dlt_client *c, const char *service_id, const void *pay
     return xfer_start(c, x);
 }
 
-int qw_dlt_get_statuses(struct qw_dlt_client *c, const char *service_id, const char *const *ids,
-                        size_t n, int wait_s, void *user)
+int qw_dlt_get_statuses(struct qw_dlt_client *c, int node, const char *service_id,
+                        const char *const *ids, size_t n, int wait_s, void *user)
 {
     if (!ids || n == 0 || n > QW_DLT_STATUS_MAX_IDS || wait_s < 0 || wait_s > QW_DLT_MAX_WAIT_S ||
+        node < 0 || (size_t)node >= c->nodes.n ||
         qw_dlt_service_id_parse(service_id, NULL) != QW_OK)
         return QW_ERR_INVALID;
     for (size_t i = 0; i < n; i++) {
@@ -448,17 +456,19 @@ int qw_dlt_get_statuses(struct qw_dlt_client *c, const char *service_id, const c
     if (c->in_flight >= c->max_in_flight)
         return QW_ERR_BACKPRESSURE;
 
-    size_t url_cap = strlen(c->base_url) + 96 + n * (QW_BATCH_ID_LEN + 1);
+    const char *base = c->nodes.url[node];
+    size_t url_cap = strlen(base) + 96 + n * (QW_BATCH_ID_LEN + 1);
     char *url = malloc(url_cap);
     if (!url)
         return QW_ERR_NOMEM;
-    int rc = qw_dlt_url_statuses(url, url_cap, c->base_url, service_id, ids, n, wait_s);
+    int rc = qw_dlt_url_statuses(url, url_cap, base, service_id, ids, n, wait_s);
     if (rc != QW_OK) {
         free(url);
         return rc;
     }
     long timeout_ms = c->request_timeout_ms + (long)wait_s * 1000L;
-    struct qw_dlt_xfer *x = xfer_new(c, QW_DLT_KIND_STATUS, service_id, user, url, timeout_ms);
+    struct qw_dlt_xfer *x =
+        xfer_new(c, QW_DLT_KIND_STATUS, node, service_id, user, url, timeout_ms);
     free(url);
     if (!x)
         return QW_ERR_NOMEM;
@@ -498,6 +508,7 @@ static enum qw_dlt_transport transport_from_curl(CURLcode rc, bool too_large)
     case CURLE_FILESIZE_EXCEEDED:
         return QW_DLT_TRANSPORT_TOO_LARGE;
     case CURLE_GOT_NOTHING:
+    case CURLE_SEND_FAIL_REWIND:
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
     case CURLE_PARTIAL_FILE:
@@ -539,6 +550,7 @@ static void xfer_report(struct qw_dlt_client *c, struct qw_dlt_xfer *x, qw_dlt_d
     };
     struct qw_dlt_result r = {
         .kind = x->kind,
+        .node = x->node,
         .user = x->user,
         .service_id = x->service_id,
         .transport = resp.transport,
@@ -632,6 +644,16 @@ int qw_dlt_in_flight(const struct qw_dlt_client *c)
     return c->in_flight;
 }
 
+int qw_dlt_nodes(const struct qw_dlt_client *c)
+{
+    return (int)c->nodes.n;
+}
+
+const char *qw_dlt_node_url(const struct qw_dlt_client *c, int node)
+{
+    return node >= 0 && (size_t)node < c->nodes.n ? c->nodes.url[node] : NULL;
+}
+
 int qw_dlt_cancel_all(struct qw_dlt_client *c, qw_dlt_done_fn *cb, void *cb_arg)
 {
     if (c->in_callback)
@@ -647,6 +669,7 @@ int qw_dlt_cancel_all(struct qw_dlt_client *c, qw_dlt_done_fn *cb, void *cb_arg)
         curl_multi_remove_handle(c->multi, x->easy);
         struct qw_dlt_result r = {
             .kind = x->kind,
+            .node = x->node,
             .user = x->user,
             .service_id = x->service_id,
             .outcome = QW_DLT_ABANDONED,

@@ -13,8 +13,12 @@
  * failed, timed out, or abandoned by qw_dlt_cancel_all(). Results are
  * classified by the pure code in dlt_outcome.h.
  *
+ * Nodes: the base URL may list several nodes of the same ledger
+ * (comma-separated, dlt_url.h); node i is the i-th URL, and the caller
+ * names the node of every transfer (the submitter's node chooser decides).
+ *
  * Connections are kept alive and reused between transfers (at most
- * max_in_flight per host). TLS verification is always on; there is no
+ * max_in_flight in all). TLS verification is always on; there is no
  * switch to turn it off. Each transfer is bounded by the connect timeout,
  * a total timeout (long polls get wait_s on top) and a cap on the
  * response body, so a ledger that drips, stalls or floods cannot hold a
@@ -41,7 +45,8 @@ struct qw_dlt_client;
 
 /** Settings of one client; strings are copied by qw_dlt_client_new(). */
 struct qw_dlt_opts {
-    const char *base_url;       /* ledger base URL, http(s)://host[:port][/prefix] */
+    const char *base_url;       /* ledger base URL, http(s)://host[:port][/prefix], or several
+                                   (nodes of one ledger) separated by commas */
     const char *token;          /* bearer token, NULL or "" = none; never logged */
     const char *ca_file;        /* CA bundle, NULL or "" = system default */
     int connect_timeout_ms;     /* TCP + TLS connect bound, ms, > 0 */
@@ -64,6 +69,7 @@ enum qw_dlt_kind {
  */
 struct qw_dlt_result {
     enum qw_dlt_kind kind;                /* POST or STATUS */
+    int node;                             /* the node (index of its base URL) it went to */
     void *user;                           /* the caller's pointer given when the transfer started */
     const char *service_id;               /* the transfer's service_id */
     enum qw_dlt_outcome outcome;          /* what to do; ABANDONED after qw_dlt_cancel_all() */
@@ -111,28 +117,29 @@ int qw_dlt_client_new(struct qw_dlt_client **out, const struct qw_dlt_opts *opts
 void qw_dlt_client_free(struct qw_dlt_client *c);
 
 /**
- * Starts `POST {base}/scabbard/{circuit}/{service}/batches` with the `len`
+ * Starts `POST {base}/scabbard/{circuit}/{service}/batches` on node `node`
+ * (0..qw_dlt_nodes() - 1) with the `len`
  * bytes of `payload` (a serialized BatchList). The payload is COPIED: the
  * caller may free it as soon as this returns. `user` is handed back in
  * the result. Returns QW_OK (exactly one callback will follow),
  * QW_ERR_BACKPRESSURE when max_in_flight transfers are running (nothing
- * started), QW_ERR_INVALID (bad service_id, len 0), QW_ERR_NOMEM or
+ * started), QW_ERR_INVALID (bad node or service_id, len 0), QW_ERR_NOMEM or
  * QW_ERR_IO (libcurl refused). Owner thread only; may be called from
  * inside the callback.
  */
-int qw_dlt_post(struct qw_dlt_client *c, const char *service_id, const void *payload, size_t len,
-                void *user);
+int qw_dlt_post(struct qw_dlt_client *c, int node, const char *service_id, const void *payload,
+                size_t len, void *user);
 
 /**
- * Starts `GET .../batch_statuses?ids=...&wait=wait_s` for the `n` batch
+ * Starts `GET .../batch_statuses?ids=...&wait=wait_s` on node `node` for the `n` batch
  * ids (1..QW_DLT_STATUS_MAX_IDS, distinct, 128 lower-case hex each; the
  * ids are copied). The request's total timeout is wait_s seconds plus
  * request_timeout_ms. The result's statuses are parallel to `ids`.
  * Returns as qw_dlt_post(); QW_ERR_INVALID also for bad ids or wait_s
  * outside 0..QW_DLT_MAX_WAIT_S.
  */
-int qw_dlt_get_statuses(struct qw_dlt_client *c, const char *service_id, const char *const *ids,
-                        size_t n, int wait_s, void *user);
+int qw_dlt_get_statuses(struct qw_dlt_client *c, int node, const char *service_id,
+                        const char *const *ids, size_t n, int wait_s, void *user);
 
 /**
  * Drives the transfers: makes progress on every one, calls `cb(result,
@@ -161,6 +168,12 @@ int qw_dlt_wakeup(struct qw_dlt_client *c);
 
 /** Number of transfers started and not yet reported. Owner thread only. */
 int qw_dlt_in_flight(const struct qw_dlt_client *c);
+
+/** Number of nodes (base URLs), >= 1. */
+int qw_dlt_nodes(const struct qw_dlt_client *c);
+
+/** The base URL of node `node` as configured (no credentials), or NULL when out of range. */
+const char *qw_dlt_node_url(const struct qw_dlt_client *c, int node);
 
 /**
  * Abandons every transfer in flight, reporting each to `cb` with outcome

@@ -4,6 +4,7 @@
 #include "common/err.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -125,6 +126,84 @@ static size_t base_len(const char *base)
     while (len > 0 && base[len - 1] == '/')
         len--;
     return len;
+}
+
+static bool is_blank(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+void qw_dlt_url_list_free(struct qw_dlt_url_list *list)
+{
+    for (size_t i = 0; i < list->n; i++)
+        free(list->url[i]);
+    memset(list, 0, sizeof(*list));
+}
+
+/* Parses into `l` (always filled, so a failure can free it); see dlt_url.h. */
+static int list_split(const char *list, struct qw_dlt_url_list *l, const char **why)
+{
+    if (!list || !*list) {
+        *why = "must be set";
+        return QW_ERR_INVALID;
+    }
+    for (const char *p = list;; p++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && is_blank(*p)) {
+            p++;
+            len--;
+        }
+        while (len > 0 && is_blank(p[len - 1]))
+            len--;
+        if (len == 0) {
+            *why = "must not have an empty entry between commas";
+            return QW_ERR_INVALID;
+        }
+        if (l->n == QW_DLT_MAX_NODES) {
+            *why = "must list at most 16 node URLs";
+            return QW_ERR_INVALID;
+        }
+        char *url = strndup(p, len);
+        if (!url)
+            return QW_ERR_NOMEM;
+        l->url[l->n++] = url;
+        if ((*why = qw_dlt_base_url_check(url)) != NULL)
+            return QW_ERR_INVALID;
+        for (size_t i = 0; i + 1 < l->n; i++) {
+            size_t a = base_len(l->url[i]);
+            if (a == base_len(url) && strncasecmp(l->url[i], url, a) == 0) {
+                *why = "must not list the same node URL twice";
+                return QW_ERR_INVALID;
+            }
+        }
+        if (!end)
+            return QW_OK;
+        p = end;
+    }
+}
+
+int qw_dlt_url_list_parse(const char *list, struct qw_dlt_url_list *out, const char **why)
+{
+    struct qw_dlt_url_list l = {0};
+    const char *reason = NULL;
+    int rc = list_split(list, &l, &reason);
+    if (why)
+        *why = reason;
+    if (rc != QW_OK || !out)
+        qw_dlt_url_list_free(&l);
+    else
+        *out = l;
+    return rc;
+}
+
+const char *qw_dlt_url_list_check(const char *list)
+{
+    const char *why = NULL;
+    int rc = qw_dlt_url_list_parse(list, NULL, &why);
+    if (rc == QW_ERR_NOMEM)
+        return "could not be checked (out of memory)";
+    return why;
 }
 
 /*

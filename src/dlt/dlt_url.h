@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #define QW_DLT_MAX_WAIT_S 3600 /* largest long-poll wait a URL may carry, seconds */
+#define QW_DLT_MAX_NODES 16    /* base URLs (nodes of one ledger) a list may hold */
 
 /** The two halves of a service_id `circuit::service`, NUL-terminated. */
 struct qw_dlt_service_ref {
@@ -39,6 +40,29 @@ const char *qw_dlt_base_url_check(const char *base);
 
 /** True when qw_dlt_base_url_check() accepts `base`. */
 bool qw_dlt_base_url_valid(const char *base);
+
+/** The base URLs of a node list (dlt.url), in the order given. */
+struct qw_dlt_url_list {
+    size_t n;                    /* number of URLs, 1..QW_DLT_MAX_NODES */
+    char *url[QW_DLT_MAX_NODES]; /* malloc'd copies, blanks around the commas dropped */
+};
+
+/**
+ * Parses `list`: one base URL, or several base URLs of nodes of the same
+ * ledger separated by commas (blanks around a comma are ignored). Each
+ * must pass qw_dlt_base_url_check(); at most QW_DLT_MAX_NODES, no empty
+ * entry, no URL twice (trailing slashes ignored). `out` may be NULL to
+ * check only. Returns QW_OK (free `out` with qw_dlt_url_list_free()),
+ * QW_ERR_INVALID with a static reason in *why (may be NULL; `out` then
+ * holds nothing), or QW_ERR_NOMEM.
+ */
+int qw_dlt_url_list_parse(const char *list, struct qw_dlt_url_list *out, const char **why);
+
+/** NULL when qw_dlt_url_list_parse() accepts `list`, else its reason ("must ..."). */
+const char *qw_dlt_url_list_check(const char *list);
+
+/** Frees the copies of a parsed list; leaves it empty. Safe on a zeroed list. */
+void qw_dlt_url_list_free(struct qw_dlt_url_list *list);
 
 /**
  * Writes `{base}/scabbard/{circuit}/{service}/batches` into `buf`

@@ -10,7 +10,8 @@
  * (ids as text, the payload as its decoded bytes) into pg_temp.queuer_load
  * while the rest of the input is still being read, and moved into
  * queuer.batches by queuer.enqueue_staged() (migration 0011 says why that
- * move does not run the payload trigger again).
+ * move does not run the payload trigger again; 0012 stores each row's
+ * priority, so one call takes a load of mixed priorities).
  */
 #include "ingest/enqueue.h"
 
@@ -26,11 +27,11 @@
 #define CHUNK_MS_PER_ROW 1         /* a bulk call's deadline grows by this per row, ms */
 #define COPY_FLUSH_BYTES (1 << 20) /* send COPY data in pieces of about 1 MiB */
 #define READ_BLOCK (1 << 16)       /* bytes read from the input at a time */
-#define COPY_ROW_FIELDS 5          /* seq, line_no, service_id, batch_id, payload */
+#define COPY_ROW_FIELDS 6          /* seq, line_no, service_id, batch_id, payload, priority */
 
 static const char SQL_MARKS[] = "SELECT set_config('queuer.ingest_high', $1, true), "
                                 "set_config('queuer.ingest_low', $2, true)";
-static const char SQL_ENQUEUE_ONE[] = "SELECT queuer.enqueue_batch($1, $2, $3::bytea)";
+static const char SQL_ENQUEUE_ONE[] = "SELECT queuer.enqueue_batch($1, $2, $3::bytea, $4::integer)";
 /*
  * The staging table lives in local memory (temp_buffers, set before the
  * session touches any temporary table) so that a load of some 100 MB does
@@ -41,9 +42,10 @@ static const char SQL_ENQUEUE_ONE[] = "SELECT queuer.enqueue_batch($1, $2, $3::b
 static const char SQL_STAGE[] =
     "SET LOCAL temp_buffers = '256MB'; "
     "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id text COLLATE \"C\", "
-    "batch_id text COLLATE \"C\", payload bytea) ON COMMIT DROP";
+    "batch_id text COLLATE \"C\", payload bytea, priority integer) ON COMMIT DROP";
 static const char SQL_STAGE_COPY[] =
-    "COPY queuer_load (seq, line_no, service_id, batch_id, payload) FROM STDIN (FORMAT binary)";
+    "COPY queuer_load (seq, line_no, service_id, batch_id, payload, priority) FROM STDIN "
+    "(FORMAT binary)";
 /* For the rest of the load's transaction only. */
 static const char SQL_STATEMENT_TIMEOUT[] = "SELECT set_config('statement_timeout', $1, true)";
 /* queuer.enqueue_staged() runs as queuer_loader: let it read the staged rows. */
@@ -159,6 +161,9 @@ int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const c
                    enum qw_enqueue_outcome *outcome, struct qw_error *err)
 {
     *outcome = QW_ENQ_INVALID;
+    if (opts->priority < QW_PRIORITY_MIN || opts->priority > QW_PRIORITY_MAX)
+        return qw_error_set(err, QW_ERR_INVALID, "priority must be an integer from %d to %d",
+                            QW_PRIORITY_MIN, QW_PRIORITY_MAX);
     if (qw_validate_service_id(service_id, strlen(service_id), err) != QW_OK)
         return QW_ERR_INVALID;
     if (qw_validate_batch_id(batch_id, strlen(batch_id), err) != QW_OK)
@@ -180,7 +185,9 @@ int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const c
 
     int in_txn = overrides_marks(opts);
     struct qw_db_res *res = NULL;
-    const char *params[3] = {service_id, batch_id, hex};
+    char prio[16];
+    snprintf(prio, sizeof(prio), "%d", opts->priority);
+    const char *params[4] = {service_id, batch_id, hex, prio};
     if (in_txn) {
         rc = qw_db_exec(db, "BEGIN", err);
         if (rc == QW_OK)
@@ -188,7 +195,7 @@ int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const c
         if (rc != QW_OK)
             goto out;
     }
-    rc = qw_db_query_sql(db, SQL_ENQUEUE_ONE, 3, params, &res, err);
+    rc = qw_db_query_sql(db, SQL_ENQUEUE_ONE, 4, params, &res, err);
     if (rc == QW_OK && in_txn)
         rc = qw_db_exec(db, "COMMIT", err);
     if (rc == QW_OK) {
@@ -417,16 +424,17 @@ static char *put_field(char *p, const void *data, size_t len)
 }
 
 /*
- * Appends one binary COPY row: seq, line_no, service_id, batch_id and the
- * decoded payload (`len` bytes), as PostgreSQL's binary COPY format lays
- * out a tuple (a field count, then each field's length and bytes).
+ * Appends one binary COPY row: seq, line_no, service_id, batch_id, the
+ * decoded payload (`len` bytes) and the line's priority (or the load's), as PostgreSQL's binary
+ * COPY format lays out a tuple (a field count, then each field's length and bytes).
  */
 static int copy_row(struct bulk *b, long line_no, const struct qw_tsv_record *rec,
                     const uint8_t *payload, size_t len, struct qw_error *err)
 {
     if (b->sent >= INT32_MAX || line_no > INT32_MAX)
         return qw_error_set(err, QW_ERR_INVALID, "a load holds at most %d lines", INT32_MAX);
-    size_t need = 2 + 2 * (4 + 4) + 4 + rec->service_id_len + 4 + rec->batch_id_len + 4 + len;
+    size_t need =
+        2 + 2 * (4 + 4) + 4 + rec->service_id_len + 4 + rec->batch_id_len + 4 + len + (4 + 4);
     int rc = copy_reserve(b, need, err);
     if (rc != QW_OK)
         return rc;
@@ -439,6 +447,8 @@ static int copy_row(struct bulk *b, long line_no, const struct qw_tsv_record *re
     p = put_field(p, rec->service_id, rec->service_id_len);
     p = put_field(p, rec->batch_id, rec->batch_id_len);
     p = put_field(p, payload, len);
+    p = put_be32(p, 4);
+    p = put_be32(p, (uint32_t)(rec->has_priority ? rec->priority : b->opts->priority));
     b->copy_len = (size_t)(p - b->copy_buf);
     b->sent++;
     if (b->copy_len >= COPY_FLUSH_BYTES)
@@ -536,7 +546,8 @@ static int bulk_read(struct bulk *b, FILE *in, struct qw_error *err)
 {
     const struct qw_enqueue_opts *opts = b->opts;
     struct line_reader reader = {.in = in};
-    reader.max_line = QW_SERVICE_ID_LEN + QW_BATCH_ID_LEN + 2 * opts->max_payload_bytes + 8;
+    /* three tabs, a priority of up to 5 characters, CR LF */
+    reader.max_line = QW_SERVICE_ID_LEN + QW_BATCH_ID_LEN + 2 * opts->max_payload_bytes + 10;
     reader.cap = reader.max_line + READ_BLOCK * 16;
     reader.buf = malloc(reader.cap);
     uint8_t *payload = malloc(opts->max_payload_bytes + 1);

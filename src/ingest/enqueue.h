@@ -3,16 +3,14 @@
  * stream (see tsv.h) loaded in one transaction.
  *
  * Every line is checked in the client first (identifier formats, hex, the
- * BatchList payload), and all failures are reported with their line
- * numbers. The valid lines are then COPYed (binary) into a temporary
- * table and handed, in line order, to queuer.enqueue_staged(), which
- * settles duplicates, conflicts and back pressure under per-service locks
- * and inserts; the database does not check those payloads a second time.
- * The load commits only if every line was enqueued or was an identical
- * duplicate (an idempotent no-op), unless `skip_invalid` is set,
- * in which case the lines that can be enqueued are, and every other line
- * is reported. Re-running a load is therefore safe: lines already stored
- * come back as duplicates.
+ * BatchList payload, the optional priority), and all failures are reported
+ * with their line numbers. The valid lines are then COPYed (binary) into a
+ * temporary table, each with its priority, and handed, in line order, to
+ * queuer.enqueue_staged(), which settles duplicates, conflicts and back pressure under per-service
+ * locks and inserts; the database does not check those payloads a second time. The load commits
+ * only if every line was enqueued or was an identical duplicate (an idempotent no-op), unless
+ * `skip_invalid` is set, in which case the lines that can be enqueued are, and every other line is
+ * reported. Re-running a load is therefore safe: lines already stored come back as duplicates.
  *
  * Back-pressure marks: the session settings queuer.ingest_high/low are set
  * (SET LOCAL) from the options when they are >= 0; otherwise the database's
@@ -49,6 +47,8 @@ struct qw_enqueue_opts {
     size_t max_payload_bytes; /* client-side payload limit, bytes (the database has its own) */
     int skip_invalid;         /* bool: bulk only; enqueue what can be, report the rest */
     int chunk_rows;           /* bulk: rows per queuer.enqueue_staged() call; 0 = all in one */
+    int priority;             /* batch priority (QW_PRIORITY_MIN..MAX, higher first); bulk:
+                                 of the lines without a fourth field */
 };
 
 /** A line that was not enqueued (or was a duplicate), as reported to the caller. */

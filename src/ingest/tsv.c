@@ -6,6 +6,31 @@
 
 #include <string.h>
 
+int qw_tsv_parse_priority(const char *text, size_t len, int *out, struct qw_error *err)
+{
+    size_t i = 0;
+    bool negative = false;
+    if (len > 0 && (text[0] == '-' || text[0] == '+')) {
+        negative = text[0] == '-';
+        i = 1;
+    }
+    long v = 0;
+    bool ok = i < len && len - i <= 4;
+    for (; ok && i < len; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            ok = false;
+        else
+            v = v * 10 + (text[i] - '0');
+    }
+    if (negative)
+        v = -v;
+    if (!ok || v < QW_PRIORITY_MIN || v > QW_PRIORITY_MAX)
+        return qw_error_set(err, QW_ERR_INVALID, "priority must be an integer from %d to %d",
+                            QW_PRIORITY_MIN, QW_PRIORITY_MAX);
+    *out = (int)v;
+    return QW_OK;
+}
+
 int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct qw_tsv_record *rec,
                  struct qw_error *err)
 {
@@ -22,22 +47,24 @@ int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct 
     if (first == len || line[first] == '#')
         return QW_OK;
 
-    /* Three fields: exactly two tabs (memchr: the payload field is long). */
+    /* Three or four fields: two or three tabs (memchr: the payload field is long). */
     const char *end = line + len;
     const char *tab1 = memchr(line, '\t', len);
     const char *tab2 = tab1 ? memchr(tab1 + 1, '\t', (size_t)(end - tab1 - 1)) : NULL;
-    if (!tab2 || memchr(tab2 + 1, '\t', (size_t)(end - tab2 - 1))) {
+    const char *tab3 = tab2 ? memchr(tab2 + 1, '\t', (size_t)(end - tab2 - 1)) : NULL;
+    if (!tab2 || (tab3 && memchr(tab3 + 1, '\t', (size_t)(end - tab3 - 1)))) {
         size_t nfields = 1;
         for (const char *p = line; (p = memchr(p, '\t', (size_t)(end - p))) != NULL; p++)
             nfields++;
         return qw_error_set(err, QW_ERR_INVALID,
-                            "expected 3 tab-separated fields (service_id, batch_id, hex payload), "
-                            "found %zu",
+                            "expected 3 or 4 tab-separated fields (service_id, batch_id, hex "
+                            "payload[, priority]), found %zu",
                             nfields);
     }
+    const char *payload_end = tab3 ? tab3 : end;
     const char *field[3] = {line, tab1 + 1, tab2 + 1};
     size_t field_len[3] = {(size_t)(tab1 - line), (size_t)(tab2 - tab1 - 1),
-                           (size_t)(end - tab2 - 1)};
+                           (size_t)(payload_end - tab2 - 1)};
     if (qw_validate_service_id(field[0], field_len[0], err) != QW_OK)
         return QW_ERR_INVALID;
     if (qw_validate_batch_id(field[1], field_len[1], err) != QW_OK)
@@ -66,6 +93,11 @@ int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct 
     if (hex_len % 2 != 0)
         return qw_error_set(err, QW_ERR_INVALID, "payload hex has an odd number of digits (%zu)",
                             hex_len);
+    if (tab3) {
+        if (qw_tsv_parse_priority(tab3 + 1, (size_t)(end - tab3 - 1), &rec->priority, err) != QW_OK)
+            return QW_ERR_INVALID;
+        rec->has_priority = true;
+    }
 
     rec->kind = QW_TSV_RECORD;
     rec->service_id = field[0];

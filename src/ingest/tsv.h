@@ -1,9 +1,11 @@
 /*
  * The bulk enqueue line format (pure functions):
  *
- *   service_id<TAB>batch_id<TAB>hex(payload)
+ *   service_id<TAB>batch_id<TAB>hex(payload)[<TAB>priority]
  *
- * One batch per line. A CRLF line end is tolerated, blank lines and lines
+ * One batch per line. The optional priority is an integer from
+ * QW_PRIORITY_MIN to QW_PRIORITY_MAX (higher first); without it the load's
+ * default applies. A CRLF line end is tolerated, blank lines and lines
  * whose first non-blank character is '#' are skipped, and the hex may use
  * upper- or lower-case digits. Fields are checked here (the identifier
  * formats, hex syntax and the size limit); the payload's content is checked
@@ -14,8 +16,12 @@
 
 #include "common/err.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#define QW_PRIORITY_MIN (-1000) /* lowest batch priority */
+#define QW_PRIORITY_MAX 1000    /* highest batch priority */
 
 /** What a parsed line turned out to be. */
 enum qw_tsv_kind {
@@ -32,8 +38,17 @@ struct qw_tsv_record {
     size_t batch_id_len;     /* characters (always 128 when valid) */
     const char *payload_hex; /* hex digits, not NUL-terminated */
     size_t payload_hex_len;  /* characters: twice the payload's bytes */
-    int too_large; /* bool: set (with QW_ERR_INVALID) when the payload is over the limit */
+    int too_large;     /* bool: set (with QW_ERR_INVALID) when the payload is over the limit */
+    bool has_priority; /* the line has a fourth field */
+    int priority;      /* that field, QW_PRIORITY_MIN..QW_PRIORITY_MAX */
 };
+
+/**
+ * Parses a priority (optional sign, decimal digits, QW_PRIORITY_MIN..
+ * QW_PRIORITY_MAX) of `len` bytes. Returns QW_OK or QW_ERR_INVALID with
+ * the reason in `err` (may be NULL).
+ */
+int qw_tsv_parse_priority(const char *text, size_t len, int *out, struct qw_error *err);
 
 /**
  * Parses the `len` bytes of `line` (with or without its "\n" or "\r\n";

@@ -9,6 +9,7 @@
 #define QW_WORKER_JOB_H
 
 #include "common/batch.h"
+#include "worker/prioq.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -43,6 +44,10 @@ struct qw_job {
     char batch_id[QW_BATCH_ID_LEN + 1]; /* header_signature */
     int64_t epoch;                      /* claim epoch the queuer held when it made the job */
     int attempts;                       /* POSTs recorded before this one */
+    int priority;                       /* the batch's priority (higher first) */
+    int avoid_node;                     /* node the batch's last POST failed on, -1 = none:
+                                           its next POST prefers another node; handed back
+                                           to the queuer with the job */
     int64_t deadline_ms;                /* monotonic ms: do not POST after this (lease) */
     uint8_t *payload;                   /* SUBMIT: BatchList bytes, owned; ADOPT: NULL */
     bool adopted_submitting;            /* ADOPT: the database showed it being submitted (no
@@ -50,21 +55,30 @@ struct qw_job {
     size_t payload_len;                 /* bytes in payload */
 
     /* submitter-private */
-    enum qw_job_state state;  /* progress */
-    int64_t next_at_ms;       /* monotonic ms of the next action when waiting */
-    int64_t unknown_since_ms; /* monotonic ms Unknown was first seen, 0 = not */
-    int poll_errors;          /* consecutive failed status polls */
-    bool accepted_unrecorded; /* the ledger took our POST (202) but the database still shows
-                                 it being submitted: Pending is written only if the batch is
-                                 not final by the first status answer (one write saved) */
-    int64_t accepted_ms;      /* monotonic ms of that 202 */
-    int chained;              /* batches of its service this job went on to without the
-                                 queuer (fast path); bounded so the queuer looks again */
-    int64_t posted_us;        /* monotonic us the POST was started, for latency */
-    int64_t cost;             /* its cost against the shared capacity (dlt.cost); 0 = not
-                                 computed yet */
-    int64_t cap_taken;        /* units of the in-flight capacity it holds, 0 = none */
-    bool cap_waited;          /* it waited for capacity since it last went out (counted once) */
+    enum qw_job_state state;    /* progress */
+    struct qw_prioq_item ready; /* entry in the ready queue while its POST waits for capacity */
+    int node;                   /* node of the request in flight */
+    int poll_avoid;             /* node the last status poll failed on, -1 = none */
+    int poll_wait_s;            /* long-poll wait of the poll in flight, seconds */
+    bool parked;                /* POLL_WAIT with no node up: waits for one to come back */
+    bool post_uncertain;        /* the last POST got no answer (timeout, connection lost):
+                                   it may have reached the ledger, so its status is read
+                                   (on another node) before anything is resubmitted */
+    char post_failure[64];      /* how that POST failed, for the history */
+    int64_t next_at_ms;         /* monotonic ms of the next action when waiting */
+    int64_t unknown_since_ms;   /* monotonic ms Unknown was first seen, 0 = not */
+    int poll_errors;            /* consecutive failed status polls */
+    bool accepted_unrecorded;   /* the ledger took our POST (202) but the database still shows
+                                   it being submitted: Pending is written only if the batch is
+                                   not final by the first status answer (one write saved) */
+    int64_t accepted_ms;        /* monotonic ms of that 202 */
+    int chained;                /* batches of its service this job went on to without the
+                                   queuer (fast path); bounded so the queuer looks again */
+    int64_t posted_us;          /* monotonic us the POST was started, for latency */
+    int64_t cost;               /* its cost against the shared capacity (dlt.cost); 0 = not
+                                   computed yet */
+    int64_t cap_taken;          /* units of the in-flight capacity it holds, 0 = none */
+    bool cap_waited;            /* it waited for capacity since it last went out (counted once) */
 
     /* result, set by the submitter before handing the job back */
     enum qw_job_end end; /* how it ended */

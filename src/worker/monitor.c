@@ -103,7 +103,7 @@ void qw_monitor_plan(const struct qw_job *job, const struct qw_dlt_result *r,
             plan->event = QW_EV_PENDING;
             return;
         }
-        if (view.accepted_unrecorded) {
+        if (view.accepted_unrecorded || view.post_uncertain) {
             qw_plan_pending(plan, &view, QW_AFTER_POLL, ctx->now_ms);
             plan->event = QW_EV_PENDING;
         } else {

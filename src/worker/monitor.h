@@ -8,7 +8,9 @@
  * entries and is lost on a restart), so a batch first seen Unknown is
  * asked again after dlt.unknown_confirm_ms, and only an Unknown that lasts
  * that long is recorded (the queuer then resubmits it, with the reason in
- * the history). No I/O, no clock reads, no logging: the submitter starts
+ * the history). A POST whose answer was lost (post_uncertain) is followed
+ * the same way: its status decides, and that POST is recorded with it.
+ * No I/O, no clock reads, no logging: the submitter starts
  * the polls and acts on the plan.
  */
 #ifndef QW_WORKER_MONITOR_H

@@ -44,6 +44,8 @@ void qw_plan_keep(struct qw_plan *plan, const struct qw_job *job, enum qw_plan_e
     plan->accepted_ms = job->accepted_ms;
     plan->unknown_since_ms = job->unknown_since_ms;
     plan->poll_errors = job->poll_errors;
+    plan->post_uncertain = job->post_uncertain;
+    memcpy(plan->post_failure, job->post_failure, sizeof(plan->post_failure));
 }
 
 void qw_plan_record(struct qw_plan *plan, const struct qw_job *job, enum qw_outcome_expect expect,
@@ -74,8 +76,9 @@ void qw_plan_status(struct qw_plan *plan, const struct qw_job *job, enum qw_batc
                     enum qw_outcome_after after, const char *what, int64_t now_ms)
 {
     enum qw_outcome_expect expect = QW_EXPECT_INFLIGHT;
+    bool unrecorded_post = job->accepted_unrecorded || job->post_uncertain;
     if (job->kind != QW_JOB_ADOPT)
-        expect = job->accepted_unrecorded ? QW_EXPECT_POSTING : QW_EXPECT_PENDING;
+        expect = unrecorded_post ? QW_EXPECT_POSTING : QW_EXPECT_PENDING;
     qw_plan_record(plan, job, expect, status, after);
     struct qw_outcome *o = &plan->outcome;
     if (job->accepted_unrecorded) {
@@ -84,6 +87,11 @@ void qw_plan_status(struct qw_plan *plan, const struct qw_job *job, enum qw_batc
         qw_plan_textf(o->detail, sizeof(o->detail),
                       "accepted by the ledger (HTTP 202), then %s after %lld ms", what,
                       (long long)(now_ms - job->accepted_ms));
+    } else if (job->post_uncertain) {
+        o->attempts_add = 1;
+        o->posted = true;
+        qw_plan_textf(o->detail, sizeof(o->detail), "%s; its status read since: %s",
+                      job->post_failure, what);
     } else {
         qw_plan_textf(o->detail, sizeof(o->detail), "%s", what);
     }
@@ -173,6 +181,48 @@ static void plan_auth(const struct qw_job *view, const struct qw_plan_ctx *ctx,
     plan->at_ms = pause->auth_until_ms;
 }
 
+bool qw_plan_post_may_have_landed(const struct qw_dlt_result *r)
+{
+    if (r->kind != QW_DLT_KIND_POST || r->outcome != QW_DLT_RETRY)
+        return false;
+    switch (r->transport) {
+    case QW_DLT_TRANSPORT_TIMEOUT:
+    case QW_DLT_TRANSPORT_DROPPED:
+    case QW_DLT_TRANSPORT_TOO_LARGE:
+    case QW_DLT_TRANSPORT_OTHER:
+        return true;
+    case QW_DLT_TRANSPORT_OK:
+        return r->http_status == 202;
+    case QW_DLT_TRANSPORT_CONNECT:
+    case QW_DLT_TRANSPORT_TLS:
+        return false;
+    }
+    return true;
+}
+
+/* No usable answer: read the batch's status now (wait=0) before deciding. */
+static void plan_uncertain(const struct qw_job *view, const struct qw_dlt_result *r,
+                           const struct qw_plan_ctx *ctx, struct qw_plan *plan)
+{
+    if (ctx->stopping) {
+        /* It stays "being submitted": the next owner adopts it and reads
+         * its status before anything is resubmitted. */
+        qw_plan_keep(plan, view, QW_EV_ABANDONED, QW_PLAN_HAND_BACK);
+        return;
+    }
+    qw_plan_keep(plan, view, QW_EV_POST_UNCERTAIN, QW_PLAN_POLL);
+    plan->wait_s = 0;
+    plan->post_uncertain = true;
+    plan->unknown_since_ms = 0;
+    plan->poll_errors = 0;
+    if (r->transport == QW_DLT_TRANSPORT_OK)
+        qw_plan_textf(plan->post_failure, sizeof(plan->post_failure),
+                      "POST answered HTTP %ld without a usable body", r->http_status);
+    else
+        qw_plan_textf(plan->post_failure, sizeof(plan->post_failure), "POST got no answer (%s)",
+                      qw_dlt_transport_name(r->transport));
+}
+
 static void plan_retry(const struct qw_job *view, const struct qw_dlt_result *r,
                        const struct qw_plan_ctx *ctx, struct qw_plan *plan)
 {
@@ -222,7 +272,10 @@ static void plan_post(const struct qw_job *job, const struct qw_dlt_result *r,
         return;
     case QW_DLT_RETRY:
     case QW_DLT_OK:
-        plan_retry(&view, r, ctx, plan);
+        if (qw_plan_post_may_have_landed(r))
+            plan_uncertain(&view, r, ctx, plan);
+        else
+            plan_retry(&view, r, ctx, plan);
         return;
     case QW_DLT_ABANDONED:
         break;

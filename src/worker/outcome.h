@@ -93,6 +93,8 @@ enum qw_plan_event {
     QW_EV_POST_AUTH,         /* 401/403: wait, no attempt burnt */
     QW_EV_POST_RETRY,        /* other failure: Delayed with backoff */
     QW_EV_POST_EXHAUSTED,    /* other failure at dlt.max_attempts: parked */
+    QW_EV_POST_UNCERTAIN,    /* no usable answer (timeout, connection lost, a 202 we
+                                cannot read): its status is read before anything else */
     QW_EV_ABANDONED,         /* transfer cancelled (shutdown) */
     QW_EV_POLL_FAILED,       /* a status poll failed: poll again after a backoff */
     QW_EV_PENDING,           /* the ledger reports Pending */
@@ -128,6 +130,8 @@ struct qw_plan {
     int64_t accepted_ms;      /* see struct qw_job */
     int64_t unknown_since_ms; /* see struct qw_job */
     int poll_errors;          /* see struct qw_job */
+    bool post_uncertain;      /* see struct qw_job */
+    char post_failure[64];    /* see struct qw_job */
 };
 
 /**
@@ -157,8 +161,9 @@ void qw_plan_record(struct qw_plan *plan, const struct qw_job *job, enum qw_outc
 
 /**
  * A status outcome for `job`: expects what the database shows for it, and
- * when the job's 202 was not yet written also records that POST (one
- * attempt, last_submitted_at, the acceptance in the history detail).
+ * when the job's POST was not yet written (a 202, or a POST whose answer
+ * was lost) also records that POST (one attempt, last_submitted_at, what
+ * happened to it in the history detail).
  */
 void qw_plan_status(struct qw_plan *plan, const struct qw_job *job, enum qw_batch_status status,
                     enum qw_outcome_after after, const char *what, int64_t now_ms);
@@ -189,5 +194,14 @@ int64_t qw_plan_lease_deadline(int64_t sent_ms, int64_t lease_left_ms, int lease
 
 /** Whether a job whose batch ends may go on with its service's next batch (fast path). */
 bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx);
+
+/**
+ * Whether a failed POST (classified RETRY) may have reached the ledger:
+ * no answer arrived (timeout, connection lost after sending, an answer
+ * over the size cap) or a 202 whose body could not be used. Such a batch
+ * is never resubmitted blindly: its status is read first (on another node
+ * when there is one), and Unknown is confirmed as after Pending.
+ */
+bool qw_plan_post_may_have_landed(const struct qw_dlt_result *r);
 
 #endif

@@ -18,6 +18,7 @@ enum result_col {
     COL_PAYLOAD,       /* n: bytea */
     COL_LEASE_LEFT_MS, /* n: lease left */
     COL_ORD,           /* position (from 1) of the outcome in the array */
+    COL_PRIORITY,      /* n: the batch's priority */
 };
 
 void qw_outcome_writer_init(struct qw_outcome_writer *w)
@@ -268,4 +269,5 @@ void qw_outcome_writer_next(const struct qw_outcome_item *item, struct qw_next_b
     out->attempts = (int)qw_db_res_int(res, row, COL_ATTEMPTS);
     out->payload_hex = qw_db_res_get(res, row, COL_PAYLOAD);
     out->lease_left_ms = qw_db_res_int(res, row, COL_LEASE_LEFT_MS);
+    out->priority = (int)qw_db_res_int(res, row, COL_PRIORITY);
 }

@@ -53,6 +53,7 @@ struct qw_next_batch {
     int attempts;            /* attempts so far */
     const char *payload_hex; /* bytea text form ("\\x...") */
     int64_t lease_left_ms;   /* the claim's lease left, as checked by the statement, ms */
+    int priority;            /* the batch's priority */
 };
 
 /** Initialises an empty writer. */

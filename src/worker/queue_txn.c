@@ -13,6 +13,7 @@ struct fetched {
     int64_t epoch;          /* claim epoch */
     int attempts;           /* attempts so far */
     bool draining;          /* the service is being drained (no new work) */
+    int priority;           /* the batch's priority */
 };
 
 /* The transaction's argument: inputs, outputs and buffers. */
@@ -63,7 +64,7 @@ void qw_queue_bufs_free(struct qw_queue_bufs *b)
 }
 
 static struct qw_job *new_job(enum qw_job_kind kind, const char *service_id, const char *batch_id,
-                              int64_t epoch, int attempts)
+                              int64_t epoch, int attempts, int priority)
 {
     struct qw_job *job = calloc(1, sizeof(*job));
     if (!job)
@@ -73,7 +74,49 @@ static struct qw_job *new_job(enum qw_job_kind kind, const char *service_id, con
     snprintf(job->batch_id, sizeof(job->batch_id), "%s", batch_id);
     job->epoch = epoch;
     job->attempts = attempts;
+    job->priority = priority;
+    job->avoid_node = -1;
     return job;
+}
+
+/* One chosen batch while ordering them by priority. */
+struct ranked {
+    size_t idx; /* its input row */
+    int priority;
+    size_t pos; /* its place in the serial choice (keeps that order among equals) */
+};
+
+static int by_priority_desc(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    if (x->priority != y->priority)
+        return x->priority > y->priority ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/*
+ * Orders the chosen batches by priority, highest first (the serial
+ * choice's order among equals), so that when there is room for only some,
+ * higher priorities are handed over first and the rest wait in that order.
+ * Returns QW_ERR_NOMEM when it cannot sort (the order is then unchanged).
+ */
+static int rank_by_priority(const struct fetched *meta, size_t *chosen, size_t n)
+{
+    bool mixed = false;
+    for (size_t i = 1; i < n && !mixed; i++)
+        mixed = meta[chosen[i]].priority != meta[chosen[0]].priority;
+    if (!mixed)
+        return QW_OK;
+    struct ranked *r = malloc(n * sizeof(*r));
+    if (!r)
+        return QW_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++)
+        r[i] = (struct ranked){chosen[i], meta[chosen[i]].priority, i};
+    qsort(r, n, sizeof(*r), by_priority_desc);
+    for (size_t i = 0; i < n; i++)
+        chosen[i] = r[i].idx;
+    free(r);
+    return QW_OK;
 }
 
 /*
@@ -110,14 +153,16 @@ static size_t keep_for_draining(const struct qw_serial_batch *in, const struct f
     return k;
 }
 
-/* Adds a SUBMIT job to `t` for every row of a mark (batch, service, epoch, attempts, payload). */
+/* Adds a SUBMIT job to `t` for every row of a mark (batch, service, epoch, attempts, payload,
+ * priority). */
 static int jobs_from_marked(const struct qw_db_res *marked, struct qw_queue_result *t,
                             struct qw_error *err)
 {
     for (int i = 0; i < qw_db_res_rows(marked); i++) {
         struct qw_job *job =
             new_job(QW_JOB_SUBMIT, qw_db_res_get(marked, i, 1), qw_db_res_get(marked, i, 0),
-                    qw_db_res_int(marked, i, 2), (int)qw_db_res_int(marked, i, 3));
+                    qw_db_res_int(marked, i, 2), (int)qw_db_res_int(marked, i, 3),
+                    (int)qw_db_res_int(marked, i, 5));
         if (job && qw_job_set_payload_hex(job, qw_db_res_get(marked, i, 4)) != QW_OK)
             job->payload_len = 0;
         if (!job || job->payload_len == 0) {
@@ -175,7 +220,8 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
             .status = status,
             .retry_at_us = qw_db_res_int(res, i, 6),
         };
-        meta[m] = (struct fetched){svc, epoch, (int)qw_db_res_int(res, i, 7), held->draining};
+        meta[m] = (struct fetched){svc, epoch, (int)qw_db_res_int(res, i, 7), held->draining,
+                                   (int)qw_db_res_int(res, i, 9)};
         m++;
         t->db_now_us = qw_db_res_int(res, i, 8);
     }
@@ -188,7 +234,7 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         if (!in_flight)
             continue;
         struct qw_job *job = new_job(QW_JOB_ADOPT, in[i].service_id, in[i].batch_id, meta[i].epoch,
-                                     meta[i].attempts);
+                                     meta[i].attempts, meta[i].priority);
         if (!job) {
             rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
             goto out;
@@ -209,6 +255,10 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
     }
     t->next_retry_us = stats.next_retry_us;
     n_chosen = keep_for_draining(in, meta, chosen, n_chosen);
+    if (rank_by_priority(meta, chosen, n_chosen) != QW_OK) {
+        rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     size_t fit = (size_t)(room > 0 ? room : 0);
     if (n_chosen > fit) {
         /* No room for all: remember the rest, to start as jobs come back. */

@@ -222,6 +222,8 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         job->next = NULL;
         job->deadline_ms = deadline;
         struct qw_svc *s = qw_svcmap_get(&q->svcs, job->service_id);
+        if (s && s->avoid)
+            job->avoid_node = s->avoid_node;
         if (s && qw_handoff_push(q->w->jobs, job) == QW_OK) {
             qw_svcmap_set_busy(&q->svcs, s, true);
         } else {
@@ -499,6 +501,9 @@ static void take_done(struct queuer *q)
         struct qw_svc *s = qw_svcmap_get(&q->svcs, job->service_id);
         if (s) {
             qw_svcmap_set_busy(&q->svcs, s, false);
+            /* Where its last POST failed: the service's next POST avoids that node. */
+            s->avoid = job->avoid_node >= 0;
+            s->avoid_node = job->avoid_node;
             if (!s->held)
                 qw_svcmap_del(&q->svcs, job->service_id);
             else if (add_dirty(q, job->service_id) != QW_OK)

@@ -11,10 +11,22 @@
 
 #include "config/config.h"
 #include "dlt/dlt_outcome.h"
+#include "dlt/dlt_url.h"
 #include "worker/handoff.h"
 #include "worker/ops_stats.h"
 
 #include <stdatomic.h>
+
+/** One ledger node as the submitter last published it (worker/nodes.h); relaxed atomics. */
+struct qw_node_stats {
+    atomic_int state;             /* enum qw_node_state: 0 up, 1 suspect, 2 down */
+    atomic_llong latency_us;      /* latency estimate (EWMA), us; 0 = not measured yet */
+    atomic_llong posts_in_flight; /* gauge: its channels in use */
+    atomic_llong posts;           /* POSTs started on it */
+    atomic_llong polls;           /* status GETs started on it (probes included) */
+    atomic_llong failures;        /* requests that failed on it */
+    atomic_llong suspect;         /* times it turned suspect */
+};
 
 /** Counters and gauges for logs and metrics; written with relaxed atomics. */
 struct qw_worker_stats {
@@ -46,6 +58,9 @@ struct qw_worker_stats {
     atomic_llong capacity_target;           /* gauge: cost units waiting or in flight */
     atomic_llong capacity_waits;            /* POSTs that had to wait for capacity */
     struct qw_ops_stats ops;                /* histograms and gauges for /metrics (ops_stats.h) */
+    atomic_llong ready;                     /* gauge: jobs whose POST waits for ledger capacity */
+    atomic_int n_nodes;                     /* ledger nodes published in `nodes` */
+    struct qw_node_stats nodes[QW_DLT_MAX_NODES]; /* per ledger node, in dlt.url order */
 };
 
 struct qw_worker_admin;

@@ -5,11 +5,32 @@
  *
  * DESIGN. The thread owns a ledger client (libcurl multi), a database
  * connection and every job popped from w->jobs until it hands the job
- * back on w->done. Its loop: take new jobs; start POSTs (unless paused by
- * a 429 or by refused credentials, or the job's lease deadline passed) and
- * status polls that are due; flush recorded outcomes when the group is
- * full or old enough; then wait in qw_dlt_run() for transfers, new jobs
- * (the jobs queue's fd) or the next timer. A POST answered 202 is recorded
+ * back on w->done. Its loop: take new jobs; flush recorded outcomes when
+ * the group is full or old enough; start what is due on the timers
+ * (status polls, POSTs after a 401/403 pause) and the probes of nodes that
+ * are not up; start POSTs at the dispatch point; then wait in qw_dlt_run()
+ * for transfers, new jobs (the jobs queue's fd) or the next timer. With a
+ * shared capacity set (capacity.h, capacity_lease.h), a lease step on this
+ * thread's connection runs before any POST, at most every worker.cycle_ms.
+ *
+ * Dispatch. A job whose POST is due waits in the ready queue (prioq.h:
+ * priority with aging, round-robin among services of equal priority)
+ * until capacity is free; dispatch() is the one place a POST starts: it
+ * takes the next job while no 429 or 401/403 pause holds and the node
+ * chooser (nodes.h) finds an up node with a free channel (dlt.channels
+ * POSTs in flight per node), preferring the fastest and least loaded and
+ * avoiding the node where the batch's previous POST failed, and the shared
+ * capacity, when one is set, admits its cost. The queue's head waits for
+ * whichever of these is short, so the highest (aged) priority gets scarce
+ * capacity first. A job whose
+ * lease deadline passes while it waits is given back (never posted late).
+ * Status polls go to any up node (avoiding one where the last poll
+ * failed); with no node up they wait for a probe to find one. Nodes that
+ * fail turn suspect and are probed (a status GET) until they answer; a
+ * POST that got no answer may have reached the ledger and is followed by
+ * its status (on another node) before anything is resubmitted.
+ *
+ * A POST answered 202 is recorded
  * Pending and then long-polled (one GET per batch, wait=N) until it is
  * final; Unknown after Pending is re-checked after dlt.unknown_confirm_ms
  * before it is recorded (the queuer then resubmits it, with the reason in
@@ -25,15 +46,19 @@
 #include "db/db.h"
 #include "db/outage.h"
 #include "db/txn.h"
+#include "db/pgarray.h"
 #include "dlt/dlt_client.h"
 #include "ingest/batchlist.h"
 #include "worker/capacity.h"
 #include "worker/capacity_lease.h"
 #include "worker/job.h"
+#include "worker/nodes.h"
 #include "worker/outcome.h"
 #include "worker/outcome_writer.h"
+#include "worker/prioq.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +69,13 @@
     1000                   /* at most one ledger.request_failed line per request                   \
                               type this often (the rest are counted) */
 #define NOTE_POLL_ERRORS 3 /* failed polls in a row before last_error is noted */
+#define PROBE_BASE_MS 100  /* first probe of a suspect node after this, ms */
+#define PROBE_MAX_MS 1000  /* probe delay cap, and the probe period of a down node, ms */
+#define EXPLORE_MS 1000    /* an up node not measured this long gets the next request, ms */
+#define NODES_REPORT_MS                                                                            \
+    5000 /* the nodes are written to the database this often (and when a                           \
+            node changes state), for `queuer status` */
+
 #define CAPACITY_STEP_MAX_MS                                                                       \
     250 /* while a shared capacity is set, a lease step at least this often (and every             \
            worker.cycle_ms at most), so partitions follow the targets within a fraction of a       \
@@ -52,28 +84,38 @@
 #define CAPACITY_STEP_SOON_MS 20      /* next step when partitions are free and we want more */
 
 struct submitter {
-    struct qw_worker *w;             /* shared state */
-    const struct qw_config *cfg;     /* read-only */
-    struct qw_db *db;                /* owned connection */
-    struct qw_dlt_client *dlt;       /* owned ledger client */
-    struct qw_rng rng;               /* this thread's PRNG */
-    struct qw_outage outage;         /* this connection's outages: log lines, reconnect pacing */
-    struct qw_job *waiting;          /* jobs waiting to POST or to poll again */
-    struct qw_job *overflow;         /* finished jobs the done queue refused */
-    struct qw_outcome_item *out;     /* outcomes waiting to be written */
-    size_t n_out;                    /* entries in out */
-    size_t cap_out;                  /* room in out: one per job we can own */
-    int64_t first_out_ms;            /* when the oldest waiting outcome was added */
-    int64_t flush_retry_at_ms;       /* after a failed flush: not before this */
-    int flush_failures;              /* consecutive failed flushes */
-    bool flush_uncertain;            /* a failed flush may have committed (connection lost
-                                        or timed out while it ran): re-read before dropping */
-    struct qw_ledger_pause pause;    /* 429 and 401/403 pauses */
-    bool stopping;                   /* jobs queue closed: shutting down */
-    int64_t grace_deadline_ms;       /* stopping: abandon what is left after this */
-    int owned;                       /* jobs owned and not yet handed back */
-    int posting;                     /* POSTs in flight */
-    struct qw_outcome_writer writer; /* the grouped write */
+    struct qw_worker *w;         /* shared state */
+    const struct qw_config *cfg; /* read-only */
+    struct qw_db *db;            /* owned connection */
+    struct qw_dlt_client *dlt;   /* owned ledger client */
+    struct qw_rng rng;           /* this thread's PRNG */
+    struct qw_outage outage;     /* this connection's outages: log lines, reconnect pacing */
+    struct qw_job *timers;       /* jobs waiting for a moment: a poll, a POST after a
+                                    401/403 pause (QW_JOB_POLL_WAIT / QW_JOB_WAITING) */
+    struct qw_prioq ready;       /* jobs whose POST is due, waiting for capacity */
+    int64_t ready_deadline_ms;   /* no ready job's lease deadline is earlier than this */
+    struct qw_nodes nodes;       /* the ledger's nodes: states, latency, channels */
+    char probe_service[QW_SERVICE_ID_MAX]; /* ids a probe asks about (any batch we were */
+    char probe_batch[QW_BATCH_ID_LEN + 1]; /* given; "" = none yet: nothing to probe for) */
+    char probe_tag[QW_NODES_MAX];          /* &probe_tag[i] marks node i's probe transfer */
+    int64_t nodes_reported_ms;             /* when the nodes were last written to the database */
+    uint32_t nodes_reported_states;        /* their states then, 2 bits per node */
+    struct qw_pgarray node_params[8];      /* parameters of sql/instance_nodes.sql, reused */
+    struct qw_job *overflow;               /* finished jobs the done queue refused */
+    struct qw_outcome_item *out;           /* outcomes waiting to be written */
+    size_t n_out;                          /* entries in out */
+    size_t cap_out;                        /* room in out: one per job we can own */
+    int64_t first_out_ms;                  /* when the oldest waiting outcome was added */
+    int64_t flush_retry_at_ms;             /* after a failed flush: not before this */
+    int flush_failures;                    /* consecutive failed flushes */
+    bool flush_uncertain;                  /* a failed flush may have committed (connection lost
+                                              or timed out while it ran): re-read before dropping */
+    struct qw_ledger_pause pause;          /* 429 and 401/403 pauses */
+    bool stopping;                         /* jobs queue closed: shutting down */
+    int64_t grace_deadline_ms;             /* stopping: abandon what is left after this */
+    int owned;                             /* jobs owned and not yet handed back */
+    int posting;                           /* POSTs in flight */
+    struct qw_outcome_writer writer;       /* the grouped write */
     int64_t failure_logged_ms[2];    /* when ledger.request_failed was last logged, per request
                                         type (0 POST, 1 status) */
     long long failures_unlogged[2];  /* failures since, not logged */
@@ -85,6 +127,7 @@ struct submitter {
     int cap_failures;                /* lease steps failed in a row */
     int64_t target;                  /* cost waiting to POST or in flight, last counted */
     bool cap_refused;                /* the last pass left a POST waiting for capacity */
+    int64_t cap_retry_ms;            /* monotonic ms the capacity may admit the next POST */
 };
 
 static void flush_outcomes(struct submitter *s);
@@ -114,13 +157,30 @@ static int64_t now_ms(void)
     return qw_clock_mono_ms();
 }
 
-static void push_waiting(struct submitter *s, struct qw_job *job, enum qw_job_state state,
-                         int64_t at_ms)
+static void push_timer(struct submitter *s, struct qw_job *job, enum qw_job_state state,
+                       int64_t at_ms)
 {
     job->state = state;
     job->next_at_ms = at_ms;
-    job->next = s->waiting;
-    s->waiting = job;
+    job->next = s->timers;
+    s->timers = job;
+}
+
+static struct qw_job *job_of_ready(struct qw_prioq_item *it)
+{
+    return (struct qw_job *)(void *)((char *)it - offsetof(struct qw_job, ready));
+}
+
+/* The job's POST is due: it waits in the ready queue for capacity. */
+static void make_ready(struct submitter *s, struct qw_job *job, int64_t t)
+{
+    job->state = QW_JOB_WAITING;
+    if (qw_prioq_push(&s->ready, &job->ready, job->priority, t) != 0) {
+        push_timer(s, job, QW_JOB_WAITING, t + 5); /* no memory for a new level: retry */
+        return;
+    }
+    if (job->deadline_ms < s->ready_deadline_ms)
+        s->ready_deadline_ms = job->deadline_ms;
 }
 
 /* Hands a finished job back to the queuer. The done queue is sized so it
@@ -174,27 +234,156 @@ static void add_outcome(struct submitter *s, struct qw_job *job, const struct qw
 
 static void start_poll(struct submitter *s, struct qw_job *job, int wait_s)
 {
+    int64_t t = now_ms();
+    int node = qw_nodes_pick_poll(&s->nodes, job->poll_avoid, t);
+    if (node < 0) {
+        /* No node is up: wait until a probe finds one (unpark_polls()). */
+        job->parked = true;
+        push_timer(s, job, QW_JOB_POLL_WAIT, INT64_MAX);
+        return;
+    }
     const char *ids[1] = {job->batch_id};
-    int rc = qw_dlt_get_statuses(s->dlt, job->service_id, ids, 1, wait_s, job);
+    int rc = qw_dlt_get_statuses(s->dlt, node, job->service_id, ids, 1, wait_s, job);
     if (rc == QW_OK) {
         job->state = QW_JOB_POLLING;
+        job->node = node;
+        job->poll_wait_s = wait_s;
+        qw_nodes_started(&s->nodes, node, QW_NODE_REQ_POLL, t);
         return;
     }
     /* No transfer slot (or a transient failure): try again shortly. */
-    push_waiting(s, job, QW_JOB_POLL_WAIT, now_ms() + 5);
+    push_timer(s, job, QW_JOB_POLL_WAIT, t + 5);
 }
 
-static void start_post(struct submitter *s, struct qw_job *job)
+/* Starts the job's POST on `node`; false when the client could not start it. */
+static bool start_post(struct submitter *s, struct qw_job *job, int node, int64_t t)
 {
-    int rc = qw_dlt_post(s->dlt, job->service_id, job->payload, job->payload_len, job);
-    if (rc == QW_OK) {
-        job->state = QW_JOB_POSTING;
-        job->posted_us = qw_clock_mono_us();
-        s->posting++;
+    int rc = qw_dlt_post(s->dlt, node, job->service_id, job->payload, job->payload_len, job);
+    if (rc != QW_OK)
+        return false;
+    job->state = QW_JOB_POSTING;
+    job->node = node;
+    job->posted_us = qw_clock_mono_us();
+    s->posting++;
+    qw_nodes_started(&s->nodes, node, QW_NODE_REQ_POST, t);
+    return true;
+}
+
+/* A node came back: the polls that waited for one go out now. */
+static void unpark_polls(struct submitter *s)
+{
+    for (struct qw_job *job = s->timers; job; job = job->next) {
+        if (job->parked) {
+            job->parked = false;
+            job->next_at_ms = 0;
+        }
+    }
+}
+
+/* Starts the probes that are due: a status GET (wait=0) of a batch we were given. */
+static void run_probes(struct submitter *s, int64_t t)
+{
+    if (s->stopping || !s->probe_batch[0])
+        return;
+    int node;
+    while ((node = qw_nodes_probe_due(&s->nodes, t)) >= 0) {
+        const char *ids[1] = {s->probe_batch};
+        if (qw_dlt_get_statuses(s->dlt, node, s->probe_service, ids, 1, 0, &s->probe_tag[node]) !=
+            QW_OK)
+            return; /* no transfer slot: the next pass tries again */
+        qw_nodes_started(&s->nodes, node, QW_NODE_REQ_PROBE, t);
+    }
+}
+
+/* Logs and counts a node's change of state. */
+static void note_node(struct submitter *s, int node, enum qw_node_change change)
+{
+    if (change == QW_NODE_SAME)
+        return;
+    const struct qw_node *nd = &s->nodes.node[node];
+    const char *url = qw_dlt_node_url(s->dlt, node);
+    switch (change) {
+    case QW_NODE_BECAME_SUSPECT:
+        qw_log_warn("ledger.node_suspect",
+                    "node=%d url=%s failures=%d probe_in_ms=%d hint=\"requests go to the other "
+                    "nodes until it answers a probe\"",
+                    node, url, nd->failures, PROBE_BASE_MS);
+        return;
+    case QW_NODE_BECAME_DOWN:
+        qw_log_error("ledger.node_down", "node=%d url=%s failures=%d probe_every_ms=%d", node, url,
+                     nd->failures, PROBE_MAX_MS);
+        return;
+    case QW_NODE_BECAME_UP:
+        qw_log_info("ledger.node_up", "node=%d url=%s latency_us=%lld", node, url,
+                    (long long)nd->ewma_us);
+        unpark_polls(s);
+        return;
+    case QW_NODE_SAME:
         return;
     }
-    capacity_give_back(s, job);
-    push_waiting(s, job, QW_JOB_WAITING, now_ms() + 5);
+}
+
+/*
+ * Writes the nodes' state into our instance row (sql/instance_nodes.sql)
+ * when a node changed state or NODES_REPORT_MS passed. Best effort: a
+ * failure is logged at debug and the next period tries again.
+ */
+static void report_nodes(struct submitter *s, int64_t t)
+{
+    uint32_t states = 0;
+    for (size_t i = 0; i < s->nodes.n; i++)
+        states |= (uint32_t)s->nodes.node[i].state << (2 * i);
+    if (s->nodes_reported_ms != 0 && states == s->nodes_reported_states &&
+        t - s->nodes_reported_ms < NODES_REPORT_MS)
+        return;
+    s->nodes_reported_ms = t;
+    s->nodes_reported_states = states;
+    if (!qw_db_ok(s->db))
+        return; /* the next flush reconnects */
+    struct qw_pgarray *a = s->node_params;
+    for (int k = 0; k < 8; k++)
+        qw_pgarray_reset(&a[k]);
+    for (size_t i = 0; i < s->nodes.n; i++) {
+        const struct qw_node *nd = &s->nodes.node[i];
+        qw_pgarray_text(&a[0], qw_dlt_node_url(s->dlt, (int)i));
+        qw_pgarray_text(&a[1], qw_node_state_name(nd->state));
+        qw_pgarray_int(&a[2], nd->ewma_us);
+        qw_pgarray_int(&a[3], nd->posts);
+        qw_pgarray_int(&a[4], nd->posts_total);
+        qw_pgarray_int(&a[5], nd->polls_total);
+        qw_pgarray_int(&a[6], nd->failures_total);
+        qw_pgarray_int(&a[7], nd->suspect_total);
+    }
+    const char *params[9] = {s->w->instance_id};
+    for (int k = 0; k < 8; k++) {
+        params[k + 1] = qw_pgarray_finish(&a[k]);
+        if (!params[k + 1])
+            return;
+    }
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(s->db, "instance_nodes", 9, params, NULL, &err) != QW_OK)
+        qw_log_debug("ledger.nodes_report_failed", "error=%s",
+                     qw_log_quote((char[300]){0}, 300, err.msg));
+}
+
+/* Publishes the nodes' state for /metrics (relaxed atomics, read by the admin thread). */
+static void publish_nodes(struct submitter *s)
+{
+    struct qw_worker_stats *st = &s->w->stats;
+    for (size_t i = 0; i < s->nodes.n; i++) {
+        const struct qw_node *nd = &s->nodes.node[i];
+        struct qw_node_stats *ns = &st->nodes[i];
+        atomic_store_explicit(&ns->state, (int)nd->state, memory_order_relaxed);
+        atomic_store_explicit(&ns->latency_us, nd->ewma_us, memory_order_relaxed);
+        atomic_store_explicit(&ns->posts_in_flight, nd->posts, memory_order_relaxed);
+        atomic_store_explicit(&ns->posts, nd->posts_total, memory_order_relaxed);
+        atomic_store_explicit(&ns->polls, nd->polls_total, memory_order_relaxed);
+        atomic_store_explicit(&ns->failures, nd->failures_total, memory_order_relaxed);
+        atomic_store_explicit(&ns->suspect, nd->suspect_total, memory_order_relaxed);
+    }
+    atomic_store_explicit(&st->n_nodes, (int)s->nodes.n, memory_order_relaxed);
+    atomic_store_explicit(&st->ready, (long long)qw_prioq_len(&s->ready), memory_order_relaxed);
 }
 
 static struct qw_plan_ctx plan_ctx(const struct submitter *s, struct qw_rng *rng)
@@ -305,6 +494,12 @@ static void count_and_log(struct submitter *s, const struct qw_job *job,
                          "QUEUER_DLT_TOKEN; submissions stop until the ledger accepts it\"",
                          r->http_status, (long long)p->pause_ms);
         return;
+    case QW_EV_POST_UNCERTAIN:
+        atomic_fetch_add_explicit(&st->posts_retry, 1, memory_order_relaxed);
+        qw_log_info("batch.post_uncertain",
+                    "service=%s batch=%.16s node=%d why=\"%s\" action=read_status", job->service_id,
+                    job->batch_id, r->node, p->post_failure);
+        return;
     case QW_EV_POST_RETRY:
     case QW_EV_POST_EXHAUSTED:
         atomic_fetch_add_explicit(&st->posts_retry, 1, memory_order_relaxed);
@@ -346,6 +541,8 @@ static void apply_plan(struct submitter *s, struct qw_job *job, const struct qw_
     job->accepted_ms = p->accepted_ms;
     job->unknown_since_ms = p->unknown_since_ms;
     job->poll_errors = p->poll_errors;
+    job->post_uncertain = p->post_uncertain;
+    memcpy(job->post_failure, p->post_failure, sizeof(job->post_failure));
     switch (p->action) {
     case QW_PLAN_RECORD:
         add_outcome(s, job, &p->outcome);
@@ -354,10 +551,10 @@ static void apply_plan(struct submitter *s, struct qw_job *job, const struct qw_
         start_poll(s, job, p->wait_s);
         return;
     case QW_PLAN_POLL_AT:
-        push_waiting(s, job, QW_JOB_POLL_WAIT, p->at_ms);
+        push_timer(s, job, QW_JOB_POLL_WAIT, p->at_ms);
         return;
     case QW_PLAN_POST_AT:
-        push_waiting(s, job, QW_JOB_WAITING, p->at_ms);
+        push_timer(s, job, QW_JOB_WAITING, p->at_ms);
         return;
     case QW_PLAN_HAND_BACK:
         hand_back(s, job, QW_JOB_END_ABANDONED);
@@ -365,20 +562,51 @@ static void apply_plan(struct submitter *s, struct qw_job *job, const struct qw_
     }
 }
 
+static bool is_probe(const struct submitter *s, const void *user)
+{
+    const char *p = user;
+    return p >= s->probe_tag && p < s->probe_tag + QW_NODES_MAX;
+}
+
 static void on_transfer_done(const struct qw_dlt_result *r, void *arg)
 {
     struct submitter *s = arg;
+    int64_t t = now_ms();
+    enum qw_node_result nr = qw_nodes_classify(r->outcome, r->transport, r->http_status);
+    if (is_probe(s, r->user)) {
+        note_node(s, r->node,
+                  qw_nodes_finished(&s->nodes, r->node, QW_NODE_REQ_PROBE, nr,
+                                    nr == QW_NODE_ANSWERED ? r->latency_us : -1, t));
+        return;
+    }
     struct qw_job *job = r->user;
-    if (r->kind == QW_DLT_KIND_POST) {
+    bool post = r->kind == QW_DLT_KIND_POST;
+    /* Latency samples: POSTs, and status GETs that did not long-poll. */
+    int64_t sample = nr == QW_NODE_ANSWERED && (post || job->poll_wait_s == 0) ? r->latency_us : -1;
+    note_node(s, r->node,
+              qw_nodes_finished(&s->nodes, r->node, post ? QW_NODE_REQ_POST : QW_NODE_REQ_POLL, nr,
+                                sample, t));
+    if (nr == QW_NODE_FAILED)
+        job->poll_avoid = r->node; /* its next status read goes elsewhere */
+    else if (nr == QW_NODE_ANSWERED && !post)
+        job->poll_avoid = -1;
+    if (post) {
         s->posting--;
         if (r->outcome != QW_DLT_ABANDONED)
             qw_histogram_observe_us(&s->w->stats.ops.ledger_latency, r->latency_us);
+        /* A retried POST prefers another node than the one that failed. */
+        if (nr == QW_NODE_FAILED)
+            job->avoid_node = r->node;
+        else if (nr == QW_NODE_ANSWERED)
+            job->avoid_node = -1;
     }
     struct qw_plan_ctx ctx = plan_ctx(s, &s->rng);
     struct qw_plan plan;
     qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
-    if (r->kind == QW_DLT_KIND_POST && r->outcome != QW_DLT_ACCEPTED)
-        capacity_give_back(s, job); /* not at the ledger (a lost answer: see OPERATIONS.md) */
+    /* Not at the ledger; but a POST without a usable answer may be: it keeps
+     * its units until the status read that follows it says how it ended. */
+    if (post && r->outcome != QW_DLT_ACCEPTED && plan.event != QW_EV_POST_UNCERTAIN)
+        capacity_give_back(s, job);
     if (plan.event == QW_EV_COMMITTED || plan.event == QW_EV_VALID || plan.event == QW_EV_INVALID ||
         plan.event == QW_EV_UNKNOWN_CONFIRMED)
         capacity_give_back(s, job); /* no longer pending at the ledger */
@@ -428,6 +656,7 @@ static void apply_outcome(struct submitter *s, const struct qw_outcome_item *ite
         }
         job->kind = QW_JOB_SUBMIT;
         job->accepted_unrecorded = false;
+        job->post_uncertain = false;
         job->adopted_submitting = false;
         start_poll(s, job, s->cfg->dlt_status_wait_s);
         return;
@@ -454,8 +683,12 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
     snprintf(job->batch_id, sizeof(job->batch_id), "%s", nb->batch_id);
     job->epoch = nb->epoch;
     job->attempts = nb->attempts;
+    job->priority = nb->priority;
+    job->avoid_node = -1;
+    job->poll_avoid = -1;
     job->kind = QW_JOB_SUBMIT;
     job->accepted_unrecorded = false;
+    job->post_uncertain = false;
     job->unknown_since_ms = 0;
     job->poll_errors = 0;
     job->adopted_submitting = false;
@@ -475,7 +708,7 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
         hand_back(s, job, QW_JOB_END_ABANDONED);
         return;
     }
-    push_waiting(s, job, QW_JOB_WAITING, 0);
+    make_ready(s, job, now_ms());
 }
 
 static bool transient(int rc)
@@ -601,16 +834,100 @@ static bool capacity_admits(struct submitter *s, struct qw_job *job, int64_t t, 
     return false;
 }
 
-/* Starts what is due on the waiting list; returns the next timer (ms) or INT64_MAX. */
-static int64_t run_waiting(struct submitter *s, int64_t t)
+static bool paused(const struct submitter *s, int64_t t)
+{
+    return t < s->pause.pause_until_ms || t < s->pause.auth_until_ms;
+}
+
+/* Gives back the ready jobs whose lease deadline passed (all of them when stopping). */
+static void sweep_ready(struct submitter *s, int64_t t)
+{
+    int64_t earliest = INT64_MAX;
+    struct qw_prioq_item *it = qw_prioq_first(&s->ready);
+    while (it) {
+        struct qw_prioq_item *next = qw_prioq_next(&s->ready, it);
+        struct qw_job *job = job_of_ready(it);
+        if (s->stopping || t >= job->deadline_ms) {
+            qw_prioq_remove(&s->ready, it);
+            requeue(s, job, s->stopping ? "worker stopping" : "claim lease may have lapsed");
+        } else if (job->deadline_ms < earliest) {
+            earliest = job->deadline_ms;
+        }
+        it = next;
+    }
+    s->ready_deadline_ms = earliest;
+}
+
+/* The cost of every POST waiting (ready or on a timer) plus what is in flight: the target. */
+static int64_t capacity_target(struct submitter *s)
+{
+    int64_t cost = s->gate.used;
+    for (struct qw_prioq_item *it = qw_prioq_first(&s->ready); it;
+         it = qw_prioq_next(&s->ready, it))
+        cost += job_cost(s, job_of_ready(it));
+    for (struct qw_job *job = s->timers; job; job = job->next)
+        if (job->state == QW_JOB_WAITING)
+            cost += job_cost(s, job);
+    return cost;
+}
+
+/*
+ * The dispatch point: the one place a POST starts. The ready queue names
+ * the next job (priority with aging, round-robin within a priority); it
+ * goes when no pause holds, the node chooser finds an up node with a free
+ * channel and the shared capacity admits it (capacity_admits()). What
+ * cannot start stays queued, in its turn: the head waits, so scarce
+ * capacity of any kind goes to the highest (aged) priority first.
+ */
+static void dispatch(struct submitter *s, int64_t t)
+{
+    s->cap_refused = false;
+    s->cap_retry_ms = INT64_MAX;
+    if (s->stopping || t >= s->ready_deadline_ms)
+        sweep_ready(s, t);
+    if (!paused(s, t)) {
+        if (atomic_load_explicit(&s->w->stats.paused, memory_order_relaxed))
+            atomic_store(&s->w->stats.paused, 0);
+        struct qw_prioq_item *it;
+        while ((it = qw_prioq_peek(&s->ready, t)) != NULL) {
+            struct qw_job *job = job_of_ready(it);
+            int node = qw_nodes_pick_post(&s->nodes, job->avoid_node, t);
+            if (node < 0)
+                break; /* no free channel on an up node: a finishing POST frees one */
+            if (!capacity_admits(s, job, t, &s->cap_retry_ms))
+                break; /* a finishing POST, the rate or the next grant frees some */
+            qw_prioq_remove(&s->ready, it);
+            if (!start_post(s, job, node, t)) {
+                capacity_give_back(s, job);
+                if (qw_prioq_push_again(&s->ready, it) != 0)
+                    push_timer(s, job, QW_JOB_WAITING, t + 5);
+                break; /* no transfer slot: try again when one frees */
+            }
+        }
+    }
+    s->target = s->gate.grant.active ? capacity_target(s) : s->gate.used;
+}
+
+/* When dispatch() should run again without a transfer finishing (ms), or INT64_MAX. */
+static int64_t dispatch_due(const struct submitter *s, int64_t t)
+{
+    if (qw_prioq_len(&s->ready) == 0)
+        return INT64_MAX;
+    int64_t due = s->ready_deadline_ms < s->cap_retry_ms ? s->ready_deadline_ms : s->cap_retry_ms;
+    if (paused(s, t)) {
+        int64_t until = s->pause.pause_until_ms > s->pause.auth_until_ms ? s->pause.pause_until_ms
+                                                                         : s->pause.auth_until_ms;
+        if (until < due)
+            due = until;
+    }
+    return due;
+}
+
+/* Starts what is due on the timers; returns the next timer (ms) or INT64_MAX. */
+static int64_t run_timers(struct submitter *s, int64_t t)
 {
     int64_t next = INT64_MAX;
-    int64_t waiting_cost = 0;
-    s->cap_refused = false;
-    bool paused = t < s->pause.pause_until_ms || t < s->pause.auth_until_ms;
-    if (!paused && atomic_load(&s->w->stats.paused))
-        atomic_store(&s->w->stats.paused, 0);
-    struct qw_job **link = &s->waiting;
+    struct qw_job **link = &s->timers;
     while (*link) {
         struct qw_job *job = *link;
         bool is_post = job->state == QW_JOB_WAITING;
@@ -619,32 +936,22 @@ static int64_t run_waiting(struct submitter *s, int64_t t)
             requeue(s, job, s->stopping ? "worker stopping" : "claim lease may have lapsed");
             continue;
         }
-        int64_t due = job->next_at_ms;
-        if (is_post && paused) {
-            int64_t until = s->pause.pause_until_ms > s->pause.auth_until_ms
-                                ? s->pause.pause_until_ms
-                                : s->pause.auth_until_ms;
-            due = due > until ? due : until;
-        }
-        if (is_post && s->gate.grant.active)
-            waiting_cost += job_cost(s, job);
-        if (due > t || (is_post && !capacity_admits(s, job, t, &next))) {
-            if (due > t && due < next)
-                next = due;
+        if (job->next_at_ms > t) {
+            if (job->next_at_ms < next)
+                next = job->next_at_ms;
             link = &job->next;
             continue;
         }
-        if (is_post && s->gate.grant.active)
-            waiting_cost -= job->cost;
         *link = job->next;
         if (is_post)
-            start_post(s, job);
+            make_ready(s, job, t);
         else if (s->stopping)
             hand_back(s, job, QW_JOB_END_ABANDONED);
         else
-            start_poll(s, job, job->unknown_since_ms ? 0 : s->cfg->dlt_status_wait_s);
+            start_poll(s, job,
+                       job->unknown_since_ms || job->post_uncertain ? 0
+                                                                    : s->cfg->dlt_status_wait_s);
     }
-    s->target = waiting_cost + s->gate.used;
     return next;
 }
 
@@ -652,24 +959,32 @@ static void take_jobs(struct submitter *s)
 {
     void *item;
     int rc;
+    int64_t t = now_ms();
     while ((rc = qw_handoff_pop(s->w->jobs, 0, &item)) == QW_OK) {
         struct qw_job *job = item;
         s->owned++;
         job->unknown_since_ms = 0;
         job->poll_errors = 0;
         job->accepted_unrecorded = false;
+        job->post_uncertain = false;
+        job->parked = false;
+        job->node = -1;
+        job->poll_avoid = -1;
         job->cost = 0;
         job->cap_taken = 0;
         job->cap_waited = false;
+        /* Probes ask about some batch we were given (any answer will do). */
+        snprintf(s->probe_service, sizeof(s->probe_service), "%s", job->service_id);
+        snprintf(s->probe_batch, sizeof(s->probe_batch), "%s", job->batch_id);
         if (job->kind == QW_JOB_SUBMIT) {
-            push_waiting(s, job, QW_JOB_WAITING, 0);
+            make_ready(s, job, t);
         } else {
             /* Found in flight at the ledger: it occupies capacity already. */
             if (s->gate.grant.active) {
                 job->cap_taken = job_cost(s, job);
                 qw_capacity_force_take(&s->gate, job->cap_taken);
             }
-            push_waiting(s, job, QW_JOB_POLL_WAIT, 0);
+            push_timer(s, job, QW_JOB_POLL_WAIT, 0);
         }
     }
     if (rc == QW_ERR_SHUTDOWN && !s->stopping) {
@@ -768,10 +1083,11 @@ static void submitter_loop(struct submitter *s)
         if (s->stopping && (s->posting == 0 || t >= s->grace_deadline_ms)) {
             /* POSTs are done (or out of time): abandon polls, record, hand back. */
             qw_dlt_cancel_all(s->dlt, on_transfer_done, s);
-            run_waiting(s, t);
+            sweep_ready(s, t);
+            run_timers(s, t);
             struct qw_job *job;
-            while ((job = s->waiting) != NULL) {
-                s->waiting = job->next;
+            while ((job = s->timers) != NULL) {
+                s->timers = job->next;
                 hand_back(s, job, QW_JOB_END_ABANDONED);
             }
             for (int tries = 0; s->n_out > 0 && tries < 20; tries++) {
@@ -787,7 +1103,7 @@ static void submitter_loop(struct submitter *s)
             return;
         }
         /* Write first: a written outcome may hand the job its service's next
-         * batch (fast path), which run_waiting() then posts at once. */
+         * batch (fast path), which dispatch() then posts at once. */
         if (flush_due(s, t))
             flush_outcomes(s);
         if (s->overflow)
@@ -796,7 +1112,11 @@ static void submitter_loop(struct submitter *s)
         /* The lease step before any POST: with a capacity set, nothing goes
          * out before the first grant. */
         capacity_step(s, t);
-        int64_t next = run_waiting(s, t);
+        int64_t next = run_timers(s, t);
+        run_probes(s, t);
+        dispatch(s, t);
+        publish_nodes(s);
+        report_nodes(s, t);
         if (s->gate.grant.active) {
             atomic_store_explicit(&s->w->stats.capacity_target, s->target, memory_order_relaxed);
             /* Wanting more while partitions are free: the next step soon. */
@@ -804,6 +1124,12 @@ static void submitter_loop(struct submitter *s)
                 s->cap_next_step_ms > t + CAPACITY_STEP_SOON_MS)
                 s->cap_next_step_ms = t + CAPACITY_STEP_SOON_MS;
         }
+        int64_t probe = qw_nodes_next_probe_ms(&s->nodes);
+        int64_t again = dispatch_due(s, t);
+        if (probe < next)
+            next = probe;
+        if (again < next)
+            next = again;
         if (s->cap_next_step_ms < next)
             next = s->cap_next_step_ms;
         int64_t timeout = next == INT64_MAX ? 1000 : next - t;
@@ -827,6 +1153,9 @@ static void submitter_loop(struct submitter *s)
 static void submitter_free(struct submitter *s)
 {
     qw_dlt_client_free(s->dlt);
+    qw_prioq_free(&s->ready);
+    for (int k = 0; k < 8; k++)
+        qw_pgarray_free(&s->node_params[k]);
     qw_db_close(s->db);
     qw_outcome_writer_free(&s->writer);
     qw_capacity_lease_free(&s->lease);
@@ -852,6 +1181,10 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
     s->w = w;
     s->cfg = cfg;
+    qw_prioq_init(&s->ready, cfg->dlt_priority_aging_ms);
+    for (int k = 0; k < 8; k++)
+        qw_pgarray_init(&s->node_params[k]);
+    s->ready_deadline_ms = INT64_MAX;
     s->cap_out = (size_t)cfg->dlt_max_in_flight + (size_t)cfg->worker_queue_capacity + 16;
     s->out = calloc(s->cap_out, sizeof(*s->out));
     qw_outcome_writer_init(&s->writer);
@@ -883,6 +1216,17 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
             .max_in_flight = cfg->dlt_max_in_flight,
         };
         rc = qw_dlt_client_new(&s->dlt, &o, err);
+    }
+    if (rc == QW_OK) {
+        struct qw_nodes_policy np = {
+            .channels = cfg->dlt_channels,
+            .probe_base_ms = PROBE_BASE_MS,
+            .probe_max_ms = PROBE_MAX_MS,
+            .explore_ms = EXPLORE_MS,
+        };
+        qw_nodes_init(&s->nodes, (size_t)qw_dlt_nodes(s->dlt), &np, now_ms());
+        qw_log_info("ledger.nodes", "n=%d channels=%d priority_aging_ms=%d", qw_dlt_nodes(s->dlt),
+                    cfg->dlt_channels, cfg->dlt_priority_aging_ms);
     }
     if (rc == QW_OK && pthread_create(thread, NULL, submitter_main, s) != 0)
         rc = qw_error_set(err, QW_ERR_IO, "cannot start the submitter thread");

@@ -21,6 +21,9 @@ struct qw_svc {
                                            (mark-and-sweep) */
     bool draining;                      /* above our fair share: queue nothing more, so it
                                            goes idle and the next cycle releases it */
+    bool avoid;                         /* its last POST failed on node avoid_node: the next
+                                           one prefers another node */
+    int avoid_node;                     /* that node (when avoid) */
     bool tombstone;                     /* deleted slot */
 };
 

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "config/config.h"
 #include "db/db.h"
+#include "dlt/dlt_url.h"
 #include "worker/shared.h"
 
 #include <stdlib.h>
@@ -17,6 +18,7 @@ struct qw_worker_admin {
     struct qw_worker *w;         /* read through atomics only */
     struct qw_ops_stats *ops;    /* may be NULL */
     struct qw_admin_http *http;  /* the server */
+    struct qw_dlt_url_list urls; /* the ledger nodes' URLs (metric labels) */
 };
 
 static int64_t load(atomic_llong *v)
@@ -63,6 +65,22 @@ static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
                     requests[r], qw_dlt_failure_name((enum qw_dlt_failure)k),
                     load(&st->ledger_failures[r][k])};
         }
+    }
+    out->submit_waiting = load(&st->ready);
+    int n_nodes = atomic_load_explicit(&st->n_nodes, memory_order_relaxed);
+    out->n_nodes = 0;
+    for (int i = 0; i < n_nodes && i < QW_METRICS_NODES_MAX && i < QW_DLT_MAX_NODES; i++) {
+        struct qw_node_stats *ns = &st->nodes[i];
+        out->nodes[out->n_nodes++] = (struct qw_metrics_node){
+            .url = (size_t)i < a->urls.n ? a->urls.url[i] : NULL,
+            .state = atomic_load_explicit(&ns->state, memory_order_relaxed),
+            .latency_us = load(&ns->latency_us),
+            .posts_in_flight = load(&ns->posts_in_flight),
+            .posts = load(&ns->posts),
+            .polls = load(&ns->polls),
+            .failures = load(&ns->failures),
+            .suspect = load(&ns->suspect),
+        };
     }
     int64_t failing_since = load(&st->outcomes_failing_since_ms);
     out->outcomes_failing_ms = failing_since > 0 ? qw_clock_mono_ms() - failing_since : 0;
@@ -113,6 +131,8 @@ int qw_worker_admin_start(const struct qw_config *cfg, struct qw_worker *w,
     a->cfg = cfg;
     a->w = w;
     a->ops = ops;
+    if (qw_dlt_url_list_parse(cfg->dlt_url, &a->urls, NULL) != QW_OK)
+        memset(&a->urls, 0, sizeof(a->urls)); /* labels without URLs; run checked the list */
     int64_t max_age = 3 * (int64_t)cfg->worker_cycle_ms + 2000;
     if (max_age > cfg->worker_lease_ms)
         max_age = cfg->worker_lease_ms;
@@ -124,6 +144,7 @@ int qw_worker_admin_start(const struct qw_config *cfg, struct qw_worker *w,
     };
     int rc = qw_admin_http_start(&a->http, cfg->admin_listen, &hooks, err);
     if (rc != QW_OK) {
+        qw_dlt_url_list_free(&a->urls);
         free(a);
         if (rc == QW_ERR_IO) {
             rc = QW_ERR_CONFIG; /* a port clash is fixed in the configuration */
@@ -143,5 +164,6 @@ void qw_worker_admin_stop(struct qw_worker_admin *a)
     if (!a)
         return;
     qw_admin_http_stop(a->http);
+    qw_dlt_url_list_free(&a->urls);
     free(a);
 }

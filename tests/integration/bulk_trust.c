@@ -314,30 +314,35 @@ static void test_staging_table_is_plain(void **state)
                     "AS 'SELECT current_user::text'");
     expect_staging_refused(enq, "CREATE TEMP VIEW queuer_load AS SELECT 0 AS seq, 1 AS line_no, "
                                 "pg_temp.who() AS service_id, repeat('a', 128) AS batch_id, "
-                                "'\\x00'::bytea AS payload");
+                                "'\\x00'::bytea AS payload, 0 AS priority");
     expect_staging_refused(enq, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, "
-                                "service_id text, batch_id text, payload bytea); "
+                                "service_id text, batch_id text, payload bytea, priority integer); "
                                 "ALTER TABLE queuer_load ENABLE ROW LEVEL SECURITY; "
                                 "CREATE POLICY p ON queuer_load USING (pg_temp.who() IS NOT NULL)");
     expect_staging_refused(enq, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, "
-                                "service_id text, batch_id text, payload bytea); "
+                                "service_id text, batch_id text, payload bytea, priority integer); "
                                 "CREATE RULE r AS ON UPDATE TO queuer_load DO ALSO "
                                 "SELECT pg_temp.who()");
     expect_staging_refused(enq, "CREATE TEMP TABLE queuer_load (seq bigint, line_no integer, "
+                                "service_id text, batch_id text, payload bytea, priority integer)");
+    expect_staging_refused(
+        enq, "CREATE TEMP TABLE queuer_load_parent (seq integer, line_no "
+             "integer, service_id text, batch_id text, payload bytea, priority integer); "
+             "CREATE TEMP TABLE queuer_load () INHERITS (queuer_load_parent); "
+             "CREATE TEMP TABLE queuer_load_child () INHERITS (queuer_load)");
+    /* 0011's shape, without the priority column of 0012 */
+    expect_staging_refused(enq, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, "
                                 "service_id text, batch_id text, payload bytea)");
-    expect_staging_refused(enq, "CREATE TEMP TABLE queuer_load_parent (seq integer, line_no "
-                                "integer, service_id text, batch_id text, payload bytea); "
-                                "CREATE TEMP TABLE queuer_load () INHERITS (queuer_load_parent); "
-                                "CREATE TEMP TABLE queuer_load_child () INHERITS (queuer_load)");
     /* no staging table at all */
     char got[6];
     sql_state(enq, "SELECT * FROM queuer.enqueue_staged(0, 10, true)", got);
     assert_string_equal(got, "42501");
     /* the plain table the CLI stages is read (nothing staged: nothing stored) */
     itest_exec(enq, "BEGIN");
-    itest_exec(enq, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id "
-                    "text COLLATE \"C\", batch_id text COLLATE \"C\", payload bytea) "
-                    "ON COMMIT DROP; GRANT SELECT ON queuer_load TO queuer_loader");
+    itest_exec(enq,
+               "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id "
+               "text COLLATE \"C\", batch_id text COLLATE \"C\", payload bytea, priority integer) "
+               "ON COMMIT DROP; GRANT SELECT ON queuer_load TO queuer_loader");
     sql_state(enq, "SELECT * FROM queuer.enqueue_staged(0, 10, true)", got);
     itest_exec(enq, "ROLLBACK");
     assert_string_equal(got, "");

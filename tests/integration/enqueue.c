@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SVC_A "itest-aaaaa::0001"
@@ -478,6 +479,253 @@ static void test_bulk_order_and_rows(void **state)
     qw_db_close(db);
     free(more.s);
     free(t.s);
+    free(conninfo);
+}
+
+/*
+ * Asserts that `service`'s batches, except those at priority `skip` (0:
+ * none skipped), are ids[first], ids[first + stride], ... (n of them) in
+ * created_at order: the load's line order.
+ */
+static void assert_line_order(struct qw_db *db, const char *service, int skip, char (*ids)[129],
+                              int first, int stride, int n)
+{
+    char skipped[16];
+    snprintf(skipped, sizeof(skipped), "%d", skip);
+    const char *ps[] = {service, skipped};
+    struct qw_db_res *res = NULL;
+    struct qw_error e;
+    assert_int_equal(sql_params(db,
+                                "SELECT batch_id FROM queuer.batches WHERE service_id = $1 "
+                                "AND ($2::integer = 0 OR priority <> $2::integer) "
+                                "ORDER BY created_at, batch_id",
+                                2, ps, &res, &e),
+                     QW_OK);
+    assert_int_equal(qw_db_res_rows(res), n);
+    for (int i = 0; i < n; i++)
+        assert_string_equal(qw_db_res_get(res, i, 0), ids[first + i * stride]);
+    qw_db_res_free(res);
+}
+
+/*
+ * Priorities (issue 14): --priority for a single batch and as the default
+ * of a load, the fourth TSV column per line, enqueue_batch()'s parameter;
+ * a load mixing priorities keeps each service's line order (it is stored
+ * with each line's own priority); out-of-range values are refused.
+ */
+static void test_priorities(void **state)
+{
+    char *conninfo = itest_db_create("enq_prio", 1);
+    struct qw_db *db = itest_connect(conninfo);
+
+    /* single: --priority, and the SQL function's parameter */
+    uint8_t *p = NULL;
+    size_t n = 0;
+    char one[129], two[129];
+    sample(900, 1, one, &p, &n);
+    const char *env[] = {NULL};
+    char *path = temp_file(p, n);
+    const char *args1[] = {"--service", SVC_A,        "--batch-id", one, "--payload-file",
+                           path,        "--priority", "42",         NULL};
+    assert_int_equal(run_queuer(conninfo, env, args1, NULL, NULL, NULL), 0);
+    unlink(path);
+    free(path);
+    free(p);
+    assert_int_equal(
+        count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", one), 42);
+    sample(901, 1, two, &p, &n);
+    char *hex = malloc(2 * n + 3);
+    hex[0] = '\\';
+    hex[1] = 'x';
+    qw_hex_encode(p, n, hex + 2);
+    const char *params[] = {SVC_A, two, hex, "-3"};
+    struct qw_error e;
+    struct qw_db_res *res = NULL;
+    assert_int_equal(sql_params(db, "SELECT queuer.enqueue_batch($1, $2, $3::bytea, $4::integer)",
+                                4, params, &res, &e),
+                     QW_OK);
+    qw_db_res_free(res);
+    assert_int_equal(
+        count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", two), -3);
+    const char *bad[] = {SVC_A, two, hex, "1001"};
+    assert_int_not_equal(sql_params(db,
+                                    "SELECT queuer.enqueue_batch($1, $2, $3::bytea, $4::integer)",
+                                    4, bad, NULL, &e),
+                         QW_OK);
+    assert_string_equal(e.sqlstate, "QU400");
+    free(hex);
+    free(p);
+    /* the parameter decides, not a session's own queuer.enqueue_priority */
+    char three[129];
+    sample(902, 1, three, &p, &n);
+    hex = malloc(2 * n + 3);
+    hex[0] = '\\';
+    hex[1] = 'x';
+    qw_hex_encode(p, n, hex + 2);
+    assert_int_equal(qw_db_exec(db, "SET queuer.enqueue_priority = '9'", &e), QW_OK);
+    const char *plain[] = {SVC_A, three, hex};
+    assert_int_equal(
+        sql_params(db, "SELECT queuer.enqueue_batch($1, $2, $3::bytea)", 3, plain, &res, &e),
+        QW_OK);
+    qw_db_res_free(res);
+    assert_int_equal(qw_db_exec(db, "RESET queuer.enqueue_priority", &e), QW_OK);
+    assert_int_equal(
+        count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", three), 0);
+    free(hex);
+    free(p);
+
+    /* bulk: the fourth column wins over --priority; mixed runs keep line order */
+    static const int prio[12] = {5, 5, -1, 7, 7, 7, -1, 5, 5, 0, 1000, -1000};
+    struct text t = {0};
+    char ids[12][129];
+    for (int k = 0; k < 12; k++) {
+        struct text line = {0};
+        tsv_line(&line, k % 2 ? SVC_B : SVC_C, (uint64_t)(300 + k), ids[k]);
+        line.s[line.n - 1] = '\0'; /* drop the newline */
+        if (prio[k] == -1)
+            text_add(&t, "%s\n", line.s); /* no fourth field: --priority applies */
+        else
+            text_add(&t, "%s\t%d\n", line.s, prio[k]);
+        free(line.s);
+    }
+    const char *args2[] = {"--tsv", "-", "--priority", "3", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = run_queuer(conninfo, env, args2, t.s, &out, &err);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    assert_contains(out, "12 of 12 batch lines enqueued");
+    free(out);
+    free(err);
+    for (int k = 0; k < 12; k++)
+        assert_int_equal(
+            count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", ids[k]),
+            prio[k] == -1 ? 3 : prio[k]);
+    /* each service's batches in line order (created_at strictly increasing) */
+    assert_line_order(db, SVC_C, 0, ids, 0, 2, 6);
+    assert_line_order(db, SVC_B, 0, ids, 1, 2, 6);
+    free(t.s);
+
+    /* refused: an out-of-range fourth column (the line), a bad --priority (usage) */
+    struct text badline = {0};
+    char bid[129];
+    tsv_line(&badline, SVC_A, 700, bid);
+    badline.s[badline.n - 1] = '\0';
+    struct text badt = {0};
+    text_add(&badt, "%s\t1001\n", badline.s);
+    const char *args3[] = {"--tsv", "-", NULL};
+    rc = run_queuer(conninfo, env, args3, badt.s, NULL, &err);
+    assert_int_equal(rc, 65);
+    assert_contains(err, "line 1: invalid: priority must be an integer from -1000 to 1000");
+    free(err);
+    const char *args4[] = {"--tsv", "-", "--priority", "high", NULL};
+    rc = run_queuer(conninfo, env, args4, badt.s, NULL, &err);
+    assert_int_equal(rc, 64);
+    assert_contains(err, "--priority must be an integer from -1000 to 1000");
+    free(err);
+    free(badline.s);
+    free(badt.s);
+    qw_db_close(db);
+    free(conninfo);
+}
+
+/* Calls of queuer.enqueue_staged() in the statistics; waits (up to 10 s) for `want`. */
+static int64_t staged_calls_reach(struct qw_db *db, int64_t want)
+{
+    int64_t got = -1;
+    for (int i = 0; i < 100; i++) {
+        itest_exec(db, "SELECT pg_stat_clear_snapshot()");
+        got = itest_scalar(db, "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+                               "WHERE schemaname = 'queuer' AND funcname = 'enqueue_staged'");
+        if (got >= want)
+            break;
+        struct timespec nap = {0, 100 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    return got;
+}
+
+/*
+ * Priorities through the bulk path (the staging table's priority column,
+ * read by queuer.enqueue_staged(), migration 0012): `--tsv --priority N`
+ * stores N for a whole load; a load whose fourth column changes stores each
+ * line at its own priority, still in one call, each service's batches in
+ * line order; a duplicate keeps the priority it was stored with.
+ */
+static void test_bulk_priorities(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("enq_prio_bulk", 1);
+    struct qw_db *db = itest_connect(conninfo);
+    char *dbname = itest_string(db, "SELECT current_database()");
+    char sql[256];
+    snprintf(sql, sizeof(sql), "ALTER DATABASE %s SET track_functions = 'pl'", dbname);
+    itest_exec(db, sql);
+    free(dbname);
+    const char *svcs[3] = {SVC_A, SVC_B, SVC_C};
+
+    /* one priority for the whole load: one call */
+    struct text t = {0};
+    char ids[40][129];
+    for (int k = 0; k < 40; k++)
+        tsv_line(&t, svcs[k % 3], (uint64_t)(1000 + k), ids[k]);
+    const char *env[] = {NULL};
+    const char *args1[] = {"--tsv", "-", "--priority", "7", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = run_queuer(conninfo, env, args1, t.s, &out, &err);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    free(out);
+    free(err);
+    free(t.s);
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batches WHERE priority = 7"),
+                     40);
+    assert_int_equal(staged_calls_reach(db, 1), 1);
+
+    /* three runs (2, then --priority -5, then 900) and two repeats of the first load */
+    struct text m = {0};
+    char mids[30][129];
+    for (int k = 0; k < 30; k++) {
+        struct text line = {0};
+        tsv_line(&line, svcs[k % 3], (uint64_t)(2000 + k), mids[k]);
+        line.s[line.n - 1] = '\0';
+        if (k < 10)
+            text_add(&m, "%s\t2\n", line.s);
+        else if (k < 20)
+            text_add(&m, "%s\n", line.s);
+        else
+            text_add(&m, "%s\t900\n", line.s);
+        free(line.s);
+    }
+    for (int k = 0; k < 2; k++) {
+        struct text again = {0};
+        char id[129];
+        tsv_line(&again, svcs[k % 3], (uint64_t)(1000 + k), id);
+        again.s[again.n - 1] = '\0';
+        text_add(&m, "%s\t900\n", again.s);
+        free(again.s);
+    }
+    const char *args2[] = {"--tsv", "-", "--priority", "-5", NULL};
+    rc = run_queuer(conninfo, env, args2, m.s, &out, &err);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    assert_contains(out, "30 of 32 batch lines enqueued");
+    free(out);
+    free(err);
+    free(m.s);
+    for (int k = 0; k < 30; k++)
+        assert_int_equal(
+            count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", mids[k]),
+            k < 10   ? 2
+            : k < 20 ? -5
+                     : 900);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(
+            count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", ids[k]), 7);
+    assert_int_equal(staged_calls_reach(db, 2), 2);
+    /* each service's batches of the second load in line order across priorities */
+    for (int s2 = 0; s2 < 3; s2++)
+        assert_line_order(db, svcs[s2], 7, mids, s2, 3, 10);
+    qw_db_close(db);
     free(conninfo);
 }
 
@@ -1009,6 +1257,8 @@ int main(void)
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_bulk_order_and_rows),
         cmocka_unit_test(test_bulk_bad_lines),
+        cmocka_unit_test(test_priorities),
+        cmocka_unit_test(test_bulk_priorities),
         cmocka_unit_test(test_backpressure_hysteresis),
         cmocka_unit_test(test_concurrent_enqueuers),
         cmocka_unit_test(test_enqueuer_role_calls_sql),

@@ -60,7 +60,7 @@ static void test_worker_and_operator(void **state)
     expect(worker, "DROP TABLE queuer.batches", "42501");
     expect(worker, "DROP TABLE queuer.batch_history", "42501");
     expect(worker, "DROP VIEW queuer.batch_states", "42501");
-    expect(worker, "DROP FUNCTION queuer.enqueue_batch(text, text, bytea)", "42501");
+    expect(worker, "DROP FUNCTION queuer.enqueue_batch(text, text, bytea, integer)", "42501");
     expect(worker, "ALTER TABLE queuer.batches ADD COLUMN x int", "42501");
     expect(worker, "TRUNCATE queuer.batch_history", "42501");
     /* the history is append-only for it */

@@ -212,7 +212,10 @@ qw_free_port() {
 #
 #   qw_sim_start DIR [SIM-ARGS...]  start scabbard-sim on a free port of QW_SIM_HOST
 #                                   (127.0.0.1); sets QW_SIM_URL, QW_SIM_LOG (NDJSON
-#                                   event log), QW_SIM_PID; its output in DIR/sim.out
+#                                   event log), QW_SIM_PID; its output in DIR/sim.out;
+#                                   with more --listen 127.0.0.1:0 in SIM-ARGS (several
+#                                   nodes) QW_SIM_URLS lists every node's URL,
+#                                   comma-separated (QW_SIM_URL is the first)
 #   qw_sim_stop                     stop it (SIGKILL after 5 s)
 #   qw_worker_start DIR NAME [VAR=VALUE...]  start `queuer run` as instance NAME
 #                                   (env overrides after NAME); log DIR/NAME.log,
@@ -243,9 +246,10 @@ qw_sim_start() {
         --event-log "$dir/sim.ndjson" "$@" >"$dir/sim.out" 2>&1 &
     QW_SIM_PID=$!
     qw_wait_port_file "$dir/sim.port" "$QW_SIM_PID" "$dir/sim.out" || return 1
-    QW_SIM_URL="http://${QW_SIM_HOST:-127.0.0.1}:$(cat "$dir/sim.port")"
+    QW_SIM_URLS=$(sed "s|^|http://${QW_SIM_HOST:-127.0.0.1}:|" "$dir/sim.port" | paste -sd, -)
+    QW_SIM_URL=${QW_SIM_URLS%%,*}
     QW_SIM_LOG="$dir/sim.ndjson"
-    export QW_SIM_URL QW_SIM_LOG QW_SIM_PID
+    export QW_SIM_URL QW_SIM_URLS QW_SIM_LOG QW_SIM_PID
 }
 
 qw_sim_stop() {

@@ -57,6 +57,9 @@ done
 # migration this is a database whose schema history is empty).
 QW_DB_CONNINFO=$(conninfo_for older) qw_sql \
     "DELETE FROM queuer.schema_migrations WHERE version = (SELECT max(version) FROM queuer.schema_migrations)"
+# Its version now (numbers may leave gaps: reserved ones).
+PREVIOUS=$(QW_DB_CONNINFO=$(conninfo_for older) qw_sql \
+    "SELECT coalesce(max(version), 0) FROM queuer.schema_migrations")
 QW_DB_CONNINFO=$(conninfo_for newer) qw_sql \
     "INSERT INTO queuer.schema_migrations (version, name) VALUES ($LATEST + 1, 'from-the-future.sql')"
 

@@ -55,6 +55,16 @@ static void test_routes_table(void **state)
         {"POST", "/_sim/resume", QW_SIM_ROUTE_RESUME, true, ""},
         {"POS", "/_sim/resume", QW_SIM_ROUTE_RESUME, false, ""},
         {"GET", "/_sim/statsx", QW_SIM_ROUTE_NOT_FOUND, true, ""},
+        {"GET", "/_sim/nodes", QW_SIM_ROUTE_NODES, true, ""},
+        {"POST", "/_sim/nodes", QW_SIM_ROUTE_NODES, false, ""},
+        {"POST", "/_sim/nodes/2", QW_SIM_ROUTE_NODE, true, ""},
+        {"POST", "/_sim/nodes/015", QW_SIM_ROUTE_NODE, true, ""},
+        {"GET", "/_sim/nodes/2", QW_SIM_ROUTE_NODE, false, ""},
+        {"POST", "/_sim/nodes/", QW_SIM_ROUTE_NOT_FOUND, true, ""},
+        {"POST", "/_sim/nodes/1000", QW_SIM_ROUTE_NOT_FOUND, true, ""},
+        {"POST", "/_sim/nodes/-1", QW_SIM_ROUTE_NOT_FOUND, true, ""},
+        {"POST", "/_sim/nodes/1/x", QW_SIM_ROUTE_NOT_FOUND, true, ""},
+        {"GET", "/_sim/nodesx", QW_SIM_ROUTE_NOT_FOUND, true, ""},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct qw_sim_route r;
@@ -66,6 +76,9 @@ static void test_routes_table(void **state)
         assert_int_equal(r.method_allowed, rows[i].allowed);
         assert_string_equal(r.service_key, rows[i].key);
     }
+    struct qw_sim_route node;
+    qw_sim_route_parse("POST", "/_sim/nodes/015", &node);
+    assert_int_equal(node.node, 15);
     struct qw_sim_route r;
     qw_sim_route_parse("POST", "/scabbard/abcde-fghij/ab12/batches", &r);
     assert_string_equal(r.circuit, "abcde-fghij");
@@ -273,12 +286,12 @@ static void test_payload_decode(void **state)
 static int parse_line(const char *line, struct qw_sim_options *o, bool *usage, char *err,
                       size_t errlen)
 {
-    char buf[512];
-    char *argv[32];
+    char buf[1024];
+    char *argv[64];
     int argc = 0;
     snprintf(buf, sizeof(buf), "scabbard-sim %s", line);
     char *save = NULL;
-    for (char *t = strtok_r(buf, " ", &save); t && argc < 31; t = strtok_r(NULL, " ", &save))
+    for (char *t = strtok_r(buf, " ", &save); t && argc < 63; t = strtok_r(NULL, " ", &save))
         argv[argc++] = t;
     argv[argc] = NULL;
     int rc = qw_sim_options_parse(argc, argv, o, usage, err, errlen);
@@ -292,8 +305,10 @@ static void test_options_defaults(void **state)
     bool usage;
     char err[256];
     assert_int_equal(parse_line("", &o, &usage, err, sizeof(err)), QW_OK);
-    assert_string_equal(o.listen_host, "127.0.0.1");
-    assert_int_equal(o.listen_port, 8008);
+    assert_int_equal(o.n_listen, 1);
+    assert_string_equal(o.listen[0].host, "127.0.0.1");
+    assert_int_equal(o.listen[0].port, 8008);
+    assert_int_equal(o.listen[0].latency_ms, 0);
     assert_int_equal(o.ledger.queue_high, 30);
     assert_int_equal(o.ledger.queue_low, 15);
     assert_int_equal(o.ledger.global_high, 0);
@@ -319,6 +334,13 @@ static void test_options_table(void **state)
         {"--listen nohost", QW_ERR_INVALID, false},
         {"--listen :80", QW_ERR_INVALID, false},
         {"--listen 127.0.0.1:70000", QW_ERR_INVALID, false},
+        {"--listen 127.0.0.1:0 --listen 127.0.0.1:0 --node-latency-ms 1:150", QW_OK, false},
+        {"--listen 127.0.0.1:0 --node-latency-ms 1:150", QW_ERR_INVALID, false},
+        {"--node-latency-ms 0:150", QW_OK, false},
+        {"--node-latency-ms 0", QW_ERR_INVALID, false},
+        {"--node-latency-ms :5", QW_ERR_INVALID, false},
+        {"--node-latency-ms 16:5", QW_ERR_INVALID, false},
+        {"--node-latency-ms 0:600001", QW_ERR_INVALID, false},
         {"--queue-high abc", QW_ERR_INVALID, false},
         {"--queue-high 0", QW_ERR_INVALID, false},
         {"--queue-high 10 --queue-low 11", QW_ERR_INVALID, false},
@@ -369,8 +391,9 @@ static void test_options_table(void **state)
                                 "2000:500 --seed 42 --valid-step --status-memory 0",
                                 &o, &usage, err, sizeof(err)),
                      QW_OK);
-    assert_string_equal(o.listen_host, "::1");
-    assert_int_equal(o.listen_port, 9000);
+    assert_int_equal(o.n_listen, 1);
+    assert_string_equal(o.listen[0].host, "::1");
+    assert_int_equal(o.listen[0].port, 9000);
     assert_true(o.faults.rate_slow == 0.5);
     assert_int_equal(o.faults.slow_ms, 250);
     assert_int_equal(o.faults.burst_every_ms, 2000);
@@ -379,6 +402,23 @@ static void test_options_table(void **state)
     assert_int_equal(o.seed, 42);
     assert_true(o.ledger.valid_step);
     assert_int_equal(o.ledger.status_memory, 0);
+
+    /* several nodes, in --listen order, each with its latency; 16 at most */
+    assert_int_equal(parse_line("--node-latency-ms 2:150 --listen 127.0.0.1:0 --listen [::1]:7 "
+                                "--listen 10.0.0.1:8 --node-latency-ms 0:5",
+                                &o, &usage, err, sizeof(err)),
+                     QW_OK);
+    assert_int_equal(o.n_listen, 3);
+    assert_string_equal(o.listen[1].host, "::1");
+    assert_int_equal(o.listen[1].port, 7);
+    assert_string_equal(o.listen[2].host, "10.0.0.1");
+    assert_int_equal(o.listen[0].latency_ms, 5);
+    assert_int_equal(o.listen[1].latency_ms, 0);
+    assert_int_equal(o.listen[2].latency_ms, 150);
+    char many[1024] = "";
+    for (int i = 0; i < QW_SIM_NODES_MAX + 1; i++)
+        strcat(many, "--listen 127.0.0.1:0 ");
+    assert_int_equal(parse_line(many, &o, &usage, err, sizeof(err)), QW_ERR_INVALID);
 }
 
 int main(void)

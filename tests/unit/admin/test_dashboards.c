@@ -38,7 +38,9 @@ static char *families(void)
     memset(&s, 0, sizeof(s));
     s.instance_id = "w1";
     s.version = "0.1.0";
-    s.last_cycle_age_ms = 5; /* every family present */
+    s.last_cycle_age_ms = 5;          /* every family present */
+    s.nodes[0].url = "http://a:8008"; /* the ledger_node_* families need a node */
+    s.n_nodes = 1;
     char *text = qw_metrics_render(&s, NULL);
     assert_non_null(text);
     return text;

@@ -118,6 +118,10 @@ static struct qw_metrics_snapshot sample_snapshot(void)
     s.ledger_latency.buckets[QW_HISTOGRAM_BOUNDS] = 1; /* > 30 s */
     s.ledger_latency.count = 1;
     s.ledger_latency.sum_us = 31000000;
+    s.submit_waiting = 17;
+    s.n_nodes = 2;
+    s.nodes[0] = (struct qw_metrics_node){"http://a:8008", 0, 2500, 3, 900, 950, 1, 0};
+    s.nodes[1] = (struct qw_metrics_node){"http://b\"x:8008", 2, 152000, 0, 12, 40, 7, 2};
     return s;
 }
 
@@ -172,6 +176,21 @@ static const char *const expected_lines[] = {
     "queuer_ledger_request_duration_seconds_bucket{le=\"+Inf\"} 1",
     "queuer_ledger_request_duration_seconds_sum 31",
     "queuer_ledger_request_duration_seconds_count 1",
+    "queuer_submit_waiting 17",
+    "# TYPE queuer_ledger_node_up gauge",
+    "queuer_ledger_node_up{node=\"0\",url=\"http://a:8008\"} 1",
+    "queuer_ledger_node_up{node=\"1\",url=\"http://b\\\"x:8008\"} 0",
+    "queuer_ledger_node_state{node=\"0\",state=\"up\"} 1",
+    "queuer_ledger_node_state{node=\"1\",state=\"up\"} 0",
+    "queuer_ledger_node_state{node=\"1\",state=\"suspect\"} 0",
+    "queuer_ledger_node_state{node=\"1\",state=\"down\"} 1",
+    "queuer_ledger_node_latency_seconds{node=\"0\"} 0.0025",
+    "queuer_ledger_node_latency_seconds{node=\"1\"} 0.152",
+    "queuer_ledger_node_posts_in_flight{node=\"0\"} 3",
+    "queuer_ledger_node_requests_total{node=\"0\",request=\"post\"} 900",
+    "queuer_ledger_node_requests_total{node=\"1\",request=\"status\"} 40",
+    "queuer_ledger_node_failures_total{node=\"1\"} 7",
+    "queuer_ledger_node_suspect_total{node=\"1\"} 2",
 };
 
 static int has_line(const char *text, const char *line)

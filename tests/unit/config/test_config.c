@@ -302,6 +302,14 @@ static const struct file_error_case file_errors[] = {
      ":1: dlt.url = \"http://h:\" must have a port 1..65535 after the host", NULL},
     {"dlt = { url = \"http://[::1/x\"; };\n",
      ":1: dlt.url = \"http://[::1/x\" must have a closing ] after an IPv6 address", NULL},
+    /* several nodes: each URL by the same rule, no empty entry, no URL twice */
+    {"dlt = { url = \"http://a:1,http://b:99999\"; };\n",
+     ":1: dlt.url = \"http://a:1,http://b:99999\" must have a port 1..65535 after the host", NULL},
+    {"dlt = { url = \"http://a:1,,http://b:2\"; };\n",
+     ":1: dlt.url = \"http://a:1,,http://b:2\" must not have an empty entry between commas", NULL},
+    {"dlt = { url = \"http://a:1,http://a:1/\"; };\n",
+     ":1: dlt.url = \"http://a:1,http://a:1/\" must not list the same node URL twice", NULL},
+    {"dlt = { channels = 0; };\n", ":1: dlt.channels = 0 is out of range 1..10000", NULL},
     /* libpq parses the conninfo: every spelling of a password is refused, and never echoed */
     {"database = { conninfo = \"postgresql:///queuer?pass%77ord=hunter2\"; };\n",
      ":1: database.conninfo must not contain a password; use QUEUER_DATABASE_PASSWORD or "
@@ -466,7 +474,9 @@ static void test_env_overrides(void **state)
                          E("QUEUER_WORKER_HARD_EXPIRY_MS=120000"),
                          E("QUEUER_WORKER_LISTEN=false"),
                          E("QUEUER_ADMIN_LISTEN=off"),
-                         E("QUEUER_DLT_URL=https://ledger:8443"),
+                         E("QUEUER_DLT_URL=https://ledger:8443, http://ledger-b:8008"),
+                         E("QUEUER_DLT_CHANNELS=8"),
+                         E("QUEUER_DLT_PRIORITY_AGING_MS=250"),
                          E("QUEUER_DATABASE_CONNINFO="),
                          E("QUEUER_INGEST_HIGH=-0"),
                          E("QUEUER_CONFIG=/etc/queuer.cfg"),
@@ -484,7 +494,9 @@ static void test_env_overrides(void **state)
     assert_int_equal(cfg.worker_hard_expiry_ms, 120000);
     assert_int_equal(cfg.worker_listen, 0);
     assert_string_equal(cfg.admin_listen, "off");
-    assert_string_equal(cfg.dlt_url, "https://ledger:8443");
+    assert_string_equal(cfg.dlt_url, "https://ledger:8443, http://ledger-b:8008");
+    assert_int_equal(cfg.dlt_channels, 8);
+    assert_int_equal(cfg.dlt_priority_aging_ms, 250);
     assert_string_equal(cfg.db_conninfo, "");
     assert_int_equal(cfg.ingest_high, 0);
     qw_config_free(&cfg);

@@ -118,7 +118,7 @@ static void post_one(struct fixture *f, const char *svc, struct seen *s)
     char sid[32];
     snprintf(sid, sizeof(sid), CIRCUIT "%s", svc);
     int before = s->n;
-    assert_int_equal(qw_dlt_post(f->client, sid, "payload", 7, (void *)(intptr_t)42), QW_OK);
+    assert_int_equal(qw_dlt_post(f->client, 0, sid, "payload", 7, (void *)(intptr_t)42), QW_OK);
     assert_int_equal(qw_dlt_in_flight(f->client), 1);
     run_until(f->client, s, before + 1);
     assert_int_equal(s->last.kind, QW_DLT_KIND_POST);
@@ -136,7 +136,7 @@ static void test_accepted_and_headers(void **state)
     unsigned char payload[300];
     for (size_t i = 0; i < sizeof(payload); i++)
         payload[i] = (unsigned char)i;
-    assert_int_equal(qw_dlt_post(f->client, sid, payload, sizeof(payload), NULL), QW_OK);
+    assert_int_equal(qw_dlt_post(f->client, 0, sid, payload, sizeof(payload), NULL), QW_OK);
     memset(payload, 0, sizeof(payload)); /* the client holds its own copy */
     run_until(f->client, &s, 1);
     assert_int_equal(s.last.outcome, QW_DLT_ACCEPTED);
@@ -271,7 +271,7 @@ static void test_connect_refused(void **state)
     struct qw_dlt_client *c;
     assert_int_equal(qw_dlt_client_new(&c, &o, NULL), QW_OK);
     struct seen s = {0};
-    assert_int_equal(qw_dlt_post(c, CIRCUIT "a202", "x", 1, NULL), QW_OK);
+    assert_int_equal(qw_dlt_post(c, 0, CIRCUIT "a202", "x", 1, NULL), QW_OK);
     run_until(c, &s, 1);
     assert_int_equal(s.last.outcome, QW_DLT_RETRY);
     assert_int_equal(s.last.transport, QW_DLT_TRANSPORT_CONNECT);
@@ -299,13 +299,13 @@ static void test_concurrent_and_limit(void **state)
     struct seen s = {0};
     /* four at once (the limit), a fifth is refused without starting */
     for (int i = 0; i < 4; i++)
-        assert_int_equal(qw_dlt_post(f->client, CIRCUIT "a202", "p", 1, (void *)(intptr_t)i),
+        assert_int_equal(qw_dlt_post(f->client, 0, CIRCUIT "a202", "p", 1, (void *)(intptr_t)i),
                          QW_OK);
     assert_int_equal(qw_dlt_in_flight(f->client), 4);
-    assert_int_equal(qw_dlt_post(f->client, CIRCUIT "a202", "p", 1, NULL), QW_ERR_BACKPRESSURE);
+    assert_int_equal(qw_dlt_post(f->client, 0, CIRCUIT "a202", "p", 1, NULL), QW_ERR_BACKPRESSURE);
     const char *ids[] = {"0000000000000000000000000000000000000000000000000000000000000000"
                          "0000000000000000000000000000000000000000000000000000000000000000"};
-    assert_int_equal(qw_dlt_get_statuses(f->client, CIRCUIT "stat", ids, 1, 0, NULL),
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stat", ids, 1, 0, NULL),
                      QW_ERR_BACKPRESSURE);
     run_until(f->client, &s, 4);
     int mask = 0;
@@ -327,7 +327,8 @@ static void test_statuses(void **state)
     memset(f_id, 'f', 128);
     c_id[128] = p_id[128] = e_id[128] = f_id[128] = '\0';
     const char *ids[] = {c_id, p_id, e_id, f_id};
-    assert_int_equal(qw_dlt_get_statuses(f->client, CIRCUIT "stat", ids, 4, 0, (void *)7), QW_OK);
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stat", ids, 4, 0, (void *)7),
+                     QW_OK);
     run_until(f->client, &s, 1);
     assert_int_equal(s.last.kind, QW_DLT_KIND_STATUS);
     assert_int_equal(s.last.outcome, QW_DLT_OK);
@@ -353,7 +354,7 @@ static void test_statuses(void **state)
     assert_string_equal(req.authorization, "Bearer s3cret-token");
 
     /* a malformed answer is RETRY with nothing reported */
-    assert_int_equal(qw_dlt_get_statuses(f->client, CIRCUIT "sbad", ids, 2, 0, NULL), QW_OK);
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "sbad", ids, 2, 0, NULL), QW_OK);
     run_until(f->client, &s, 2);
     assert_int_equal(s.last.outcome, QW_DLT_RETRY);
     assert_false(s.statuses[0].reported);
@@ -369,7 +370,7 @@ static void test_long_poll_gets_wait_on_top(void **state)
     id[128] = '\0';
     const char *ids[] = {id};
     /* wait=1: the stalled answer is cut after 1 s + the request timeout, not before */
-    assert_int_equal(qw_dlt_get_statuses(f->client, CIRCUIT "stal", ids, 1, 1, NULL), QW_OK);
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stal", ids, 1, 1, NULL), QW_OK);
     run_until(f->client, &s, 1);
     assert_int_equal(s.last.outcome, QW_DLT_RETRY);
     assert_int_equal(s.last.transport, QW_DLT_TRANSPORT_TIMEOUT);
@@ -384,8 +385,9 @@ static void test_cancel_all(void **state)
     memset(id, 'b', 128);
     id[128] = '\0';
     const char *ids[] = {id};
-    assert_int_equal(qw_dlt_post(f->client, CIRCUIT "stal", "p", 1, (void *)1), QW_OK);
-    assert_int_equal(qw_dlt_get_statuses(f->client, CIRCUIT "stal", ids, 1, 5, (void *)2), QW_OK);
+    assert_int_equal(qw_dlt_post(f->client, 0, CIRCUIT "stal", "p", 1, (void *)1), QW_OK);
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stal", ids, 1, 5, (void *)2),
+                     QW_OK);
     /* let both get under way, then give up on them */
     assert_true(qw_dlt_run(f->client, 50, -1, on_done, &s) >= 0);
     assert_int_equal(s.n, 0);
@@ -446,14 +448,14 @@ static void on_done_chain(const struct qw_dlt_result *r, void *arg)
     assert_int_equal(qw_dlt_run(c, 0, -1, on_done, s), QW_ERR_INVALID);
     assert_int_equal(qw_dlt_cancel_all(c, on_done, s), QW_ERR_INVALID);
     if (s->n == 1)
-        assert_int_equal(qw_dlt_post(c, CIRCUIT "r429", "p", 1, c), QW_OK);
+        assert_int_equal(qw_dlt_post(c, 0, CIRCUIT "r429", "p", 1, c), QW_OK);
 }
 
 static void test_callback_may_start_transfers(void **state)
 {
     struct fixture *f = *state;
     struct seen s = {0};
-    assert_int_equal(qw_dlt_post(f->client, CIRCUIT "a202", "p", 1, f->client), QW_OK);
+    assert_int_equal(qw_dlt_post(f->client, 0, CIRCUIT "a202", "p", 1, f->client), QW_OK);
     int64_t deadline = qw_clock_mono_ms() + SAFETY_MS;
     while (s.n < 2 && qw_clock_mono_ms() < deadline)
         assert_true(qw_dlt_run(f->client, 100, -1, on_done_chain, &s) >= 0);
@@ -469,21 +471,21 @@ static void test_start_rejects_bad_input(void **state)
     id[128] = '\0';
     const char *ids[] = {id, id};
     const char *bad[] = {"xyz"};
-    assert_int_equal(qw_dlt_post(f->client, "nope", "p", 1, NULL), QW_ERR_INVALID);
-    assert_int_equal(qw_dlt_post(f->client, CIRCUIT "a202", "p", 0, NULL), QW_ERR_INVALID);
-    assert_int_equal(qw_dlt_post(f->client, CIRCUIT "a202", NULL, 1, NULL), QW_ERR_INVALID);
-    assert_int_equal(qw_dlt_get_statuses(f->client, CIRCUIT "stat", ids, 2, 0, NULL),
+    assert_int_equal(qw_dlt_post(f->client, 0, "nope", "p", 1, NULL), QW_ERR_INVALID);
+    assert_int_equal(qw_dlt_post(f->client, 0, CIRCUIT "a202", "p", 0, NULL), QW_ERR_INVALID);
+    assert_int_equal(qw_dlt_post(f->client, 0, CIRCUIT "a202", NULL, 1, NULL), QW_ERR_INVALID);
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stat", ids, 2, 0, NULL),
                      QW_ERR_INVALID); /* duplicate ids */
-    assert_int_equal(qw_dlt_get_statuses(f->client, CIRCUIT "stat", bad, 1, 0, NULL),
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stat", bad, 1, 0, NULL),
                      QW_ERR_INVALID);
-    assert_int_equal(qw_dlt_get_statuses(f->client, CIRCUIT "stat", ids, 0, 0, NULL),
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stat", ids, 0, 0, NULL),
                      QW_ERR_INVALID);
-    assert_int_equal(qw_dlt_get_statuses(f->client, CIRCUIT "stat", ids, 1, -1, NULL),
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stat", ids, 1, -1, NULL),
                      QW_ERR_INVALID);
     assert_int_equal(
-        qw_dlt_get_statuses(f->client, CIRCUIT "stat", ids, 1, QW_DLT_MAX_WAIT_S + 1, NULL),
+        qw_dlt_get_statuses(f->client, 0, CIRCUIT "stat", ids, 1, QW_DLT_MAX_WAIT_S + 1, NULL),
         QW_ERR_INVALID);
-    assert_int_equal(qw_dlt_get_statuses(f->client, "x", ids, 1, 0, NULL), QW_ERR_INVALID);
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, "x", ids, 1, 0, NULL), QW_ERR_INVALID);
     assert_int_equal(qw_dlt_in_flight(f->client), 0);
 }
 
@@ -530,12 +532,12 @@ static void test_new_rejects_bad_options(void **state)
     plain.token = NULL;
     assert_int_equal(qw_dlt_client_new(&c, &plain, &err), QW_OK);
     struct seen s = {0};
-    assert_int_equal(qw_dlt_post(c, CIRCUIT "a202", "p", 1, NULL), QW_OK);
+    assert_int_equal(qw_dlt_post(c, 0, CIRCUIT "a202", "p", 1, NULL), QW_OK);
     run_until(c, &s, 1);
     struct http_stub_request req;
     http_stub_last(stub, &req);
     assert_string_equal(req.authorization, "");
-    assert_int_equal(qw_dlt_post(c, CIRCUIT "stal", "p", 1, NULL), QW_OK);
+    assert_int_equal(qw_dlt_post(c, 0, CIRCUIT "stal", "p", 1, NULL), QW_OK);
     qw_dlt_client_free(c);
     http_stub_stop(stub);
 }

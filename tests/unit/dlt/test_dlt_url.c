@@ -125,6 +125,62 @@ static void test_base_url_valid(void **state)
     assert_false(qw_dlt_base_url_valid(NULL));
 }
 
+/* dlt.url: one URL or several nodes of one ledger, comma-separated. */
+static void test_url_list(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;    /* the list */
+        size_t n;          /* URLs when accepted, 0 = refused */
+        const char *first; /* the first URL as kept */
+        const char *last;  /* the last URL as kept */
+        const char *why;   /* substring of the reason when refused */
+    } rows[] = {
+        {"http://a:8008", 1, "http://a:8008", "http://a:8008", NULL},
+        {"http://a:8008,http://b:8008", 2, "http://a:8008", "http://b:8008", NULL},
+        {" http://a:1 ,\thttps://b/x/ , http://[::1]:3", 3, "http://a:1", "http://[::1]:3", NULL},
+        {"http://a,http://a/", 0, NULL, NULL, "same node URL twice"},
+        {"http://a,,http://b", 0, NULL, NULL, "empty entry"},
+        {"http://a,", 0, NULL, NULL, "empty entry"},
+        {",http://a", 0, NULL, NULL, "empty entry"},
+        {"", 0, NULL, NULL, "must be set"},
+        {"http://a,ftp://b", 0, NULL, NULL, "http:// or https://"},
+        {"http://a,http://b:70000", 0, NULL, NULL, "port"},
+        {"http://a,http://u:p@b", 0, NULL, NULL, "credentials"},
+        {"http://a b", 0, NULL, NULL, "spaces"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct qw_dlt_url_list l;
+        const char *why = NULL;
+        int rc = qw_dlt_url_list_parse(rows[i].in, &l, &why);
+        if ((rc == QW_OK) != (rows[i].n > 0))
+            fail_msg("\"%s\": rc %d (%s)", rows[i].in, rc, why ? why : "");
+        if (rc != QW_OK) {
+            assert_non_null(why);
+            if (!strstr(why, rows[i].why))
+                fail_msg("\"%s\": reason \"%s\", want \"%s\"", rows[i].in, why, rows[i].why);
+            assert_string_equal(qw_dlt_url_list_check(rows[i].in), why);
+            continue;
+        }
+        assert_null(why);
+        assert_null(qw_dlt_url_list_check(rows[i].in));
+        assert_int_equal(l.n, rows[i].n);
+        assert_string_equal(l.url[0], rows[i].first);
+        assert_string_equal(l.url[l.n - 1], rows[i].last);
+        qw_dlt_url_list_free(&l);
+        assert_int_equal(l.n, 0);
+    }
+    /* 16 nodes at most */
+    char many[17 * 24] = "";
+    for (int i = 0; i < 17; i++)
+        snprintf(many + strlen(many), sizeof(many) - strlen(many), "%shttp://n%d:1", i ? "," : "",
+                 i);
+    assert_non_null(strstr(qw_dlt_url_list_check(many), "at most 16"));
+    *strrchr(many, ',') = '\0';
+    assert_null(qw_dlt_url_list_check(many));
+    assert_int_equal(qw_dlt_url_list_parse(NULL, NULL, NULL), QW_ERR_INVALID);
+}
+
 static void test_url_batches(void **state)
 {
     (void)state;
@@ -252,10 +308,11 @@ static void test_url_statuses_many_ids(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_service_id_table),     cmocka_unit_test(test_batch_id_valid),
-        cmocka_unit_test(test_base_url_valid),       cmocka_unit_test(test_url_batches),
-        cmocka_unit_test(test_url_batches_cap),      cmocka_unit_test(test_url_statuses),
-        cmocka_unit_test(test_url_statuses_rejects), cmocka_unit_test(test_url_statuses_many_ids),
+        cmocka_unit_test(test_service_id_table),      cmocka_unit_test(test_batch_id_valid),
+        cmocka_unit_test(test_base_url_valid),        cmocka_unit_test(test_url_list),
+        cmocka_unit_test(test_url_batches),           cmocka_unit_test(test_url_batches_cap),
+        cmocka_unit_test(test_url_statuses),          cmocka_unit_test(test_url_statuses_rejects),
+        cmocka_unit_test(test_url_statuses_many_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

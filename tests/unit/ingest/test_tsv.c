@@ -24,10 +24,16 @@ static void test_lines(void **state)
         int record;         /* bool: expected a record */
         const char *hex;    /* expected payload hex */
         const char *reason; /* substring of the message */
+        int priority;       /* expected priority field, when has_priority */
+        bool has_priority;  /* bool: expected a fourth field */
     } rows[] = {
         {SVC "\t" ID "\t0a00\n", QW_OK, 1, "0a00", NULL},
         {SVC "\t" ID "\t0a00", QW_OK, 1, "0a00", NULL},
         {SVC "\t" ID "\t0A0b\r\n", QW_OK, 1, "0A0b", NULL},
+        {SVC "\t" ID "\t0a00\t10\n", QW_OK, 1, "0a00", NULL, 10, true},
+        {SVC "\t" ID "\t0a00\t-1000\r\n", QW_OK, 1, "0a00", NULL, -1000, true},
+        {SVC "\t" ID "\t0a00\t+1000", QW_OK, 1, "0a00", NULL, 1000, true},
+        {SVC "\t" ID "\t0a00\t0\n", QW_OK, 1, "0a00", NULL, 0, true},
         {"\n", QW_OK, 0, NULL, NULL},
         {"", QW_OK, 0, NULL, NULL},
         {"\r\n", QW_OK, 0, NULL, NULL},
@@ -35,7 +41,13 @@ static void test_lines(void **state)
         {"# a comment\n", QW_OK, 0, NULL, NULL},
         {"   # indented comment\n", QW_OK, 0, NULL, NULL},
         {SVC "\t" ID "\n", QW_ERR_INVALID, 0, NULL, "found 2"},
-        {SVC "\t" ID "\t0a00\textra\n", QW_ERR_INVALID, 0, NULL, "found 4"},
+        {SVC "\t" ID "\t0a00\textra\n", QW_ERR_INVALID, 0, NULL, "priority must be an integer"},
+        {SVC "\t" ID "\t0a00\t1001\n", QW_ERR_INVALID, 0, NULL, "from -1000 to 1000"},
+        {SVC "\t" ID "\t0a00\t-1001\n", QW_ERR_INVALID, 0, NULL, "from -1000 to 1000"},
+        {SVC "\t" ID "\t0a00\t\n", QW_ERR_INVALID, 0, NULL, "priority must be an integer"},
+        {SVC "\t" ID "\t0a00\t-\n", QW_ERR_INVALID, 0, NULL, "priority must be an integer"},
+        {SVC "\t" ID "\t0a00\t 5\n", QW_ERR_INVALID, 0, NULL, "priority must be an integer"},
+        {SVC "\t" ID "\t0a00\t5\textra\n", QW_ERR_INVALID, 0, NULL, "found 5"},
         {SVC " " ID " 0a00\n", QW_ERR_INVALID, 0, NULL, "found 1"},
         {"abcde-fghij::klm\t" ID "\t0a00\n", QW_ERR_INVALID, 0, NULL, "service is 3"},
         {SVC "\tABC\t0a00\n", QW_ERR_INVALID, 0, NULL, "batch_id 'ABC'"},
@@ -68,6 +80,48 @@ static void test_lines(void **state)
         assert_memory_equal(rec.batch_id, ID, 128);
         assert_int_equal(rec.payload_hex_len, strlen(rows[i].hex));
         assert_memory_equal(rec.payload_hex, rows[i].hex, rec.payload_hex_len);
+        assert_int_equal(rec.has_priority, rows[i].has_priority);
+        if (rec.has_priority)
+            assert_int_equal(rec.priority, rows[i].priority);
+    }
+}
+
+/* --priority uses the same rule as the fourth field. */
+static void test_priority_parse(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text; /* input */
+        int rc;           /* expected result */
+        int value;        /* expected value when QW_OK */
+    } rows[] = {
+        {"0", QW_OK, 0},
+        {"7", QW_OK, 7},
+        {"-7", QW_OK, -7},
+        {"+7", QW_OK, 7},
+        {"1000", QW_OK, 1000},
+        {"-1000", QW_OK, -1000},
+        {"0010", QW_OK, 10},
+        {"1001", QW_ERR_INVALID, 0},
+        {"-1001", QW_ERR_INVALID, 0},
+        {"99999", QW_ERR_INVALID, 0},
+        {"", QW_ERR_INVALID, 0},
+        {"+", QW_ERR_INVALID, 0},
+        {"1e3", QW_ERR_INVALID, 0},
+        {"5 ", QW_ERR_INVALID, 0},
+        {"--5", QW_ERR_INVALID, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int v = -12345;
+        struct qw_error err;
+        qw_error_clear(&err);
+        int rc = qw_tsv_parse_priority(rows[i].text, strlen(rows[i].text), &v, &err);
+        if (rc != rows[i].rc)
+            fail_msg("priority '%s': rc %d, want %d", rows[i].text, rc, rows[i].rc);
+        if (rc == QW_OK && v != rows[i].value)
+            fail_msg("priority '%s': %d, want %d", rows[i].text, v, rows[i].value);
+        if (rc != QW_OK)
+            assert_non_null(strstr(err.msg, "from -1000 to 1000"));
     }
 }
 
@@ -109,6 +163,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines),
+        cmocka_unit_test(test_priority_parse),
         cmocka_unit_test(test_too_large_flag_and_decode),
         cmocka_unit_test(test_binary_garbage),
     };

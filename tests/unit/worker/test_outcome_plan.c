@@ -25,6 +25,7 @@ struct row {
     /* the ledger's answer */
     enum qw_dlt_kind kind;
     enum qw_dlt_outcome outcome;
+    enum qw_dlt_transport transport;
     long http_status;
     int64_t retry_after_ms;       /* -1 = none (written as 0 in the table: see check_row) */
     bool reported;                /* STATUS: the answer reported the batch */
@@ -32,6 +33,7 @@ struct row {
     /* the job and the submitter */
     enum qw_job_kind job_kind;
     bool accepted_unrecorded;
+    bool post_uncertain;
     bool adopted_submitting;
     int attempts;
     int chained;
@@ -51,6 +53,9 @@ struct row {
     int64_t retry_lo, retry_hi; /* retry_ms within [lo, hi] */
     bool check_at;              /* check at_ms */
     int64_t at_ms;              /* POLL_AT / POST_AT time */
+    bool plan_uncertain;        /* the plan's post_uncertain */
+    bool check_wait;            /* check wait_s */
+    int wait_s;                 /* POLL / POLL_AT wait */
 };
 
 #define POST QW_DLT_KIND_POST
@@ -181,6 +186,155 @@ static const struct row rows[] = {
      .posted = true,
      .retry_lo = QW_OUTCOME_RETRY_NEVER,
      .retry_hi = QW_OUTCOME_RETRY_NEVER},
+    /* a POST whose answer was lost may have reached the ledger: read its status first */
+    {.name = "dropped connection: status read now, nothing recorded, nothing resent",
+     .kind = POST,
+     .outcome = QW_DLT_RETRY,
+     .transport = QW_DLT_TRANSPORT_DROPPED,
+     .job_kind = QW_JOB_SUBMIT,
+     .attempts = 2,
+     .action = QW_PLAN_POLL,
+     .event = QW_EV_POST_UNCERTAIN,
+     .plan_uncertain = true,
+     .check_wait = true,
+     .wait_s = 0},
+    {.name = "timeout: status read now",
+     .kind = POST,
+     .outcome = QW_DLT_RETRY,
+     .transport = QW_DLT_TRANSPORT_TIMEOUT,
+     .job_kind = QW_JOB_SUBMIT,
+     .action = QW_PLAN_POLL,
+     .event = QW_EV_POST_UNCERTAIN,
+     .plan_uncertain = true},
+    {.name = "202 with an unreadable body: status read now",
+     .kind = POST,
+     .outcome = QW_DLT_RETRY,
+     .http_status = 202,
+     .job_kind = QW_JOB_SUBMIT,
+     .action = QW_PLAN_POLL,
+     .event = QW_EV_POST_UNCERTAIN,
+     .plan_uncertain = true},
+    {.name = "answer over the size cap: status read now",
+     .kind = POST,
+     .outcome = QW_DLT_RETRY,
+     .transport = QW_DLT_TRANSPORT_TOO_LARGE,
+     .http_status = 202,
+     .job_kind = QW_JOB_SUBMIT,
+     .action = QW_PLAN_POLL,
+     .event = QW_EV_POST_UNCERTAIN,
+     .plan_uncertain = true},
+    {.name = "connection refused never reached the ledger: Delayed",
+     .kind = POST,
+     .outcome = QW_DLT_RETRY,
+     .transport = QW_DLT_TRANSPORT_CONNECT,
+     .job_kind = QW_JOB_SUBMIT,
+     .attempts = 2,
+     .action = REC,
+     .event = QW_EV_POST_RETRY,
+     .status = QW_STATUS_DELAYED,
+     .expect = QW_EXPECT_POSTING,
+     .after = QW_AFTER_END_RETRY,
+     .attempts_add = 1,
+     .posted = true,
+     .retry_lo = 200,
+     .retry_hi = 400},
+    {.name = "dropped while stopping: handed back for the next owner to read",
+     .kind = POST,
+     .outcome = QW_DLT_RETRY,
+     .transport = QW_DLT_TRANSPORT_DROPPED,
+     .job_kind = QW_JOB_SUBMIT,
+     .stopping = true,
+     .action = QW_PLAN_HAND_BACK,
+     .event = QW_EV_ABANDONED},
+    {.name = "uncertain POST read Pending: that POST is recorded with it",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_PENDING,
+     .job_kind = QW_JOB_SUBMIT,
+     .post_uncertain = true,
+     .action = REC,
+     .event = QW_EV_PENDING,
+     .status = QW_STATUS_PENDING,
+     .expect = QW_EXPECT_POSTING,
+     .after = QW_AFTER_POLL,
+     .attempts_add = 1,
+     .posted = true,
+     .submitted = true,
+     .retry_lo = NR,
+     .retry_hi = NR,
+     .plan_uncertain = true},
+    {.name = "uncertain POST read Committed: final, with that POST",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_COMMITTED,
+     .job_kind = QW_JOB_SUBMIT,
+     .post_uncertain = true,
+     .action = REC,
+     .event = QW_EV_COMMITTED,
+     .status = QW_STATUS_COMMITTED,
+     .expect = QW_EXPECT_POSTING,
+     .after = QW_AFTER_END_FINAL,
+     .attempts_add = 1,
+     .posted = true,
+     .submitted = true,
+     .go_on = true,
+     .retry_lo = NR,
+     .retry_hi = NR,
+     .plan_uncertain = true},
+    {.name = "uncertain POST read Unknown: confirmed later, not resent now",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_UNKNOWN,
+     .job_kind = QW_JOB_SUBMIT,
+     .post_uncertain = true,
+     .action = QW_PLAN_POLL_AT,
+     .event = QW_EV_UNKNOWN_SEEN,
+     .check_at = true,
+     .at_ms = NOW + CONFIRM,
+     .plan_uncertain = true},
+    {.name = "uncertain POST Unknown for the whole delay: Unknown with that POST, resubmitted",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_UNKNOWN,
+     .job_kind = QW_JOB_SUBMIT,
+     .post_uncertain = true,
+     .unknown_since_ms = NOW - CONFIRM,
+     .action = REC,
+     .event = QW_EV_UNKNOWN_CONFIRMED,
+     .status = QW_STATUS_UNKNOWN,
+     .expect = QW_EXPECT_POSTING,
+     .after = QW_AFTER_END_RETRY,
+     .attempts_add = 1,
+     .posted = true,
+     .retry_lo = 0,
+     .retry_hi = 0,
+     .plan_uncertain = true},
+    {.name = "uncertain POST, status poll failed: read again later",
+     .kind = STATUS,
+     .outcome = QW_DLT_RETRY,
+     .transport = QW_DLT_TRANSPORT_CONNECT,
+     .job_kind = QW_JOB_SUBMIT,
+     .post_uncertain = true,
+     .action = QW_PLAN_POLL_AT,
+     .event = QW_EV_POLL_FAILED,
+     .plan_uncertain = true},
+    {.name = "uncertain POST, status read abandoned at shutdown: handed back unwritten",
+     .kind = STATUS,
+     .outcome = QW_DLT_ABANDONED,
+     .job_kind = QW_JOB_SUBMIT,
+     .post_uncertain = true,
+     .stopping = true,
+     .action = QW_PLAN_HAND_BACK,
+     .event = QW_EV_ABANDONED,
+     .plan_uncertain = true},
     {.name = "cancelled POST is handed back",
      .kind = POST,
      .outcome = QW_DLT_ABANDONED,
@@ -408,6 +562,8 @@ static void check_row(const struct row *t)
         .attempts = t->attempts,
         .chained = t->chained,
         .accepted_unrecorded = t->accepted_unrecorded,
+        .post_uncertain = t->post_uncertain,
+        .post_failure = "POST got no answer (dropped)",
         .adopted_submitting = t->adopted_submitting,
         .accepted_ms = NOW - 30,
         .unknown_since_ms = t->unknown_since_ms,
@@ -417,6 +573,7 @@ static void check_row(const struct row *t)
     struct qw_dlt_result r = {
         .kind = t->kind,
         .outcome = t->outcome,
+        .transport = t->transport,
         .http_status = t->http_status,
         .retry_after_ms = t->retry_after_ms ? t->retry_after_ms : -1,
         .message = "from the ledger",
@@ -431,8 +588,13 @@ static void check_row(const struct row *t)
     assert_int_equal(p.event, t->event);
     if (t->check_at)
         assert_int_equal(p.at_ms, t->at_ms);
+    if (t->check_wait)
+        assert_int_equal(p.wait_s, t->wait_s);
+    assert_int_equal(p.post_uncertain, t->plan_uncertain);
     if (t->action != REC)
         return;
+    if (t->post_uncertain)
+        assert_non_null(strstr(p.outcome.detail, "POST got no answer (dropped)"));
     const struct qw_outcome *o = &p.outcome;
     assert_int_equal(o->status, t->status);
     assert_int_equal(o->expect, t->expect);
