@@ -67,7 +67,7 @@
 #define OUTCOME_GROUP_AGE_MS 2 /* flush a group at most this old */
 #define FAILURE_LOG_EVERY_MS                                                                       \
     1000                   /* at most one ledger.request_failed line per request                   \
-                              type this often (the rest are counted) */
+                              type and kind this often (the rest are counted) */
 #define NOTE_POLL_ERRORS 3 /* failed polls in a row before last_error is noted */
 #define PROBE_BASE_MS 100  /* first probe of a suspect node after this, ms */
 #define PROBE_MAX_MS 1000  /* probe delay cap, and the probe period of a down node, ms */
@@ -116,9 +116,10 @@ struct submitter {
     int owned;                             /* jobs owned and not yet handed back */
     int posting;                           /* POSTs in flight */
     struct qw_outcome_writer writer;       /* the grouped write */
-    int64_t failure_logged_ms[2];    /* when ledger.request_failed was last logged, per request
-                                        type (0 POST, 1 status) */
-    long long failures_unlogged[2];  /* failures since, not logged */
+    int64_t failure_logged_ms[2][QW_DLT_FAIL_COUNT];   /* when ledger.request_failed was last
+                                                          logged, per request type (0 POST, 1
+                                                          status) and kind */
+    long long failures_unlogged[2][QW_DLT_FAIL_COUNT]; /* failures since, not logged */
     struct qw_capacity_gate gate;    /* shared capacity: what a POST may use (capacity.h) */
     struct qw_capacity_lease lease;  /* shared capacity: the partitions held (capacity_lease.h) */
     enum qw_capacity_cost cost_kind; /* dlt.cost */
@@ -405,8 +406,9 @@ static struct qw_plan_ctx plan_ctx(const struct submitter *s, struct qw_rng *rng
 
 /*
  * Counts a failed ledger exchange by kind (queuer_ledger_failures_total)
- * and logs it at warn, at most once a second per request type with the
- * number of failures not logged since.
+ * and logs it at warn, at most once a second per request type and kind
+ * with the number of that kind not logged since (so a steady stream of one
+ * kind never hides the first of another, e.g. a proxy's 400 after 503s).
  */
 static void note_failure(struct submitter *s, const struct qw_job *job,
                          const struct qw_dlt_result *r)
@@ -418,8 +420,9 @@ static void note_failure(struct submitter *s, const struct qw_job *job,
     int req = r->kind == QW_DLT_KIND_POST ? 0 : 1;
     atomic_fetch_add_explicit(&s->w->stats.ledger_failures[req][kind], 1, memory_order_relaxed);
     int64_t t = now_ms();
-    if (s->failure_logged_ms[req] != 0 && t - s->failure_logged_ms[req] < FAILURE_LOG_EVERY_MS) {
-        s->failures_unlogged[req]++;
+    int64_t *logged = &s->failure_logged_ms[req][kind];
+    if (*logged != 0 && t - *logged < FAILURE_LOG_EVERY_MS) {
+        s->failures_unlogged[req][kind]++;
         return;
     }
     char quoted[600];
@@ -431,9 +434,9 @@ static void note_failure(struct submitter *s, const struct qw_job *job,
            "not_logged_since=%lld",
            req == 0 ? "post" : "status", qw_dlt_failure_name(kind), job->service_id, job->batch_id,
            r->http_status, qw_log_quote(quoted, sizeof(quoted), r->message),
-           s->failures_unlogged[req]);
-    s->failure_logged_ms[req] = t;
-    s->failures_unlogged[req] = 0;
+           s->failures_unlogged[req][kind]);
+    *logged = t;
+    s->failures_unlogged[req][kind] = 0;
 }
 
 /*
