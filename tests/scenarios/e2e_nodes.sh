@@ -62,8 +62,16 @@ e2e_assert "$json_nodes" -eq 6 "queuer status --json: ledger_nodes"
 
 # Node 0 slows down, then goes away with POSTs in flight, then comes back.
 e2e_log "node 0: slow, then down for 3 s ($(final_count) of $TOTAL committed)"
+# Down as soon as node 0 has taken a POST since it slowed down (its answer
+# is then held for 400 ms): a fixed pause before the outage sometimes found
+# only status polls in flight there, and no POST lost its answer.
 node_set 0 '{"latency_ms": 400}'
-sleep 0.25
+slow_from=$(node_posts 0)
+for _ in $(seq 1 200); do
+    [ "$(node_posts 0)" -gt "$slow_from" ] && break
+    sleep 0.02
+done
+[ "$(node_posts 0)" -gt "$slow_from" ] || e2e_fail "node 0 got no POST while slow"
 node_set 0 '{"up": false}'
 sleep 3
 before_up=$(node_posts 0)
