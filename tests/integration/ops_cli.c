@@ -352,8 +352,8 @@ static void test_batch_retry_invalid(void **state)
     expect_contains(row, "proxy answered 400");
     free(row);
     /* now it is not Invalid: --invalid refuses */
-    assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "retry", "--invalid", id,
-                                "--reason", "again", NULL),
+    assert_int_equal(run_queuer(&e, NULL, NULL, &err, "batch", "retry", "--invalid", id, "--reason",
+                                "again", NULL),
                      1);
     expect_contains(err, "not Invalid");
     free(err);
