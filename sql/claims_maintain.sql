@@ -25,7 +25,8 @@
 -- caller sends (or their periodic full list of claims); until then they
 -- hold them without writing anything about them.
 -- $1 instance (ours, skipped), $2 at most this many, $3 lease ms and $4
--- hard-expiry ms of a handed-over claim. Returns each service with its new
+-- hard-expiry ms of a handed-over claim, $5 at most this many to each
+-- receiver. Returns each service with its new
 -- claimant (NULL: freed) and epoch.
 WITH gone AS MATERIALIZED (
     SELECT i.instance_id, i.lease_1, i.lease_2
@@ -41,10 +42,10 @@ WITH gone AS MATERIALIZED (
      WHERE l.lease_1 > now() AND l.stopped_at IS NULL
 ), expired AS MATERIALIZED (
     -- per expired instance, through the claimant index (never a scan of all claims)
-    SELECT x.ctid, g.instance_id
+    SELECT x.ctid, x.service_id, x.has_work, g.instance_id
       FROM gone g
      CROSS JOIN LATERAL (
-           SELECT c.ctid FROM queuer.service_id_claims c
+           SELECT c.ctid, c.service_id, c.has_work FROM queuer.service_id_claims c
             -- (claimant = g.instance_id, written as a range with an order
             -- only the claimant index gives without a sort: no plan, however
             -- its statistics look, scans the whole table for it)
@@ -55,6 +56,18 @@ WITH gone AS MATERIALIZED (
             LIMIT $2::integer
               FOR UPDATE OF c SKIP LOCKED) x
      LIMIT $2::integer
+), plan AS MATERIALIZED (
+    -- at most $5 to each receiver in one step (the first worker back after
+    -- an outage, alone live, does not take everything); the rest are freed
+    -- and claimed by the fair share
+    SELECT p.ctid,
+           CASE WHEN row_number() OVER (PARTITION BY p.who ORDER BY p.ctid) <= $5::integer
+                THEN p.who END AS who
+      FROM (SELECT e.ctid,
+                   CASE WHEN e.has_work
+                        THEN l.ids[1 + abs(hashtext(e.service_id)::bigint) % cardinality(l.ids)]
+                   END AS who
+              FROM expired e, live l) p
 ), counted AS (
     -- the claims taken no longer count in their old holder's claims_held
     -- (fair share); the receivers count them from their next lease on
@@ -64,16 +77,12 @@ WITH gone AS MATERIALIZED (
      WHERE i.instance_id = e.instance_id
 )
 UPDATE queuer.service_id_claims c
-   SET (claimant, expiry_1, expiry_2) =
-           (SELECT t.who,
-                   CASE WHEN t.who IS NOT NULL THEN now() + $3::integer * interval '1 millisecond' END,
-                   CASE WHEN t.who IS NOT NULL THEN now() + $4::integer * interval '1 millisecond' END
-              FROM (SELECT CASE WHEN c.has_work
-                                THEN l.ids[1 + abs(hashtext(c.service_id)::bigint)
-                                               % cardinality(l.ids)] END AS who
-                      FROM live l) t),
+   SET claimant = p.who,
+       expiry_1 = CASE WHEN p.who IS NOT NULL THEN now() + $3::integer * interval '1 millisecond' END,
+       expiry_2 = CASE WHEN p.who IS NOT NULL THEN now() + $4::integer * interval '1 millisecond' END,
        claim_epoch = c.claim_epoch + 1
+  FROM plan p
  -- by the ctid just locked: no key lookup, so no predicate lock on whole
  -- primary-key pages that others' updates of neighbouring keys write into
- WHERE c.ctid = ANY (ARRAY(SELECT e.ctid FROM expired e))
+ WHERE c.ctid = ANY (ARRAY(SELECT e.ctid FROM expired e)) AND c.ctid = p.ctid
 RETURNING c.service_id, c.claimant, c.claim_epoch

@@ -50,7 +50,8 @@ struct qw_claims_params {
     int slack;               /* claims allowed over the fair share */
     int max_claims;          /* hard cap, 0 = none */
     int max_changes;         /* at most this many claims acquired or released (each)
-                                per call, and 10 times as many freed: bounded batches */
+                                per call or handed to one instance, and 10 times as many
+                                taken over: bounded batches */
     size_t held;             /* claims we hold before the call (the caller's count) */
     struct qw_rng *rng;      /* where claiming starts (random, new on every attempt, so
                                 workers and retries read different ranges); the

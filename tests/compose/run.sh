@@ -432,20 +432,26 @@ refresh_ids() {
 # (Which worker gets which services is the workers' business; a fault is
 # aimed where the work is.)
 pick() {
-    local prefix=$1 n=$2 id w
-    refresh_ids
-    wait_sql "$n workers hold $prefix services" 60 \
-        "SELECT count(DISTINCT claimant) >= $n FROM queuer.service_id_claims
-          WHERE service_id LIKE '$prefix-%' AND claimant IS NOT NULL"
-    VICTIMS=()
-    for id in $(sql "SELECT claimant FROM queuer.service_id_claims
-                      WHERE service_id LIKE '$prefix-%' AND claimant IS NOT NULL
-                      GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT $n"); do
-        for w in worker1 worker2 worker3; do
-            [ "${ID_OF[$w]}" != "$id" ] || VICTIMS+=("$w")
+    local prefix=$1 n=$2 id w holders deadline=$((SECONDS + 60))
+    # Holders change hands while services go idle between the feeder's
+    # batches (idle claims are given back): read until N of them are seen
+    # at once, within 60 s.
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        refresh_ids
+        holders=$(sql "SELECT claimant FROM queuer.service_id_claims
+                        WHERE service_id LIKE '$prefix-%' AND claimant IS NOT NULL
+                        GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT $n")
+        VICTIMS=()
+        for id in $holders; do
+            for w in worker1 worker2 worker3; do
+                [ "${ID_OF[$w]}" != "$id" ] || VICTIMS+=("$w")
+            done
         done
+        [ "${#VICTIMS[@]}" = "$n" ] && return 0
+        sleep 0.2
     done
-    [ "${#VICTIMS[@]}" = "$n" ] || fail "cannot map the holders of $prefix services to containers"
+    fail "no moment in 60 s when $n workers known by their containers held $prefix services" \
+        "(last holders: ${holders:-none})"
 }
 
 # fenced PHASE VICTIM-ID RESUMED: no write of the victim at its old epoch

@@ -267,14 +267,14 @@ static void test_maintenance_follows_the_holders_lease(void **state)
     assert_int_equal(mark(f, 0), 1); /* S1 mid-submission */
     int64_t epoch_s2 = epoch_of(f, S2);
     /* w1 gone (below), w2 live: w2 maintains, with a lease of 5 s */
-    const char *params[] = {"w2", "1000", "5000", "10000"};
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
     /* the claims' own expiries have passed, w1's lease has not */
-    assert_int_equal(run(f->b, "claims_maintain", 4, params), 0);
+    assert_int_equal(run(f->b, "claims_maintain", 5, params), 0);
     /* soft expiry of w1's lease: S2 (work) is handed to the live w2, S3
      * (no work) is freed, S1 (mid-submission) stays */
     itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
                      "WHERE instance_id = 'w1'");
-    assert_int_equal(run(f->b, "claims_maintain", 4, params), 2);
+    assert_int_equal(run(f->b, "claims_maintain", 5, params), 2);
     assert_holder(f, S1, "w1");
     assert_holder(f, S2, "w2");
     assert_holder(f, S3, "-");
@@ -292,7 +292,7 @@ static void test_maintenance_follows_the_holders_lease(void **state)
     /* hard expiry: S1 goes too, to the live w2 (its batch is followed up there) */
     itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = now() - interval '1 s' "
                      "WHERE instance_id = 'w1'");
-    assert_int_equal(run(f->b, "claims_maintain", 4, params), 1);
+    assert_int_equal(run(f->b, "claims_maintain", 5, params), 1);
     assert_holder(f, S1, "w2");
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                         "WHERE claimant = 'w1'"),
@@ -305,8 +305,8 @@ static void test_maintenance_frees_when_none_is_live(void **state)
     struct fixture *f = *state;
     hold(f, S2, "w1");
     itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
-    const char *params[] = {"w2", "1000", "5000", "10000"};
-    assert_int_equal(run(f->b, "claims_maintain", 4, params), 1);
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
+    assert_int_equal(run(f->b, "claims_maintain", 5, params), 1);
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                         "WHERE claimant IS NOT NULL"),
                      0);
@@ -327,14 +327,37 @@ static void test_maintenance_spreads_over_the_live(void **state)
     }
     itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
                      "WHERE instance_id = 'w1'");
-    const char *params[] = {"w2", "1000", "5000", "10000"};
-    assert_int_equal(run(f->b, "claims_maintain", 4, params), 200);
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
+    assert_int_equal(run(f->b, "claims_maintain", 5, params), 200);
     int64_t w2 = itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                     "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'");
     int64_t w3 = itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                     "WHERE service_id LIKE 'sprea-%' AND claimant = 'w3'");
     assert_int_equal(w2 + w3, 200);
     assert_true(w2 >= 70 && w3 >= 70);
+}
+
+/* At most so many to each receiver in one step; the rest are freed. */
+static void test_maintenance_hands_each_a_bounded_number(void **state)
+{
+    struct fixture *f = *state;
+    char svc[32];
+    for (int i = 0; i < 200; i++) {
+        snprintf(svc, sizeof(svc), "sprea-aaaaa::%04d", i);
+        enqueue(f, f->a, svc, NULL);
+        hold(f, svc, "w1");
+    }
+    itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
+                     "WHERE instance_id = 'w1'");
+    const char *params[] = {"w2", "1000", "5000", "10000", "50"};
+    assert_int_equal(run(f->b, "claims_maintain", 5, params), 200);
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'"),
+                     50);
+    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
+                                        "WHERE service_id LIKE 'sprea-%' AND claimant IS NULL "
+                                        "AND has_work"),
+                     150);
 }
 
 int main(void)
@@ -350,6 +373,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_frees_when_none_is_live, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_spreads_over_the_live, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_hands_each_a_bounded_number, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

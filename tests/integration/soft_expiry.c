@@ -115,7 +115,7 @@ static void set_batch(struct fixture *f, int k, const char *assignments)
 }
 
 /* Maintenance as another worker runs it. */
-static const char *const maintain_params[] = {"w2", "1000", "5000", "10000"};
+static const char *const maintain_params[] = {"w2", "1000", "5000", "10000", "2000"};
 
 static int64_t submitting(struct fixture *f)
 {
@@ -153,7 +153,7 @@ static void race_maintenance(struct fixture *f)
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    int rc = qw_db_query(f->b, "claims_maintain", 4, maintain_params, &res, &err);
+    int rc = qw_db_query(f->b, "claims_maintain", 5, maintain_params, &res, &err);
     if (rc == QW_OK) {
         int freed = qw_db_res_rows(res);
         qw_db_res_free(res);
@@ -171,13 +171,13 @@ static void race_maintenance(struct fixture *f)
 
     /* The re-run, on a snapshot that sees the batch mid-submission. */
     itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->b, "claims_maintain", 4, maintain_params, 0);
+    query(f->b, "claims_maintain", 5, maintain_params, 0);
     itest_exec(f->b, "COMMIT");
     /* Hard expiry frees it, mid-submission or not. */
     itest_exec(f->b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
     itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = lease_1");
     itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->b, "claims_maintain", 4, maintain_params, 1);
+    query(f->b, "claims_maintain", 5, maintain_params, 1);
     itest_exec(f->b, "COMMIT");
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                         "WHERE claimant IS NULL AND claim_epoch = 4"),
@@ -206,18 +206,18 @@ static void test_mark_races_soft_expiry_read_committed(void **state)
     mark(f, 0, 1);
     wait_soft_expiry(f);
     itest_exec(f->b, "BEGIN ISOLATION LEVEL READ COMMITTED");
-    query(f->b, "claims_maintain", 4, maintain_params, 0);
+    query(f->b, "claims_maintain", 5, maintain_params, 0);
     itest_exec(f->b, "COMMIT");
     itest_exec(f->a, "COMMIT");
     itest_exec(f->b, "BEGIN ISOLATION LEVEL READ COMMITTED");
-    query(f->b, "claims_maintain", 4, maintain_params, 0);
+    query(f->b, "claims_maintain", 5, maintain_params, 0);
     itest_exec(f->b, "COMMIT");
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                         "WHERE claimant = 'w1' AND claim_epoch = 3"),
                      1);
     itest_exec(f->b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
     itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = lease_1");
-    query(f->b, "claims_maintain", 4, maintain_params, 1);
+    query(f->b, "claims_maintain", 5, maintain_params, 1);
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                         "WHERE claimant IS NULL AND claim_epoch = 4"),
                      1);
@@ -240,7 +240,7 @@ static void test_soft_expiry_frees_an_idle_claim(void **state)
     set_batch(f, 0, "submitted = true, status = 'Pending', attempts = 1");
     wait_soft_expiry(f);
     itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->b, "claims_maintain", 4, maintain_params, 1);
+    query(f->b, "claims_maintain", 5, maintain_params, 1);
     itest_exec(f->b, "COMMIT");
 }
 
