@@ -312,13 +312,9 @@ static void test_maintenance_frees_when_none_is_live(void **state)
                      0);
 }
 
-/* The handed-over claims are spread over the live instances by service. */
-static void test_maintenance_spreads_over_the_live(void **state)
+/* w1 holds 200 services with work (sprea-...) and its lease runs out. */
+static void w1_dies_holding_200(struct fixture *f)
 {
-    struct fixture *f = *state;
-    itest_exec(f->a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
-                     "lease_2) VALUES ('w3', 'h', 3, 'v', now() + interval '1 h', "
-                     "now() + interval '2 h')");
     char svc[32];
     for (int i = 0; i < 200; i++) {
         snprintf(svc, sizeof(svc), "sprea-aaaaa::%04d", i);
@@ -327,6 +323,16 @@ static void test_maintenance_spreads_over_the_live(void **state)
     }
     itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
                      "WHERE instance_id = 'w1'");
+}
+
+/* The handed-over claims are spread over the live instances by service. */
+static void test_maintenance_spreads_over_the_live(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
+                     "lease_2) VALUES ('w3', 'h', 3, 'v', now() + interval '1 h', "
+                     "now() + interval '2 h')");
+    w1_dies_holding_200(f);
     const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
     assert_int_equal(run(f->b, "claims_maintain", 5, params), 200);
     int64_t w2 = itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
@@ -341,14 +347,7 @@ static void test_maintenance_spreads_over_the_live(void **state)
 static void test_maintenance_hands_each_a_bounded_number(void **state)
 {
     struct fixture *f = *state;
-    char svc[32];
-    for (int i = 0; i < 200; i++) {
-        snprintf(svc, sizeof(svc), "sprea-aaaaa::%04d", i);
-        enqueue(f, f->a, svc, NULL);
-        hold(f, svc, "w1");
-    }
-    itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
-                     "WHERE instance_id = 'w1'");
+    w1_dies_holding_200(f);
     const char *params[] = {"w2", "1000", "5000", "10000", "50"};
     assert_int_equal(run(f->b, "claims_maintain", 5, params), 200);
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
