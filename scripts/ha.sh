@@ -286,11 +286,16 @@ YML
 
 # ---- processes ---------------------------------------------------------------------
 
+# ha_alive PIDFILE: the process runs. A killed one that its parent has not
+# reaped yet (a zombie: kill -0 still succeeds) counts as dead, so heal
+# restarts it.
 ha_alive() {
-    local f=$1 pid
+    local f=$1 pid state
     [ -f "$f" ] || return 1
     pid=$(cat "$f")
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    state=$(ps -o stat= -p "$pid" 2>/dev/null) || return 1
+    case "$state" in Z* | "") return 1 ;; esac
 }
 
 ha_etcd_start() {
