@@ -173,12 +173,7 @@ static void test_bulk_load_skips_the_trigger(void **state)
     size_t len = strlen(hex) / 2;
     uint8_t *payload = malloc(len);
     assert_int_equal(qw_hex_decode(hex, strlen(hex), payload, len), (long)len);
-    char *path = strdup("/tmp/qwtrust.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    assert_int_equal(fwrite(payload, 1, len, f), len);
-    fclose(f);
+    char *path = itest_temp_file("qwtrust", payload, len);
     const char *single[] = {itest_queuer_bin(), "enqueue", "--service", one, "--batch-id", id,
                             "--payload-file",   path,      NULL};
     rc = itest_run(single, env, NULL, NULL, &err);

@@ -21,6 +21,7 @@
 #include "itest.h"
 
 #include "common/embedded.h"
+#include "common/hex.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -106,13 +107,7 @@ static char *conninfo_value(const char *conninfo, const char *key)
 
 static char *write_file(const char *text)
 {
-    char *path = strdup("/tmp/qwcli.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    size_t len = strlen(text);
-    assert_int_equal(write(fd, text, len), (ssize_t)len);
-    close(fd);
-    return path;
+    return itest_temp_file("qwcli", text, strlen(text));
 }
 
 static char *gen_tsv(int services, int batches, const char *prefix)
@@ -518,13 +513,9 @@ static void test_enqueue_and_prune_output(void **state)
     hex = strrchr(tsv, '\t') + 1;
     hex[strcspn(hex, "\n")] = '\0';
     size_t nbytes = strlen(hex) / 2;
-    char *payload = malloc(nbytes);
-    for (size_t k = 0; k < nbytes; k++)
-        sscanf(hex + 2 * k, "%2hhx", (unsigned char *)&payload[k]);
-    char *path = strdup("/tmp/qwcli-payload.XXXXXX");
-    int fd = mkstemp(path);
-    assert_int_equal(write(fd, payload, nbytes), (ssize_t)nbytes);
-    close(fd);
+    uint8_t *payload = malloc(nbytes);
+    assert_int_equal(qw_hex_decode(hex, strlen(hex), payload, nbytes), (long)nbytes);
+    char *path = itest_temp_file("qwcli-payload", payload, nbytes);
     r = run(env, NULL, "enqueue", "--service", service, "--batch-id", id, "--payload-file", path,
             "--json", NULL);
     expect_rc(&r, 0);

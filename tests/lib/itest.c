@@ -258,3 +258,15 @@ void itest_enqueue_sample(struct qw_db *db, const char *service, uint64_t seed, 
     if (itest_enqueue_sample_try(db, service, seed, id_out, &err) != QW_OK)
         fail_msg("enqueue %s: %s", service, err.msg);
 }
+
+char *itest_temp_file(const char *hint, const void *data, size_t len)
+{
+    const char *dir = getenv("TMPDIR");
+    char *path = NULL;
+    assert_true(asprintf(&path, "%s/%s-XXXXXX", dir && *dir ? dir : "/tmp", hint) > 0);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+    return path;
+}

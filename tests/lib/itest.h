@@ -35,6 +35,12 @@ int64_t itest_scalar(struct qw_db *db, const char *sql);
 char *itest_string(struct qw_db *db, const char *sql);
 
 /**
+ * Writes `len` bytes to a new file in $TMPDIR (or /tmp) named `hint`-XXXXXX
+ * and returns its malloc'd path; the caller unlinks and frees it.
+ */
+char *itest_temp_file(const char *hint, const void *data, size_t len);
+
+/**
  * Runs `argv` (argv[0] a path) with `env` entries ("NAME=value") added to
  * the environment, `input` (may be NULL) on stdin; captures stdout and
  * stderr into malloc'd strings if the pointers are not NULL. Returns the
