@@ -5,6 +5,7 @@
  *
  *   bench-analyze FILE|-
  *   bench-analyze --wait-final N --timeout-s S FILE
+ *   bench-analyze --enqueue-log ELOG --warmup-s W FILE
  *
  * The second form follows a log that the simulator is still writing until N
  * batches have become final (exit 0) or S seconds have passed (exit 3); it
@@ -14,6 +15,7 @@
  * Exit status: 0 on success, 1 when the log cannot be read or holds no
  * batch that became final, 2 on bad usage, 3 on a wait that timed out.
  */
+#include "openloop.h"
 #include "simlog.h"
 
 #include "common/err.h"
@@ -67,15 +69,21 @@ static int to_event(json_t *obj, struct qw_simlog_event *ev)
     return QW_OK;
 }
 
-/* Parses and feeds one complete line. Returns QW_OK, QW_ERR_INVALID, QW_ERR_NOMEM. */
-static int feed_line(struct qw_simlog *log, const char *line, size_t len)
+/*
+ * Parses and feeds one complete line to `log` and, if not NULL, `ol`.
+ * Returns QW_OK, QW_ERR_INVALID, QW_ERR_NOMEM.
+ */
+static int feed_line(struct qw_simlog *log, struct qw_openloop *ol, const char *line, size_t len)
 {
     json_error_t jerr;
     json_t *obj = json_loadb(line, len, 0, &jerr);
     struct qw_simlog_event ev;
     int rc = QW_ERR_INVALID;
-    if (json_is_object(obj) && to_event(obj, &ev) == QW_OK)
+    if (json_is_object(obj) && to_event(obj, &ev) == QW_OK) {
         rc = qw_simlog_feed(log, &ev);
+        if (rc == QW_OK && ol)
+            rc = qw_openloop_feed(ol, &ev);
+    }
     json_decref(obj);
     return rc;
 }
@@ -95,7 +103,8 @@ struct reader {
  * last line without its newline (still being written) is left for the next
  * call. Returns QW_OK, QW_ERR_NOMEM or QW_ERR_IO.
  */
-static int read_available(struct reader *r, struct qw_simlog *log, bool follow)
+static int read_available(struct reader *r, struct qw_simlog *log, struct qw_openloop *ol,
+                          bool follow)
 {
     for (;;) {
         long start = follow ? ftell(r->in) : 0;
@@ -110,7 +119,7 @@ static int read_available(struct reader *r, struct qw_simlog *log, bool follow)
         r->lineno++;
         if (len <= 1)
             continue;
-        int rc = feed_line(log, r->line, (size_t)len);
+        int rc = feed_line(log, ol, r->line, (size_t)len);
         if (rc == QW_ERR_NOMEM) {
             fprintf(stderr, "bench-analyze: out of memory at line %lu\n", r->lineno);
             return rc;
@@ -138,7 +147,7 @@ static int wait_final(struct reader *r, struct qw_simlog *log, uint64_t want, do
 {
     double deadline = mono_s() + timeout_s;
     for (;;) {
-        int rc = read_available(r, log, true);
+        int rc = read_available(r, log, NULL, true);
         if (rc != QW_OK)
             return 1;
         if (qw_simlog_batches_final(log) >= want)
@@ -174,7 +183,8 @@ static void print_figures(const struct qw_simlog_figures *f, unsigned long skipp
 static int usage(void)
 {
     fprintf(stderr, "usage: bench-analyze SIM-EVENT-LOG.ndjson|-\n"
-                    "       bench-analyze --wait-final N --timeout-s S SIM-EVENT-LOG.ndjson\n");
+                    "       bench-analyze --wait-final N --timeout-s S SIM-EVENT-LOG.ndjson\n"
+                    "       bench-analyze --enqueue-log ELOG --warmup-s W SIM-EVENT-LOG.ndjson\n");
     return EXIT_USAGE;
 }
 
@@ -189,10 +199,56 @@ static bool parse_number(const char *text, double min, double *out)
     return true;
 }
 
+/* Reads bench-load's "batch_id<TAB>service_id<TAB>t_us" lines into `ol`. */
+static int read_enqueue_log(const char *path, struct qw_openloop *ol)
+{
+    FILE *in = fopen(path, "r");
+    if (!in) {
+        perror(path);
+        return QW_ERR_IO;
+    }
+    char id[160], service[64];
+    long long t_us;
+    int rc = QW_OK;
+    unsigned long lineno = 0;
+    int got;
+    while ((got = fscanf(in, "%159s %63s %lld", id, service, &t_us)) == 3) {
+        lineno++;
+        rc = qw_openloop_enqueued(ol, id, service, (int64_t)t_us);
+        if (rc != QW_OK) {
+            fprintf(stderr, "bench-analyze: %s:%lu: bad enqueue record\n", path, lineno);
+            break;
+        }
+    }
+    if (rc == QW_OK && got != EOF) {
+        fprintf(stderr, "bench-analyze: %s: unreadable after line %lu\n", path, lineno);
+        rc = QW_ERR_INVALID;
+    }
+    fclose(in);
+    return rc;
+}
+
+static void print_openloop(const struct qw_openloop_figures *f)
+{
+    printf("w5_enqueued=%llu w5_measured=%llu w5_not_posted=%llu w5_prev_not_final=%llu "
+           "w5_p50_ms=%.2f w5_p99_ms=%.2f w5_max_ms=%.2f "
+           "w5_idle=%llu w5_idle_p50_ms=%.2f w5_idle_p99_ms=%.2f w5_idle_max_ms=%.2f "
+           "w5_next=%llu w5_next_p50_ms=%.2f w5_next_p99_ms=%.2f w5_next_max_ms=%.2f\n",
+           (unsigned long long)f->enqueued, (unsigned long long)f->measured,
+           (unsigned long long)f->not_posted, (unsigned long long)f->prev_not_final,
+           (double)f->all.p50_us / 1000.0, (double)f->all.p99_us / 1000.0,
+           (double)f->all.max_us / 1000.0, (unsigned long long)f->idle.n,
+           (double)f->idle.p50_us / 1000.0, (double)f->idle.p99_us / 1000.0,
+           (double)f->idle.max_us / 1000.0, (unsigned long long)f->next.n,
+           (double)f->next.p50_us / 1000.0, (double)f->next.p99_us / 1000.0,
+           (double)f->next.max_us / 1000.0);
+}
+
 int main(int argc, char **argv)
 {
-    double want = 0, timeout_s = 0;
+    double want = 0, timeout_s = 0, warmup_s = 0;
     const char *path;
+    const char *enqueue_log = NULL;
     bool waiting = false;
     if (argc == 2 && strcmp(argv[1], "--help") != 0) {
         path = argv[1];
@@ -201,6 +257,10 @@ int main(int argc, char **argv)
                parse_number(argv[4], 0, &timeout_s) && strcmp(argv[5], "-") != 0) {
         path = argv[5];
         waiting = true;
+    } else if (argc == 6 && strcmp(argv[1], "--enqueue-log") == 0 &&
+               strcmp(argv[3], "--warmup-s") == 0 && parse_number(argv[4], 0, &warmup_s)) {
+        enqueue_log = argv[2];
+        path = argv[5];
     } else {
         return usage();
     }
@@ -211,7 +271,8 @@ int main(int argc, char **argv)
         return 1;
     }
     struct qw_simlog *log = qw_simlog_new();
-    if (!log) {
+    struct qw_openloop *ol = enqueue_log ? qw_openloop_new() : NULL;
+    if (!log || (enqueue_log && !ol)) {
         fprintf(stderr, "bench-analyze: out of memory\n");
         return 1;
     }
@@ -219,7 +280,9 @@ int main(int argc, char **argv)
     if (waiting) {
         rc = wait_final(&r, log, (uint64_t)want, timeout_s);
     } else {
-        rc = read_available(&r, log, false) == QW_OK ? 0 : 1;
+        rc = ol && read_enqueue_log(enqueue_log, ol) != QW_OK ? 1 : 0;
+        if (rc == 0)
+            rc = read_available(&r, log, ol, false) == QW_OK ? 0 : 1;
         if (rc == 0) {
             struct qw_simlog_figures f;
             qw_simlog_figures(log, &f);
@@ -229,10 +292,20 @@ int main(int argc, char **argv)
                 rc = 1;
             }
         }
+        if (rc == 0 && ol) {
+            struct qw_openloop_figures of;
+            if (qw_openloop_figures(ol, (int64_t)(warmup_s * 1e6), &of) != QW_OK) {
+                fprintf(stderr, "bench-analyze: out of memory\n");
+                rc = 1;
+            } else {
+                print_openloop(&of);
+            }
+        }
     }
     free(r.line);
     if (r.in != stdin)
         fclose(r.in);
     qw_simlog_free(log);
+    qw_openloop_free(ol);
     return rc;
 }

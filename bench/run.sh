@@ -9,13 +9,16 @@
 #                [--out DIR] [--keep] [--pg-statements]
 #
 #   --quick        reduced sizes for a CI smoke run (about two minutes)
-#   --workload     any of W1 W2 W3 W4 W1F W6 G1 W7 WN WP WF (default: all but W6 and W7;
-#                  --quick also leaves out W1F)
+#   --workload     any of W1 W2 W3 W4 W1F W5 W6 G1 W7 WN WP WF (default: all but W6
+#                  and W7; --quick also leaves out W1F)
 #                    W1  1,000 services x 10 batches, K = 1, 2, 4
 #                    W2  10,000 services x 3 batches, K = 1, 4
 #                    W3  20 services x 500 batches, K = 4
 #                    W4  W1 with 20% of POSTs answered 429, K = 4
 #                    W1F W1 with K = 4 on a cluster with fsync/synchronous_commit off
+#                    W5  open loop: 1,500 batches/s enqueued over 1,000 services
+#                        for 60 s while K = 4 workers drain them; the
+#                        queuer's own overhead per batch (bench/openloop.h)
 #                    W6  100,000 services x 2 batches, K = 8 (W6-k8) and 16 (W6-k16):
 #                        the claim cycle at scale (issue #10)
 #                    G1  W1 through graphile-worker
@@ -39,6 +42,9 @@
 # BENCH_GW_CONCURRENCY (32), BENCH_GW_LOCAL_QUEUE (64),
 # BENCH_GW_COMPLETE_BATCH_MS (0) for graphile-worker; BENCH_SIM_DELAY_MS (20);
 # BENCH_ANALYZE: a bench-analyze binary to use instead of the build's;
+# BENCH_W5_RATE (1500; --quick 300), BENCH_W5_SECONDS (60; --quick 10),
+# BENCH_W5_WARMUP_S (5; --quick 3): the W5 load and the first seconds of it
+# left out of its figures;
 # BENCH_WORKER_ROLE=1: workers log in as a member of queuer_worker (as in
 # production) instead of the superuser that owns the schema.
 # BENCH_PG_CONF: extra postgresql.conf lines for the benchmark clusters
@@ -86,13 +92,13 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -z "$WORKLOADS" ]; then
-    if [ "$QUICK" = 1 ]; then WORKLOADS=W1,W2,W3,W4,G1,WN,WP,WF; else WORKLOADS=W1,W2,W3,W4,W1F,G1,WN,WP,WF; fi
+    if [ "$QUICK" = 1 ]; then WORKLOADS=W1,W2,W3,W4,W5,G1,WN,WP,WF; else WORKLOADS=W1,W2,W3,W4,W1F,W5,G1,WN,WP,WF; fi
 fi
 for w in ${WORKLOADS//,/ }; do
     case $w in
-    W1 | W2 | W3 | W4 | W1F | W6 | G1 | W7 | WN | WP | WF) ;;
+    W1 | W2 | W3 | W4 | W1F | W5 | W6 | G1 | W7 | WN | WP | WF) ;;
     *)
-        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F W6 G1 W7 WN WP WF)" >&2
+        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F W5 W6 G1 W7 WN WP WF)" >&2
         exit 2
         ;;
     esac
@@ -109,6 +115,15 @@ GW_PROCS=${BENCH_GW_PROCS:-1}
 GW_CONCURRENCY=${BENCH_GW_CONCURRENCY:-32}
 GW_LOCAL_QUEUE=${BENCH_GW_LOCAL_QUEUE:-64}
 GW_COMPLETE_BATCH_MS=${BENCH_GW_COMPLETE_BATCH_MS:-0}
+if [ "$QUICK" = 1 ]; then
+    W5_RATE=${BENCH_W5_RATE:-300}
+    W5_SECONDS=${BENCH_W5_SECONDS:-10}
+    W5_WARMUP_S=${BENCH_W5_WARMUP_S:-3}
+else
+    W5_RATE=${BENCH_W5_RATE:-1500}
+    W5_SECONDS=${BENCH_W5_SECONDS:-60}
+    W5_WARMUP_S=${BENCH_W5_WARMUP_S:-5}
+fi
 OUT=${OUT:-$ROOT/bench/out/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -140,6 +155,7 @@ build_release
 QUEUER_BIN=$BUILD/src/queuer
 SCABBARD_SIM_BIN=$BUILD/sim/scabbard-sim
 QUEUER_GEN_BIN=$BUILD/tools/queuer-gen
+LOADGEN=$BUILD/bench/bench-load
 ANALYZE=${BENCH_ANALYZE:-$BUILD/bench/bench-analyze}
 export QUEUER_BIN SCABBARD_SIM_BIN
 [ -x "$ANALYZE" ] || die "$ANALYZE is missing: the top-level meson.build needs subdir('bench')"
@@ -257,6 +273,7 @@ workload_size() {
     if [ "$QUICK" = 1 ]; then
         case $1 in
         W1 | W4 | W1F | G1) echo "200 5" ;;
+        W5) echo "200 -" ;;
         W2) echo "2000 2" ;;
         W3) echo "5 20" ;;
         W6) echo "10000 2" ;;
@@ -265,6 +282,7 @@ workload_size() {
     else
         case $1 in
         W1 | W4 | W1F | G1) echo "1000 10" ;;
+        W5) echo "1000 -" ;;
         W2) echo "10000 3" ;;
         W3) echo "20 500" ;;
         W6) echo "100000 2" ;;
@@ -389,15 +407,20 @@ drop_db() {
     psql -X -q "$PG_ADMIN" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >>"$LOG" 2>&1 || true
 }
 
-printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\twarnings\tload1\tclaims_txns\tclaims_txn_p50_ms\tclaims_txn_p99_ms\tclaims_ser_failures_per_txn\tcycle_p99_ms\tseq_scans_claims\tseq_scans_batches\tcycle_failed\n' >"$RESULTS"
+printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\twarnings\tload1\tclaims_txns\tclaims_txn_p50_ms\tclaims_txn_p99_ms\tclaims_ser_failures_per_txn\tcycle_p99_ms\tseq_scans_claims\tseq_scans_batches\tcycle_failed\tw5_p50_ms\tw5_p99_ms\tw5_max_ms\tw5_idle\tw5_idle_p50_ms\tw5_idle_p99_ms\tw5_next\tw5_next_p50_ms\tw5_next_p99_ms\tw5_measured\tload_rate\tload_refused\tload_max_late_ms\n' >"$RESULTS"
 
 # Appends one result row. $1 name, $2 workload, $3 K, $4 fsync, $5 services,
 # $6 batches/service, $7 enqueue seconds, $8 worker summary sums ("" for G1),
 # $9 warning and error lines in the workers' logs, $10 the claim-cycle
-# figures (claims_figures; "" for G1).
+# figures (claims_figures; "" for G1). W5 runs set ANALYZE_ARGS
+# (bench-analyze's --enqueue-log form) and LOAD_FIG (bench-load's summary).
+ANALYZE_ARGS=()
+LOAD_FIG=""
 record() {
-    local name=$1 wl=$2 k=$3 fsync=$4 s=$5 b=$6 enq=$7 sums=$8 warnings=$9 claims=${10} fig
-    fig=$("$ANALYZE" "$QW_SIM_LOG" 2>>"$LOG") || true
+    local name=$1 wl=$2 k=$3 fsync=$4 s=$5 b=$6 enq=$7 sums=$8 warnings=$9 claims=${10} fig w5
+    fig=$("$ANALYZE" "${ANALYZE_ARGS[@]}" "$QW_SIM_LOG" 2>>"$LOG") || true
+    w5=$(printf '%s\n' "$fig" | sed -n 2p)
+    fig=$(printf '%s\n' "$fig" | sed -n 1p)
     local batches xc xr
     batches=$(bench_kv batches "$fig")
     batches=${batches:-0}
@@ -412,7 +435,12 @@ record() {
         -v rss="$RSS_MAX" -v rsslist="$RSS_LIST" -v wt="$PROC_TICKS" \
         -v pgt="$((PG_T1 - PG_T0))" -v simt="$((SIM_T1 - SIM_T0))" -v hz="$BENCH_CLK_TCK" \
         -v span="$(bench_kv span_s "$fig")" -v enq="$enq" -v sums="$sums" -v warn="$warnings" -v load1="$RUN_LOAD1" \
-        -v claims="$claims" 'BEGIN {
+        -v claims="$claims" -v w5="$w5" -v lf="$LOAD_FIG" 'function kv(line, key,   i, n, w) {
+            n = split(line, w, " ")
+            for (i = 1; i <= n; i++) if (index(w[i], key "=") == 1) return substr(w[i], length(key) + 2)
+            return "-"
+        }
+        BEGIN {
             split(sums, a, " ")
             if (split(claims, c, " ") != 8) for (i = 1; i <= 8; i++) c[i] = "-"
             per = n > 0 ? 1000 / n : 0
@@ -423,7 +451,11 @@ record() {
                 sprintf("%.3f", simt / hz * per), span, enq,
                 (sums == "" ? "-" : a[1]), (sums == "" ? "-" : a[2]),
                 (sums == "" ? "-" : a[3]), (sums == "" ? "-" : a[4]), warn, load1,
-                c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
+                c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8],
+                kv(w5, "w5_p50_ms"), kv(w5, "w5_p99_ms"), kv(w5, "w5_max_ms"), kv(w5, "w5_idle"),
+                kv(w5, "w5_idle_p50_ms"), kv(w5, "w5_idle_p99_ms"), kv(w5, "w5_next"),
+                kv(w5, "w5_next_p50_ms"), kv(w5, "w5_next_p99_ms"), kv(w5, "w5_measured"),
+                kv(lf, "load_rate"), kv(lf, "load_refused"), kv(lf, "load_max_late_ms")
         }' >>"$RESULTS"
     say "$name: $(tail -1 "$RESULTS" | cut -f7-13 | tr '\t' ' ')"
 }
@@ -463,7 +495,7 @@ elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b 
 run_queuer() {
     local wl=$1 k=$2 fsync=$3
     shift 3
-    local s b name dir tsv t0 enq i pids=() f sums line
+    local s b name dir tsv="" t0 enq i pids=() f sums line n
     read -r s b <<<"$(workload_size "$wl")"
     name=${RUN_NAME:-$wl-k$k}
     dir=$WORK/$name
@@ -472,13 +504,20 @@ run_queuer() {
     use_cluster "$fsync"
     local db=${name//-/_}
     new_db "b_${db,,}"
-    tsv=$(workload_tsv "$s" "$b")
-    say "$name: $s services x $b batches, $k worker(s), fsync=$fsync $*"
     qw_migrate "$LOG" "$DB_CONNINFO" || die "migrate failed"
     w7_capacity "$name"
-    t0=$(date +%s.%N)
-    QUEUER_DATABASE_CONNINFO=$DB_CONNINFO qw_load_tsv "$tsv" >>"$LOG" 2>&1 || die "enqueue failed"
-    enq=$(elapsed_since "$t0")
+    if [ "$wl" = W5 ]; then
+        say "$name: $W5_RATE batches/s over $s services for $W5_SECONDS s, $k worker(s), fsync=$fsync $*"
+        enq=-
+        n=0
+    else
+        tsv=$(workload_tsv "$s" "$b")
+        say "$name: $s services x $b batches, $k worker(s), fsync=$fsync $*"
+        t0=$(date +%s.%N)
+        QUEUER_DATABASE_CONNINFO=$DB_CONNINFO qw_load_tsv "$tsv" >>"$LOG" 2>&1 || die "enqueue failed"
+        enq=$(elapsed_since "$t0")
+        n=$((s * b))
+    fi
     psql -X -q "$DB_CONNINFO" -c "VACUUM ANALYZE" -c "CHECKPOINT" >>"$LOG" 2>&1
     db_settle
     statements_reset
@@ -498,10 +537,21 @@ run_queuer() {
         RUN_PIDS+=("${pids[-1]}")
     done
     activity_start "$dir/pg_activity.log"
+    if [ "$wl" = W5 ]; then
+        # the open-loop load, once the workers are up; it runs W5_SECONDS
+        sleep 1
+        QUEUER_DATABASE_CONNINFO=$DB_CONNINFO "$LOADGEN" --rate "$W5_RATE" --services "$s" \
+            --seconds "$W5_SECONDS" --out "$dir/enqueue.tsv" >"$dir/load.out" 2>>"$LOG" &
+        RUN_PIDS+=("$!")
+        wait "${RUN_PIDS[-1]}" || die "bench-load failed (see $LOG)"
+        LOAD_FIG=$(tail -1 "$dir/load.out")
+        n=$(bench_kv load_batches "$LOAD_FIG")
+        ANALYZE_ARGS=(--enqueue-log "$dir/enqueue.tsv" --warmup-s "$W5_WARMUP_S")
+    fi
     # (the predicate of the batches_open index: no sequential scan of its own)
-    wait_all_final $((s * b)) \
+    wait_all_final "$n" \
         "NOT EXISTS (SELECT 1 FROM queuer.batches WHERE status IS NULL OR status IN ('Pending', 'Unknown', 'Delayed'))" \
-        "$(run_timeout_s $((s * b)))"
+        "$(run_timeout_s "$n")"
     snap_after
     w7_after_drain "$dir"
     collect_procs "${pids[@]}"
@@ -522,6 +572,8 @@ run_queuer() {
     [ "$wl" != W7 ] || w7_order_violations "$dir" "$tsv" >"$dir/order_violations"
     record "$name" "$wl" "$k" "$fsync" "$s" "$b" "$enq" "$sums" \
         "$(cat "$dir"/w*.log | grep -c 'level=warn\|level=error' || true)" "$(claims_figures "$dir")"
+    ANALYZE_ARGS=()
+    LOAD_FIG=""
     statements_dump "$dir/pg_statements.txt"
     drop_db
 }
@@ -605,6 +657,9 @@ for wl in ${WORKLOADS//,/ }; do
     W1F)
         for k in $(workload_workers W1F); do run_queuer W1F "$k" off; done
         ;;
+    W5)
+        for k in $(workload_workers W5); do run_queuer W5 "$k" on; done
+        ;;
     W6)
         for k in $(workload_workers W6); do run_queuer W6 "$k" on; done
         ;;
@@ -633,12 +688,12 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "$MACHINE_BEFORE; after the runs: load average $LOAD_AFTER; took $(($(date +%s) - START_S)) s"
     echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off)${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}${BENCH_PG_CONF:+; PostgreSQL settings: $(echo "$BENCH_PG_CONF" | paste -sd';' -)}"
     echo
-    echo "| run | services x batches | workers | batches/s | turnaround p50 / p99 ms | DB commits/batch | ledger requests/batch | worker RSS peak MB | CPU s/1k batches: workers / PostgreSQL / sim |"
+    echo "| run | services x batches | workers | batches/s | turnaround p50 / p99 ms | DB commits/batch | ledger requests/batch | worker RSS peak MB | CPU s/1k batches: workers / PostgreSQL / sim (total) |"
     echo "|---|---|---|---|---|---|---|---|---|"
     awk -F'\t' 'NR > 1 {
         st = $7 == "ok" ? "" : " (" $7 ")"
-        printf "| %s%s | %s x %s | %s | %s | %s / %s | %s | %s | %s | %s / %s / %s |\n",
-            $1, st, $5, $6, $3, $9, $10, $11, $13, $15, $19, $21, $22, $23
+        printf "| %s%s | %s x %s | %s | %s | %s / %s | %s | %s | %s | %s / %s / %s (%.3f) |\n",
+            $1, st, $5, $6, $3, $9, $10, $11, $13, $15, $19, $21, $22, $23, $21 + $22 + $23
     }' "$RESULTS"
     echo
     echo "| run | batches | span s | POSTs (429) | GETs | turnaround max ms | rollbacks/batch | worker RSS MB each | serialization retries | outcome flushes | outcomes | cycles | worker warnings | enqueue s | load before |"
@@ -655,6 +710,18 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     awk -F'\t' 'NR > 1 && $2 != "G1" {
         printf "| %s | %s | %s / %s | %s | %s | %s / %s | %s |\n", $1, $32, $33, $34, $35, $36, $37, $38, $39
     }' "$RESULTS"
+    if awk -F'\t' 'NR > 1 && $2 == "W5" { found = 1 } END { exit !found }' "$RESULTS"; then
+        echo
+        echo "W5, open loop (${W5_RATE} batches/s offered for ${W5_SECONDS} s; the first ${W5_WARMUP_S} s left out): the queuer's own overhead per batch, from when a batch could go (its enqueue committed, or its predecessor final at the ledger) to its first POST"
+        echo
+        echo "| run | services | workers | offered / achieved batches/s | batches measured | overhead p50 / p99 / max ms | idle head of a service: n, p50 / p99 ms | next after a commit: n, p50 / p99 ms | refused (back pressure) | load generator late, max ms |"
+        echo "|---|---|---|---|---|---|---|---|---|---|"
+        awk -F'\t' -v rate="$W5_RATE" 'NR > 1 && $2 == "W5" {
+            st = $7 == "ok" ? "" : " (" $7 ")"
+            printf "| %s%s | %s | %s | %s / %s | %s | %s / %s / %s | %s, %s / %s | %s, %s / %s | %s | %s |\n",
+                $1, st, $5, $3, rate, $50, $49, $40, $41, $42, $43, $44, $45, $46, $47, $48, $51, $52
+        }' "$RESULTS"
+    fi
     awk -F'\t' -v procs="$GW_PROCS" -v conc="$GW_CONCURRENCY" -v lq="$GW_LOCAL_QUEUE" \
         -v cb="$GW_COMPLETE_BATCH_MS" 'NR > 1 {
             if ($1 == "W1-k4") q = $9
@@ -706,6 +773,21 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             }
             if (w8 != "" && w16 != "") printf "- W6 with 16 workers no worse than with 8: %s vs %s (%s)\n", w16, w8, verdict(w16 >= w8)
             if (w1k1 != "" && w1k4 != "") printf "- W1 with 4 workers >= W1 with 1 worker: %s vs %s (%s)\n", w1k4, w1k1, verdict(w1k4 >= w1k1)
+        }' "$RESULTS"
+    awk -F'\t' -v quick="$QUICK" 'function verdict(ok) { return ok ? "met" : "MISSED" }
+        NR > 1 {
+            if ($1 == "W1-k1") w1k1 = $9
+            if ($1 == "W1-k2") w1k2 = $9
+            if ($1 == "W1-k4") { w1 = $9; cw = $21; cp = $22; cs = $23 }
+            if ($2 == "W5" && w5run == "") { w5p50 = $40; w5p99 = $41; w5run = $1 }
+        }
+        END {
+            if (w1 == "" && w5run == "") exit
+            print "\nTargets (issue #12)" (quick ? ", indicative only: --quick sizes are not the workloads the targets name" : "") ":"
+            if (w1 != "") printf "- W1 with 4 workers >= 6,000 batches/s: %s (%s)\n", w1, verdict(w1 >= 6000)
+            if (w1 != "" && w1k2 != "" && w1k1 != "") printf "- W1: 4 workers >= 2 workers >= 1 worker: %s / %s / %s (%s)\n", w1, w1k2, w1k1, verdict(w1 >= w1k2 && w1k2 >= w1k1)
+            if (w1 != "") printf "- total CPU per batch <= 0.3 ms (W1, 4 workers): %.3f ms = workers %s + PostgreSQL %s + sim %s (%s)\n", cw + cp + cs, cw, cp, cs, verdict(cw + cp + cs <= 0.3)
+            if (w5run != "") printf "- W5 queuer overhead p50 <= 5 ms, p99 <= 50 ms (%s): %s / %s ms (%s)\n", w5run, w5p50, w5p99, verdict(w5p50 != "-" && w5p50 <= 5 && w5p99 <= 50)
         }' "$RESULTS"
     w7_report
     scheduling_report
