@@ -19,16 +19,24 @@
 #define RETRY_AFTER_VALUE_MAX 128          /* bytes of a Retry-After value kept, with the NUL */
 #define TCP_KEEPIDLE_S 30L                 /* idle time before TCP keep-alive probes, seconds */
 #define TCP_KEEPINTVL_S 10L                /* interval between keep-alive probes, seconds */
+/* A kept transfer keeps its body and payload buffers up to this size, bytes. */
+#define KEEP_BUFFER_MAX 65536
 
-/* One transfer in flight. Owned by the client; freed after its callback. */
+/*
+ * One transfer in flight. Owned by the client; after its callback it is
+ * kept for the next transfer of the same kind (its easy handle keeps every
+ * option but the URL, the timeout and the POST size, and libcurl keeps its
+ * own buffers), or freed.
+ */
 struct qw_dlt_xfer {
-    struct qw_dlt_xfer *prev, *next;         /* links in the client's transfer list */
+    struct qw_dlt_xfer *prev, *next;         /* links in the client's transfer or idle list */
     CURL *easy;                              /* the curl handle of this transfer */
     enum qw_dlt_kind kind;                   /* POST or STATUS */
     int node;                                /* index of the node (base URL) it went to */
     void *user;                              /* the caller's pointer */
     char service_id[QW_SERVICE_ID_LEN + 1];  /* copy of the service_id */
     char *payload;                           /* POST: copy of the request body */
+    size_t payload_cap;                      /* POST: bytes allocated for payload */
     size_t payload_len;                      /* POST: bytes in payload */
     size_t payload_sent;                     /* POST: bytes handed to libcurl so far */
     size_t max_body;                         /* response cap, bytes */
@@ -41,6 +49,7 @@ struct qw_dlt_xfer {
     char errbuf[CURL_ERROR_SIZE];            /* libcurl's error text */
     int64_t start_us;                        /* monotonic start time, microseconds */
     size_t n_ids;                            /* STATUS: ids asked for */
+    size_t ids_cap;                          /* STATUS: entries allocated in the three arrays */
     char (*ids)[QW_BATCH_ID_LEN + 1];        /* STATUS: copies of the ids */
     const char **id_ptrs;                    /* STATUS: pointers into ids */
     struct qw_dlt_status *statuses;          /* STATUS: parsed result, n_ids entries */
@@ -62,6 +71,9 @@ struct qw_dlt_client {
     int in_flight;                   /* transfers started and not yet reported */
     bool in_callback;                /* a result callback is running */
     struct qw_dlt_xfer *head;        /* transfers in flight, newest first */
+    struct qw_dlt_xfer *idle[2];     /* finished transfers kept for reuse, per kind */
+    int n_idle;                      /* entries in both idle lists; in_flight + n_idle stays
+                                        within max_in_flight */
 };
 
 int qw_dlt_global_init(void)
@@ -244,6 +256,13 @@ void qw_dlt_client_free(struct qw_dlt_client *c)
         curl_multi_remove_handle(c->multi, x->easy);
         xfer_free(x);
     }
+    for (int kind = 0; kind < 2; kind++) {
+        while (c->idle[kind]) {
+            struct qw_dlt_xfer *x = c->idle[kind];
+            c->idle[kind] = x->next;
+            xfer_free(x);
+        }
+    }
     if (c->multi)
         curl_multi_cleanup(c->multi);
     headers_free(c->post_headers);
@@ -293,7 +312,8 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
     const size_t name_len = sizeof(name) - 1;
     if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
         x->retry_after[0] = '\0'; /* a new response (after 1xx) starts */
-    } else if (len > name_len && strncasecmp(data, name, name_len) == 0) {
+    } else if (len > name_len && (data[0] == 'R' || data[0] == 'r') &&
+               strncasecmp(data, name, name_len) == 0) {
         const char *value = data + name_len;
         size_t vlen = len - name_len;
         while (vlen > 0 && (value[vlen - 1] == '\r' || value[vlen - 1] == '\n'))
@@ -304,66 +324,6 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
         x->retry_after[vlen] = '\0';
     }
     return len;
-}
-
-/* Creates a transfer with the settings every request shares; NULL when out of memory. */
-static struct qw_dlt_xfer *xfer_new(struct qw_dlt_client *c, enum qw_dlt_kind kind, int node,
-                                    const char *service_id, void *user, const char *url,
-                                    long timeout_ms)
-{
-    struct qw_dlt_xfer *x = calloc(1, sizeof(*x));
-    if (!x)
-        return NULL;
-    x->kind = kind;
-    x->node = node;
-    x->user = user;
-    x->max_body = c->max_response_bytes;
-    memcpy(x->service_id, service_id, QW_SERVICE_ID_LEN); /* validated by the caller */
-    x->service_id[QW_SERVICE_ID_LEN] = '\0';
-    x->easy = curl_easy_init();
-    if (!x->easy) {
-        free(x);
-        return NULL;
-    }
-    CURL *e = x->easy;
-    bool ok = curl_easy_setopt(e, CURLOPT_URL, url) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, TCP_KEEPIDLE_S) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, TCP_KEEPINTVL_S) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_USERAGENT, "queuer/" QW_VERSION) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L) == CURLE_OK &&
-              (!c->ca_file || curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file) == CURLE_OK) &&
-              curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)c->max_response_bytes) ==
-                  CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_WRITEDATA, x) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_HEADERDATA, x) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf) == CURLE_OK &&
-              curl_easy_setopt(e, CURLOPT_PRIVATE, x) == CURLE_OK;
-    if (!ok) {
-        xfer_free(x);
-        return NULL;
-    }
-    return x;
-}
-
-/* Hands a prepared transfer to the multi handle; frees it on failure. */
-static int xfer_start(struct qw_dlt_client *c, struct qw_dlt_xfer *x)
-{
-    x->start_us = qw_clock_mono_us();
-    if (curl_multi_add_handle(c->multi, x->easy) != CURLM_OK) {
-        xfer_free(x);
-        return QW_ERR_IO;
-    }
-    list_link(c, x);
-    return QW_OK;
 }
 
 /* Feeds the POST body to libcurl. */
@@ -394,6 +354,145 @@ static int refuse_rewind(void *arg, curl_off_t offset, int origin)
     return CURL_SEEKFUNC_CANTSEEK;
 }
 
+/* Creates a transfer of `kind` with the options that never change; NULL when out of memory. */
+static struct qw_dlt_xfer *xfer_create(struct qw_dlt_client *c, enum qw_dlt_kind kind)
+{
+    struct qw_dlt_xfer *x = calloc(1, sizeof(*x));
+    if (!x)
+        return NULL;
+    x->kind = kind;
+    x->easy = curl_easy_init();
+    if (!x->easy) {
+        free(x);
+        return NULL;
+    }
+    CURL *e = x->easy;
+    bool ok = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, TCP_KEEPIDLE_S) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, TCP_KEEPINTVL_S) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_USERAGENT, "queuer/" QW_VERSION) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L) == CURLE_OK &&
+              (!c->ca_file || curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file) == CURLE_OK) &&
+              curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)c->max_response_bytes) ==
+                  CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_WRITEDATA, x) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_HEADERDATA, x) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_PRIVATE, x) == CURLE_OK;
+    if (ok && kind == QW_DLT_KIND_POST)
+        ok = curl_easy_setopt(e, CURLOPT_POST, 1L) == CURLE_OK &&
+             curl_easy_setopt(e, CURLOPT_READFUNCTION, read_payload) == CURLE_OK &&
+             curl_easy_setopt(e, CURLOPT_READDATA, x) == CURLE_OK &&
+             curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, refuse_rewind) == CURLE_OK &&
+             curl_easy_setopt(e, CURLOPT_SEEKDATA, x) == CURLE_OK &&
+             curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->post_headers) == CURLE_OK;
+    else if (ok)
+        ok = curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) == CURLE_OK &&
+             curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->get_headers) == CURLE_OK;
+    if (!ok) {
+        xfer_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+/*
+ * A transfer of `kind` for a new request: a kept one when there is one, else
+ * a new one (freeing a kept one of the other kind when the client already
+ * holds max_in_flight handles). Sets what is per request; NULL when out of
+ * memory.
+ */
+static struct qw_dlt_xfer *xfer_obtain(struct qw_dlt_client *c, enum qw_dlt_kind kind, int node,
+                                       const char *service_id, void *user, const char *url,
+                                       long timeout_ms)
+{
+    struct qw_dlt_xfer *x = c->idle[kind];
+    if (x) {
+        c->idle[kind] = x->next;
+        c->n_idle--;
+        x->next = NULL;
+    } else {
+        struct qw_dlt_xfer *other = c->idle[!kind];
+        if (other && c->in_flight + c->n_idle >= c->max_in_flight) {
+            c->idle[!kind] = other->next;
+            c->n_idle--;
+            xfer_free(other);
+        }
+        x = xfer_create(c, kind);
+        if (!x)
+            return NULL;
+    }
+    x->node = node;
+    x->user = user;
+    x->max_body = c->max_response_bytes;
+    memcpy(x->service_id, service_id, QW_SERVICE_ID_LEN); /* validated by the caller */
+    x->service_id[QW_SERVICE_ID_LEN] = '\0';
+    x->payload_len = 0;
+    x->payload_sent = 0;
+    x->body_len = 0;
+    if (x->body)
+        x->body[0] = '\0';
+    x->too_large = false;
+    x->result = CURLE_OK;
+    x->retry_after[0] = '\0';
+    x->errbuf[0] = '\0';
+    x->n_ids = 0;
+    if (curl_easy_setopt(x->easy, CURLOPT_URL, url) != CURLE_OK ||
+        curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, timeout_ms) != CURLE_OK) {
+        xfer_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+/*
+ * Keeps a finished transfer (already off the multi handle and the list) for
+ * reuse while the client holds fewer than max_in_flight handles; frees it
+ * otherwise. Buffers past KEEP_BUFFER_MAX (a large batch, a large answer)
+ * are not kept.
+ */
+static void xfer_recycle(struct qw_dlt_client *c, struct qw_dlt_xfer *x)
+{
+    if (c->in_flight + c->n_idle >= c->max_in_flight) {
+        xfer_free(x);
+        return;
+    }
+    if (x->body_cap > KEEP_BUFFER_MAX) {
+        free(x->body);
+        x->body = NULL;
+        x->body_cap = 0;
+    }
+    if (x->payload_cap > KEEP_BUFFER_MAX) {
+        free(x->payload);
+        x->payload = NULL;
+        x->payload_cap = 0;
+    }
+    x->user = NULL;
+    x->prev = NULL;
+    x->next = c->idle[x->kind];
+    c->idle[x->kind] = x;
+    c->n_idle++;
+}
+
+/* Hands a prepared transfer to the multi handle; frees it on failure. */
+static int xfer_start(struct qw_dlt_client *c, struct qw_dlt_xfer *x)
+{
+    x->start_us = qw_clock_mono_us();
+    if (curl_multi_add_handle(c->multi, x->easy) != CURLM_OK) {
+        xfer_free(x);
+        return QW_ERR_IO;
+    }
+    list_link(c, x);
+    return QW_OK;
+}
+
 int qw_dlt_post(struct qw_dlt_client *c, int node, const char *service_id, const void *payload,
                 size_t len, void *user)
 {
@@ -414,24 +513,23 @@ int qw_dlt_post(struct qw_dlt_client *c, int node, const char *service_id, const
         return rc;
     }
     struct qw_dlt_xfer *x =
-        xfer_new(c, QW_DLT_KIND_POST, node, service_id, user, url, c->request_timeout_ms);
+        xfer_obtain(c, QW_DLT_KIND_POST, node, service_id, user, url, c->request_timeout_ms);
     free(url);
     if (!x)
         return QW_ERR_NOMEM;
-    x->payload = malloc(len);
-    if (!x->payload) {
-        xfer_free(x);
-        return QW_ERR_NOMEM;
+    if (len > x->payload_cap) {
+        free(x->payload);
+        x->payload_cap = 0;
+        x->payload = malloc(len);
+        if (!x->payload) {
+            xfer_free(x);
+            return QW_ERR_NOMEM;
+        }
+        x->payload_cap = len;
     }
     memcpy(x->payload, payload, len);
     x->payload_len = len;
-    if (curl_easy_setopt(x->easy, CURLOPT_POST, 1L) != CURLE_OK ||
-        curl_easy_setopt(x->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len) != CURLE_OK ||
-        curl_easy_setopt(x->easy, CURLOPT_READFUNCTION, read_payload) != CURLE_OK ||
-        curl_easy_setopt(x->easy, CURLOPT_READDATA, x) != CURLE_OK ||
-        curl_easy_setopt(x->easy, CURLOPT_SEEKFUNCTION, refuse_rewind) != CURLE_OK ||
-        curl_easy_setopt(x->easy, CURLOPT_SEEKDATA, x) != CURLE_OK ||
-        curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, c->post_headers) != CURLE_OK) {
+    if (curl_easy_setopt(x->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len) != CURLE_OK) {
         xfer_free(x);
         return QW_ERR_IO;
     }
@@ -468,26 +566,27 @@ int qw_dlt_get_statuses(struct qw_dlt_client *c, int node, const char *service_i
     }
     long timeout_ms = c->request_timeout_ms + (long)wait_s * 1000L;
     struct qw_dlt_xfer *x =
-        xfer_new(c, QW_DLT_KIND_STATUS, node, service_id, user, url, timeout_ms);
+        xfer_obtain(c, QW_DLT_KIND_STATUS, node, service_id, user, url, timeout_ms);
     free(url);
     if (!x)
         return QW_ERR_NOMEM;
-    x->n_ids = n;
-    x->ids = calloc(n, sizeof(*x->ids));
-    x->id_ptrs = calloc(n, sizeof(*x->id_ptrs));
-    x->statuses = calloc(n, sizeof(*x->statuses));
-    if (!x->ids || !x->id_ptrs || !x->statuses) {
-        xfer_free(x);
-        return QW_ERR_NOMEM;
+    if (n > x->ids_cap) {
+        free(x->ids);
+        free(x->id_ptrs);
+        free(x->statuses);
+        x->ids_cap = n;
+        x->ids = calloc(n, sizeof(*x->ids));
+        x->id_ptrs = calloc(n, sizeof(*x->id_ptrs));
+        x->statuses = calloc(n, sizeof(*x->statuses));
+        if (!x->ids || !x->id_ptrs || !x->statuses) {
+            xfer_free(x);
+            return QW_ERR_NOMEM;
+        }
     }
+    x->n_ids = n;
     for (size_t i = 0; i < n; i++) {
         memcpy(x->ids[i], ids[i], QW_BATCH_ID_LEN + 1);
         x->id_ptrs[i] = x->ids[i];
-    }
-    if (curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L) != CURLE_OK ||
-        curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, c->get_headers) != CURLE_OK) {
-        xfer_free(x);
-        return QW_ERR_IO;
     }
     return xfer_start(c, x);
 }
@@ -606,7 +705,7 @@ static int dispatch_finished(struct qw_dlt_client *c, qw_dlt_done_fn *cb, void *
         struct qw_dlt_xfer *x = done;
         done = x->next;
         xfer_report(c, x, cb, cb_arg);
-        xfer_free(x);
+        xfer_recycle(c, x);
         reported++;
     }
     return reported;
