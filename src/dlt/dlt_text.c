@@ -83,7 +83,7 @@ void qw_dlt_text_mask_secret(char *buf, size_t len, const char *token)
         return;
     size_t tlen = token ? strlen(token) : 0;
     for (size_t i = 0; tlen > 0 && i + tlen <= len; i++) {
-        if (memcmp(buf + i, token, tlen) == 0) {
+        if (buf[i] == token[0] && memcmp(buf + i, token, tlen) == 0) {
             memset(buf + i, '*', tlen);
             i += tlen - 1;
         }
@@ -91,7 +91,8 @@ void qw_dlt_text_mask_secret(char *buf, size_t len, const char *token)
     static const char header[] = "authorization:";
     const size_t hlen = sizeof(header) - 1;
     for (size_t i = 0; i + hlen <= len; i++) {
-        if (strncasecmp(buf + i, header, hlen) != 0)
+        /* the first byte first: a call per byte of every answer costs */
+        if ((buf[i] | 0x20) != header[0] || strncasecmp(buf + i, header, hlen) != 0)
             continue;
         size_t j = i + hlen;
         while (j < len && (buf[j] == ' ' || buf[j] == '\t'))

@@ -45,10 +45,15 @@ bool qw_dlt_batch_id_valid(const char *id)
 {
     if (!id)
         return false;
+    /* a table: every status answer checks each id several times */
+    static const bool lower_hex[256] = {
+        ['0'] = true, ['1'] = true, ['2'] = true, ['3'] = true, ['4'] = true, ['5'] = true,
+        ['6'] = true, ['7'] = true, ['8'] = true, ['9'] = true, ['a'] = true, ['b'] = true,
+        ['c'] = true, ['d'] = true, ['e'] = true, ['f'] = true,
+    };
     size_t i = 0;
     for (; i < QW_BATCH_ID_LEN; i++) {
-        char c = id[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+        if (!lower_hex[(unsigned char)id[i]])
             return false;
     }
     return id[i] == '\0';
