@@ -8,11 +8,14 @@
 #include "dlt/dlt_url.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #define DEFAULT_RETRY_AFTER_MAX_MS 3600000 /* 1 hour */
@@ -21,6 +24,7 @@
 #define TCP_KEEPINTVL_S 10L                /* interval between keep-alive probes, seconds */
 /* A kept transfer keeps its body and payload buffers up to this size, bytes. */
 #define KEEP_BUFFER_MAX 65536
+#define EVENTS_MAX 64 /* socket events taken per epoll_wait() (the rest wait for the next) */
 
 /*
  * One transfer in flight. Owned by the client; after its callback it is
@@ -71,6 +75,11 @@ struct qw_dlt_client {
     int in_flight;                   /* transfers started and not yet reported */
     bool in_callback;                /* a result callback is running */
     struct qw_dlt_xfer *head;        /* transfers in flight, newest first */
+    int epfd;                        /* epoll set: libcurl's sockets, wakefd, caller_fd */
+    int wakefd;                      /* eventfd that qw_dlt_wakeup() writes */
+    int caller_fd;                   /* the wake_fd of the last qw_dlt_run() in the set, or -1 */
+    int64_t timer_at_ms;             /* when libcurl wants its timeout action, monotonic ms;
+                                        -1 = no timer */
     struct qw_dlt_xfer *idle[2];     /* finished transfers kept for reuse, per kind */
     int n_idle;                      /* entries in both idle lists; in_flight + n_idle stays
                                         within max_in_flight */
@@ -81,7 +90,7 @@ int qw_dlt_global_init(void)
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return QW_ERR_IO;
     const curl_version_info_data *info = curl_version_info(CURLVERSION_NOW);
-    if (!info || info->version_num < 0x074400) /* 7.68.0: curl_multi_wakeup */
+    if (!info || info->version_num < 0x074400) /* 7.68.0 */
         return QW_ERR_CONFIG;
     return QW_OK;
 }
@@ -144,8 +153,51 @@ static int headers_build(struct qw_dlt_client *c, const char *token, struct qw_e
     return ok ? QW_OK : qw_error_set(err, QW_ERR_NOMEM, "out of memory");
 }
 
+/*
+ * libcurl's socket callback: keeps the epoll set in step with the sockets
+ * and the directions libcurl waits for.
+ */
+static int on_socket(CURL *easy, curl_socket_t fd, int what, void *arg, void *socketp)
+{
+    struct qw_dlt_client *c = arg;
+    (void)easy;
+    (void)socketp;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL); /* fails harmlessly once closed */
+        return 0;
+    }
+    struct epoll_event ev = {
+        .events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u),
+        .data.fd = fd,
+    };
+    if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, fd, &ev) != 0 &&
+        (errno != ENOENT || epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev) != 0))
+        qw_log_warn("dlt.epoll_failed", "errno=%d", errno); /* the transfer's timeout ends it */
+    return 0;
+}
+
+/* libcurl's timer callback: when to call it back with CURL_SOCKET_TIMEOUT. */
+static int on_timer(CURLM *multi, long timeout_ms, void *arg)
+{
+    struct qw_dlt_client *c = arg;
+    (void)multi;
+    c->timer_at_ms = timeout_ms < 0 ? -1 : qw_clock_mono_ms() + timeout_ms;
+    return 0;
+}
+
+/*
+ * The multi handle, driven by socket events (curl_multi_socket_action):
+ * each call touches only the transfers whose sockets are ready, where
+ * curl_multi_perform() would look at every transfer in flight, with a
+ * poll() each.
+ */
 static int multi_setup(struct qw_dlt_client *c, struct qw_error *err)
 {
+    c->epfd = epoll_create1(EPOLL_CLOEXEC);
+    c->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->wakefd};
+    if (c->epfd < 0 || c->wakefd < 0 || epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->wakefd, &ev) != 0)
+        return qw_error_set(err, QW_ERR_IO, "epoll/eventfd: %s", strerror(errno));
     c->multi = curl_multi_init();
     if (!c->multi)
         return qw_error_set(err, QW_ERR_NOMEM, "curl_multi_init failed");
@@ -154,6 +206,11 @@ static int multi_setup(struct qw_dlt_client *c, struct qw_error *err)
         curl_multi_setopt(c->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, max) != CURLM_OK ||
         curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, max) != CURLM_OK)
         return qw_error_set(err, QW_ERR_IO, "libcurl refused the connection limits");
+    if (curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_socket) != CURLM_OK ||
+        curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c) != CURLM_OK ||
+        curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_timer) != CURLM_OK ||
+        curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c) != CURLM_OK)
+        return qw_error_set(err, QW_ERR_IO, "libcurl refused the socket callbacks");
     return QW_OK;
 }
 
@@ -179,6 +236,10 @@ int qw_dlt_client_new(struct qw_dlt_client **out, const struct qw_dlt_opts *opts
     struct qw_dlt_client *c = calloc(1, sizeof(*c));
     if (!c)
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    c->epfd = -1;
+    c->wakefd = -1;
+    c->caller_fd = -1;
+    c->timer_at_ms = -1;
     c->connect_timeout_ms = opts->connect_timeout_ms;
     c->request_timeout_ms = opts->request_timeout_ms;
     c->max_response_bytes = opts->max_response_bytes;
@@ -264,7 +325,11 @@ void qw_dlt_client_free(struct qw_dlt_client *c)
         }
     }
     if (c->multi)
-        curl_multi_cleanup(c->multi);
+        curl_multi_cleanup(c->multi); /* may still call on_socket: epfd closes after */
+    if (c->epfd >= 0)
+        close(c->epfd);
+    if (c->wakefd >= 0)
+        close(c->wakefd);
     headers_free(c->post_headers);
     headers_free(c->get_headers);
     if (c->token) {
@@ -711,31 +776,89 @@ static int dispatch_finished(struct qw_dlt_client *c, qw_dlt_done_fn *cb, void *
     return reported;
 }
 
+/* Puts the caller's wake fd in the epoll set (in place of an earlier one). */
+static int watch_caller_fd(struct qw_dlt_client *c, int wake_fd)
+{
+    if (c->caller_fd >= 0 && c->caller_fd != wake_fd)
+        epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->caller_fd, NULL); /* may be closed already */
+    c->caller_fd = -1;
+    if (wake_fd < 0)
+        return QW_OK;
+    /* added on every call: a closed and reopened fd of the same number is not in the set */
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = wake_fd};
+    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, wake_fd, &ev) != 0 && errno != EEXIST)
+        return QW_ERR_IO;
+    c->caller_fd = wake_fd;
+    return QW_OK;
+}
+
+/*
+ * Waits up to `wait_ms` for events (0: only looks), hands libcurl the ready
+ * sockets, then its timeout action when due. Sets *woken when the eventfd
+ * or the caller's fd was readable. Returns QW_OK or QW_ERR_IO.
+ */
+static int step(struct qw_dlt_client *c, int wait_ms, bool *woken)
+{
+    struct epoll_event ev[EVENTS_MAX];
+    int n = epoll_wait(c->epfd, ev, EVENTS_MAX, wait_ms);
+    if (n < 0 && errno != EINTR)
+        return QW_ERR_IO;
+    int running = 0;
+    for (int i = 0; i < n; i++) {
+        int fd = ev[i].data.fd;
+        if (fd == c->wakefd || fd == c->caller_fd) {
+            uint64_t v;
+            if (fd == c->wakefd && read(c->wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                return QW_ERR_IO;
+            *woken = true;
+            continue;
+        }
+        /* as curl_multi_perform() reads poll(): an error or hang-up wakes both ways */
+        uint32_t e = ev[i].events;
+        int mask = ((e & (EPOLLIN | EPOLLERR | EPOLLHUP)) ? CURL_CSELECT_IN : 0) |
+                   ((e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) ? CURL_CSELECT_OUT : 0);
+        if (curl_multi_socket_action(c->multi, fd, mask, &running) != CURLM_OK)
+            return QW_ERR_IO;
+    }
+    if (c->timer_at_ms >= 0 && qw_clock_mono_ms() >= c->timer_at_ms) {
+        c->timer_at_ms = -1;
+        if (curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running) != CURLM_OK)
+            return QW_ERR_IO;
+    }
+    return QW_OK;
+}
+
 int qw_dlt_run(struct qw_dlt_client *c, int timeout_ms, int wake_fd, qw_dlt_done_fn *cb,
                void *cb_arg)
 {
     if (c->in_callback)
         return QW_ERR_INVALID;
-    int running = 0;
-    if (curl_multi_perform(c->multi, &running) != CURLM_OK)
+    if (watch_caller_fd(c, wake_fd) != QW_OK)
+        return QW_ERR_IO;
+    bool woken = false;
+    if (step(c, 0, &woken) != QW_OK)
         return QW_ERR_IO;
     int reported = dispatch_finished(c, cb, cb_arg);
-    if (reported > 0 || timeout_ms <= 0)
+    if (reported > 0 || timeout_ms <= 0 || woken)
         return reported;
 
-    struct curl_waitfd extra = {.fd = wake_fd, .events = CURL_WAIT_POLLIN, .revents = 0};
-    int numfds = 0;
-    if (curl_multi_poll(c->multi, wake_fd >= 0 ? &extra : NULL, wake_fd >= 0 ? 1 : 0, timeout_ms,
-                        &numfds) != CURLM_OK)
-        return QW_ERR_IO;
-    if (curl_multi_perform(c->multi, &running) != CURLM_OK)
+    int wait_ms = timeout_ms;
+    if (c->timer_at_ms >= 0) {
+        int64_t left = c->timer_at_ms - qw_clock_mono_ms();
+        if (left < wait_ms)
+            wait_ms = left > 0 ? (int)left : 0;
+    }
+    if (step(c, wait_ms, &woken) != QW_OK)
         return QW_ERR_IO;
     return dispatch_finished(c, cb, cb_arg);
 }
 
 int qw_dlt_wakeup(struct qw_dlt_client *c)
 {
-    return curl_multi_wakeup(c->multi) == CURLM_OK ? QW_OK : QW_ERR_IO;
+    uint64_t one = 1;
+    return write(c->wakefd, &one, sizeof(one)) == (ssize_t)sizeof(one) || errno == EAGAIN
+               ? QW_OK
+               : QW_ERR_IO;
 }
 
 int qw_dlt_in_flight(const struct qw_dlt_client *c)
