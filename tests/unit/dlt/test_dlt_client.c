@@ -293,6 +293,50 @@ static void test_keep_alive_reuse(void **state)
     assert_int_equal(http_stub_connections(f->stub), 1);
 }
 
+/*
+ * Finished transfers are kept and reused: each new request starts clean,
+ * whatever the one before it on the same handle did (a 429 with
+ * Retry-After, a status GET with more ids, a body past the cap).
+ */
+static void test_reused_transfers_start_clean(void **state)
+{
+    struct fixture *f = *state;
+    struct seen s = {0};
+    post_one(f, "r429", &s);
+    assert_int_equal(s.last.retry_after_ms, 7000);
+    post_one(f, "hugc", &s);
+    assert_int_equal(s.last.transport, QW_DLT_TRANSPORT_TOO_LARGE);
+    post_one(f, "a202", &s);
+    assert_int_equal(s.last.outcome, QW_DLT_ACCEPTED);
+    assert_int_equal(s.last.transport, QW_DLT_TRANSPORT_OK);
+    assert_int_equal(s.last.retry_after_ms, -1);
+
+    char c_id[129], p_id[129];
+    memset(c_id, 'c', 128);
+    memset(p_id, '1', 128);
+    c_id[128] = p_id[128] = '\0';
+    const char *ids[] = {c_id, p_id};
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stat", ids, 2, 0, NULL), QW_OK);
+    run_until(f->client, &s, 4);
+    assert_int_equal(s.last.n_statuses, 2);
+    assert_int_equal(s.last.counts.reported, 2);
+    assert_int_equal(qw_dlt_get_statuses(f->client, 0, CIRCUIT "stat", ids + 1, 1, 0, NULL), QW_OK);
+    run_until(f->client, &s, 5);
+    assert_int_equal(s.last.n_statuses, 1);
+    assert_string_equal(s.statuses[0].id, p_id);
+    assert_int_equal(s.statuses[0].type, QW_DLT_STATUS_PENDING);
+
+    /* a POST after GETs still posts its own body */
+    assert_int_equal(qw_dlt_post(f->client, 0, CIRCUIT "a202", "second", 6, NULL), QW_OK);
+    run_until(f->client, &s, 6);
+    assert_int_equal(s.last.outcome, QW_DLT_ACCEPTED);
+    struct http_stub_request req;
+    http_stub_last(f->stub, &req);
+    assert_string_equal(req.method, "POST");
+    assert_int_equal(req.body_len, 6);
+    assert_memory_equal(req.body, "second", 6);
+}
+
 static void test_concurrent_and_limit(void **state)
 {
     struct fixture *f = *state;
@@ -567,6 +611,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dropped_connections, setup, teardown),
         cmocka_unit_test(test_connect_refused),
         cmocka_unit_test_setup_teardown(test_keep_alive_reuse, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reused_transfers_start_clean, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_and_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_statuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_poll_gets_wait_on_top, setup, teardown),
