@@ -776,17 +776,19 @@ static int dispatch_finished(struct qw_dlt_client *c, qw_dlt_done_fn *cb, void *
     return reported;
 }
 
-/* Puts the caller's wake fd in the epoll set (in place of an earlier one). */
+/*
+ * Puts the caller's wake fd in the epoll set (in place of an earlier one);
+ * a syscall only when it changes.
+ */
 static int watch_caller_fd(struct qw_dlt_client *c, int wake_fd)
 {
-    if (c->caller_fd >= 0 && c->caller_fd != wake_fd)
+    if (wake_fd == c->caller_fd)
+        return QW_OK;
+    if (c->caller_fd >= 0)
         epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->caller_fd, NULL); /* may be closed already */
     c->caller_fd = -1;
-    if (wake_fd < 0)
-        return QW_OK;
-    /* added on every call: a closed and reopened fd of the same number is not in the set */
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = wake_fd};
-    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, wake_fd, &ev) != 0 && errno != EEXIST)
+    if (wake_fd >= 0 && epoll_ctl(c->epfd, EPOLL_CTL_ADD, wake_fd, &ev) != 0 && errno != EEXIST)
         return QW_ERR_IO;
     c->caller_fd = wake_fd;
     return QW_OK;

@@ -148,7 +148,9 @@ int qw_dlt_get_statuses(struct qw_dlt_client *c, int node, const char *service_i
  * activity, then makes progress again. The wait ends early when `wake_fd`
  * (-1 = none) becomes readable or another thread calls qw_dlt_wakeup().
  * The caller owns `wake_fd` and must drain it (a readable fd that is
- * never drained makes every call return at once). It works with no
+ * never drained makes every call return at once); the client watches it
+ * until a call passes another fd, so it must stay open until then (pass
+ * -1 before closing it). It works with no
  * transfer in flight, so it can be the owner's only blocking point.
  *
  * The callback may start new transfers but must not call qw_dlt_run(),
