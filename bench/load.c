@@ -21,8 +21,9 @@
  * not retried. QUEUER_DATABASE_CONNINFO names the database.
  *
  * Prints one line of key=value figures at the end (batches, refused, the
- * achieved rate, the latest tick). Exit status: 0, 1 on a database error,
- * 64 on bad usage, 74 when FILE cannot be written.
+ * achieved rate, the latest tick, the enqueue calls: each a transaction of
+ * its own). Exit status: 0, 1 on a database error, 64 on bad usage, 74
+ * when FILE cannot be written.
  */
 #include "common/backoff.h"
 #include "common/clock.h"
@@ -218,6 +219,7 @@ int main(int argc, char **argv)
     long sent = 0;
     long stored = 0;
     long refused = 0;
+    long calls = 0;
     int64_t max_late_ms = 0;
     int rc = 0;
     int64_t start_ms = qw_clock_mono_ms();
@@ -248,6 +250,7 @@ int main(int argc, char **argv)
             break;
         }
         int64_t committed_us = wall_us();
+        calls++;
         for (int i = 0; i < qw_db_res_rows(res); i++) {
             long line = (long)qw_db_res_int(res, i, 0);
             if (line >= 1 && line <= t.n && strcmp(qw_db_res_get(res, i, 1), "duplicate") != 0)
@@ -270,8 +273,9 @@ int main(int argc, char **argv)
         rc = rc ? rc : 74;
     }
     printf("load_batches=%ld load_refused=%ld load_seconds=%.1f load_rate=%.1f "
-           "load_max_late_ms=%lld\n",
-           stored, refused, secs, secs > 0 ? (double)sent / secs : 0.0, (long long)max_late_ms);
+           "load_max_late_ms=%lld load_calls=%ld\n",
+           stored, refused, secs, secs > 0 ? (double)sent / secs : 0.0, (long long)max_late_ms,
+           calls);
     qw_pgarray_free(&t.services);
     qw_pgarray_free(&t.ids);
     qw_pgarray_free(&t.payloads);
