@@ -1,0 +1,166 @@
+-- 0013: workers claim services by priority (issue 14).
+--
+-- Until now a worker claimed free services with work in the order of a
+-- hash of their id, from a random place (so workers spread out), whatever
+-- their priority: when claims are scarce (more services with work than
+-- the workers' max_claims hold, or a worker starting against a backlog) a
+-- priority-10 service waited behind priority-0 ones. The claim row now
+-- carries head_priority, the priority of the service's head batch (its
+-- oldest non-final batch in DESIGN §4 order: created_at, then batch_id; 0
+-- when it has none), and the index of free services with work is ordered
+-- by it first: sql/claims_acquire.sql takes the highest priority present,
+-- from a random place within it, then the next (docs/CLAIMS.md).
+--
+-- head_priority is kept exact by the statement triggers of 0008
+-- (queuer.claims_follow_batches, replaced here with everything it did:
+-- n_open, submitting). A service's head can change only when a statement
+-- inserts a non-final batch, deletes one, makes one final or non-final, or
+-- changes the priority or created_at of a non-final one; only the services
+-- such a statement touched are looked at, with one probe of batches_open
+-- each, and the claim row is written only when the value changes (where
+-- every priority is 0, nothing new is written). Order within a service is
+-- creation order, so a batch of priority 10 enqueued behind a head of
+-- priority 0 does not raise the service: its head is still the old batch.
+--
+-- Exactness under concurrency: the probe runs in a statement of its own
+-- after the claim rows are locked, so (READ COMMITTED) its snapshot holds
+-- every change committed by whoever held the row before; a writer that
+-- commits later locks the row after us and probes again. Enqueue locks the
+-- claim row only in this trigger, and a REPEATABLE READ or SERIALIZABLE
+-- caller whose snapshot misses a concurrent change of the row gets 40001
+-- from the row update, as before.
+
+ALTER TABLE queuer.service_id_claims ADD COLUMN head_priority integer NOT NULL DEFAULT 0;
+COMMENT ON COLUMN queuer.service_id_claims.head_priority IS
+    'Priority of the service''s head batch (oldest non-final, by created_at then batch_id), '
+    '0 when it has none; kept by triggers on queuer.batches. Free services with work are '
+    'claimed highest head_priority first.';
+
+UPDATE queuer.service_id_claims c
+   SET head_priority = h.priority
+  FROM (SELECT DISTINCT ON (b.service_id) b.service_id, b.priority
+          FROM queuer.batches b
+         WHERE b.status IS NULL OR b.status IN ('Pending', 'Unknown', 'Delayed')
+         ORDER BY b.service_id, b.created_at, b.batch_id) h
+ WHERE h.service_id = c.service_id AND h.priority <> 0;
+
+-- Free services with work by priority, then by the hash of their id: a
+-- claimer reads one priority from its own random place.
+DROP INDEX queuer.service_id_claims_free_work;
+CREATE INDEX service_id_claims_free_work
+    ON queuer.service_id_claims (head_priority, hashtext(service_id))
+    WHERE claimant IS NULL AND has_work;
+
+-- 0008's trigger function plus head_priority. INSERT: a service without
+-- non-final batches before (n_open was 0) takes the priority of the oldest
+-- non-final row inserted, in the same row update; one that had some is
+-- probed (an inserted row might sort before its head). UPDATE: services
+-- where a row became final or non-final, or a non-final row's priority or
+-- created_at changed, are locked and probed. DELETE: services that lost a
+-- non-final row (their claim rows are locked by the counter update) are
+-- probed.
+CREATE OR REPLACE FUNCTION queuer.claims_follow_batches() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
+DECLARE
+    moved text[];
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        WITH added AS (
+            SELECT n.service_id,
+                   count(*) FILTER (WHERE n.status IS NULL
+                                       OR n.status IN ('Pending', 'Unknown', 'Delayed')) AS n_open,
+                   coalesce(bool_or(n.submitted AND n.status IS NULL), false) AS submitting,
+                   coalesce((array_agg(n.priority ORDER BY n.created_at, n.batch_id)
+                                 FILTER (WHERE n.status IS NULL
+                                            OR n.status IN ('Pending', 'Unknown', 'Delayed')))[1],
+                            0) AS head_priority
+              FROM new_rows n GROUP BY n.service_id
+        ), up AS (
+            INSERT INTO queuer.service_id_claims AS c
+                   (service_id, n_open, submitting, head_priority)
+            SELECT a.service_id, a.n_open, a.submitting, a.head_priority
+              FROM added a ORDER BY a.service_id
+            ON CONFLICT (service_id) DO UPDATE
+               SET n_open = c.n_open + EXCLUDED.n_open,
+                   submitting = c.submitting OR EXCLUDED.submitting,
+                   head_priority = CASE WHEN c.n_open = 0 THEN EXCLUDED.head_priority
+                                        ELSE c.head_priority END
+             WHERE EXCLUDED.n_open <> 0 OR EXCLUDED.submitting
+            RETURNING c.service_id, c.n_open
+        )
+        -- n_open is the new count: more than this statement added means
+        -- the service had non-final batches already
+        SELECT array_agg(u.service_id ORDER BY u.service_id) INTO moved
+          FROM up u JOIN added a ON a.service_id = u.service_id
+         WHERE a.n_open > 0 AND u.n_open > a.n_open;
+    ELSIF TG_OP = 'UPDATE' THEN
+        SELECT array_agg(DISTINCT n.service_id ORDER BY n.service_id) INTO moved
+          FROM new_rows n JOIN old_rows o ON o.batch_id = n.batch_id
+         WHERE (n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))
+                   IS DISTINCT FROM (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
+            OR ((n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))
+                AND (n.priority <> o.priority OR n.created_at <> o.created_at));
+        IF moved IS NOT NULL THEN
+            -- the probe below must see every change committed before
+            PERFORM 1 FROM queuer.service_id_claims c
+              WHERE c.service_id = ANY (moved) ORDER BY c.service_id FOR NO KEY UPDATE;
+        END IF;
+        UPDATE queuer.service_id_claims c
+           SET n_open = c.n_open + s.d_open,
+               submitting = s.mid_now OR (c.submitting AND NOT s.mid_before)
+          FROM (SELECT n.service_id,
+                       sum((n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))::int
+                           - (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))::int)
+                           AS d_open,
+                       bool_or(n.submitted AND n.status IS NULL) AS mid_now,
+                       bool_or(o.submitted AND o.status IS NULL) AS mid_before
+                  FROM new_rows n JOIN old_rows o ON o.batch_id = n.batch_id
+                 GROUP BY n.service_id) s
+         WHERE c.service_id = s.service_id
+           AND (s.d_open <> 0
+                OR c.submitting <> (s.mid_now OR (c.submitting AND NOT s.mid_before)));
+    ELSE
+        WITH down AS (
+            UPDATE queuer.service_id_claims c
+               SET n_open = c.n_open - s.d_open,
+                   submitting = c.submitting AND NOT s.mid_before
+              FROM (SELECT o.service_id,
+                           count(*) FILTER (WHERE o.status IS NULL
+                                               OR o.status IN ('Pending', 'Unknown', 'Delayed'))
+                               AS d_open,
+                           bool_or(o.submitted AND o.status IS NULL) AS mid_before
+                      FROM old_rows o GROUP BY o.service_id) s
+             WHERE c.service_id = s.service_id
+               AND (s.d_open <> 0 OR (c.submitting AND s.mid_before))
+            RETURNING c.service_id, s.d_open
+        )
+        SELECT array_agg(d.service_id ORDER BY d.service_id) INTO moved
+          FROM down d WHERE d.d_open <> 0;
+    END IF;
+    IF moved IS NOT NULL THEN
+        -- a statement of its own, after the rows are locked: its snapshot
+        -- sees every change committed before
+        UPDATE queuer.service_id_claims c
+           SET head_priority = h.priority
+          FROM (SELECT s.service_id,
+                       coalesce((SELECT b.priority FROM queuer.batches b
+                                  WHERE b.service_id = s.service_id
+                                    AND (b.status IS NULL
+                                         OR b.status IN ('Pending', 'Unknown', 'Delayed'))
+                                  ORDER BY b.created_at, b.batch_id
+                                  LIMIT 1), 0) AS priority
+                  FROM unnest(moved) s(service_id)) h
+         WHERE c.service_id = h.service_id AND c.head_priority <> h.priority;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+
+-- Operators see the head's priority with the claim.
+CREATE OR REPLACE VIEW queuer.claims AS
+    SELECT c.service_id, c.claimant, c.claim_epoch,
+           CASE WHEN c.claimant IS NOT NULL THEN greatest(c.expiry_1, i.lease_1) END AS expiry_1,
+           CASE WHEN c.claimant IS NOT NULL THEN greatest(c.expiry_2, i.lease_2) END AS expiry_2,
+           c.submitting, c.n_open, c.head_priority
+      FROM queuer.service_id_claims c
+      LEFT JOIN queuer.instances i ON i.instance_id = c.claimant;
