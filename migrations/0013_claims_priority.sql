@@ -16,11 +16,15 @@
 -- n_open, submitting). A service's head can change only when a statement
 -- inserts a non-final batch, deletes one, makes one final or non-final, or
 -- changes the priority or created_at of a non-final one; only the services
--- such a statement touched are looked at, with one probe of batches_open
--- each, and the claim row is written only when the value changes (where
--- every priority is 0, nothing new is written). Order within a service is
--- creation order, so a batch of priority 10 enqueued behind a head of
--- priority 0 does not raise the service: its head is still the old batch.
+-- such a statement touched are looked at. A second counter on the claim
+-- row, n_open_nonzero (non-final batches whose priority is not 0, kept
+-- like n_open by deltas), says when the head's priority is 0 without
+-- looking; only a service that still has such a batch gets one probe of
+-- batches_open, and its claim row is written again only when the value
+-- changes. Where every priority is 0 the trigger runs one statement, as
+-- before, and writes nothing more. Order within a service is creation
+-- order, so a batch of priority 10 enqueued behind a head of priority 0
+-- does not raise the service: its head is still the old batch.
 --
 -- Exactness under concurrency: the probe runs in a statement of its own
 -- after the claim rows are locked, so (READ COMMITTED) its snapshot holds
@@ -30,19 +34,26 @@
 -- caller whose snapshot misses a concurrent change of the row gets 40001
 -- from the row update, as before.
 
-ALTER TABLE queuer.service_id_claims ADD COLUMN head_priority integer NOT NULL DEFAULT 0;
+ALTER TABLE queuer.service_id_claims
+    ADD COLUMN head_priority integer NOT NULL DEFAULT 0,
+    ADD COLUMN n_open_nonzero integer NOT NULL DEFAULT 0;
 COMMENT ON COLUMN queuer.service_id_claims.head_priority IS
     'Priority of the service''s head batch (oldest non-final, by created_at then batch_id), '
     '0 when it has none; kept by triggers on queuer.batches. Free services with work are '
     'claimed highest head_priority first.';
+COMMENT ON COLUMN queuer.service_id_claims.n_open_nonzero IS
+    'Non-final batches of the service whose priority is not 0, kept by triggers on '
+    'queuer.batches: at 0 the head''s priority is 0 without looking.';
 
 UPDATE queuer.service_id_claims c
-   SET head_priority = h.priority
-  FROM (SELECT DISTINCT ON (b.service_id) b.service_id, b.priority
+   SET head_priority = h.priority, n_open_nonzero = h.n_nonzero
+  FROM (SELECT b.service_id,
+               (array_agg(b.priority ORDER BY b.created_at, b.batch_id))[1] AS priority,
+               count(*) FILTER (WHERE b.priority <> 0) AS n_nonzero
           FROM queuer.batches b
          WHERE b.status IS NULL OR b.status IN ('Pending', 'Unknown', 'Delayed')
-         ORDER BY b.service_id, b.created_at, b.batch_id) h
- WHERE h.service_id = c.service_id AND h.priority <> 0;
+         GROUP BY b.service_id) h
+ WHERE h.service_id = c.service_id AND h.n_nonzero > 0;
 
 -- Free services with work by priority, then by the hash of their id: a
 -- claimer reads one priority from its own random place.
@@ -51,24 +62,28 @@ CREATE INDEX service_id_claims_free_work
     ON queuer.service_id_claims (head_priority, hashtext(service_id))
     WHERE claimant IS NULL AND has_work;
 
--- 0008's trigger function plus head_priority. INSERT: a service without
--- non-final batches before (n_open was 0) takes the priority of the oldest
--- non-final row inserted, in the same row update; one that had some is
--- probed (an inserted row might sort before its head). UPDATE: services
--- where a row became final or non-final, or a non-final row's priority or
--- created_at changed, are locked and probed. DELETE: services that lost a
--- non-final row (their claim rows are locked by the counter update) are
--- probed.
+-- 0008's trigger function plus head_priority. Every branch first does
+-- what 0008 did (n_open, submitting), now with n_open_nonzero and, in the
+-- same row update, head_priority = 0 where the service is left without a
+-- non-final batch of non-zero priority (no need to look), or the
+-- priority of the oldest inserted batch where an insert gives work to a
+-- service that had none. The services whose head can have moved and that
+-- still have a non-final batch of non-zero priority are then probed, in a
+-- statement of their own after their claim rows are locked.
 CREATE OR REPLACE FUNCTION queuer.claims_follow_batches() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
 DECLARE
-    moved text[];
+    probe    text[]; -- services whose head may have moved, claim rows locked
+    unlocked text[]; -- the same, claim rows not written above (lock them first)
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        WITH added AS (
+        WITH added AS MATERIALIZED (
             SELECT n.service_id,
                    count(*) FILTER (WHERE n.status IS NULL
                                        OR n.status IN ('Pending', 'Unknown', 'Delayed')) AS n_open,
+                   count(*) FILTER (WHERE (n.status IS NULL
+                                           OR n.status IN ('Pending', 'Unknown', 'Delayed'))
+                                      AND n.priority <> 0) AS n_nonzero,
                    coalesce(bool_or(n.submitted AND n.status IS NULL), false) AS submitting,
                    coalesce((array_agg(n.priority ORDER BY n.created_at, n.batch_id)
                                  FILTER (WHERE n.status IS NULL
@@ -77,79 +92,107 @@ BEGIN
               FROM new_rows n GROUP BY n.service_id
         ), up AS (
             INSERT INTO queuer.service_id_claims AS c
-                   (service_id, n_open, submitting, head_priority)
-            SELECT a.service_id, a.n_open, a.submitting, a.head_priority
+                   (service_id, n_open, n_open_nonzero, submitting, head_priority)
+            SELECT a.service_id, a.n_open, a.n_nonzero, a.submitting, a.head_priority
               FROM added a ORDER BY a.service_id
             ON CONFLICT (service_id) DO UPDATE
                SET n_open = c.n_open + EXCLUDED.n_open,
+                   n_open_nonzero = c.n_open_nonzero + EXCLUDED.n_open_nonzero,
                    submitting = c.submitting OR EXCLUDED.submitting,
                    head_priority = CASE WHEN c.n_open = 0 THEN EXCLUDED.head_priority
                                         ELSE c.head_priority END
              WHERE EXCLUDED.n_open <> 0 OR EXCLUDED.submitting
-            RETURNING c.service_id, c.n_open
+            RETURNING c.service_id, c.n_open, c.n_open_nonzero
         )
-        -- n_open is the new count: more than this statement added means
-        -- the service had non-final batches already
-        SELECT array_agg(u.service_id ORDER BY u.service_id) INTO moved
+        -- an inserted batch might sort before the head of a service that
+        -- had work (n_open beyond what this statement added)
+        SELECT array_agg(u.service_id ORDER BY u.service_id) INTO probe
           FROM up u JOIN added a ON a.service_id = u.service_id
-         WHERE a.n_open > 0 AND u.n_open > a.n_open;
+         WHERE a.n_open > 0 AND u.n_open > a.n_open AND u.n_open_nonzero > 0;
     ELSIF TG_OP = 'UPDATE' THEN
-        SELECT array_agg(DISTINCT n.service_id ORDER BY n.service_id) INTO moved
-          FROM new_rows n JOIN old_rows o ON o.batch_id = n.batch_id
-         WHERE (n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))
-                   IS DISTINCT FROM (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
-            OR ((n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))
-                AND (n.priority <> o.priority OR n.created_at <> o.created_at));
-        IF moved IS NOT NULL THEN
-            -- the probe below must see every change committed before
-            PERFORM 1 FROM queuer.service_id_claims c
-              WHERE c.service_id = ANY (moved) ORDER BY c.service_id FOR NO KEY UPDATE;
-        END IF;
-        UPDATE queuer.service_id_claims c
-           SET n_open = c.n_open + s.d_open,
-               submitting = s.mid_now OR (c.submitting AND NOT s.mid_before)
-          FROM (SELECT n.service_id,
-                       sum((n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))::int
-                           - (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))::int)
-                           AS d_open,
-                       bool_or(n.submitted AND n.status IS NULL) AS mid_now,
-                       bool_or(o.submitted AND o.status IS NULL) AS mid_before
-                  FROM new_rows n JOIN old_rows o ON o.batch_id = n.batch_id
-                 GROUP BY n.service_id) s
-         WHERE c.service_id = s.service_id
-           AND (s.d_open <> 0
-                OR c.submitting <> (s.mid_now OR (c.submitting AND NOT s.mid_before)));
+        WITH s AS MATERIALIZED (
+            SELECT n.service_id,
+                   sum((n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))::int
+                       - (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))::int)
+                       AS d_open,
+                   sum(((n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))
+                        AND n.priority <> 0)::int
+                       - ((o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
+                          AND o.priority <> 0)::int) AS d_nonzero,
+                   bool_or(n.submitted AND n.status IS NULL) AS mid_now,
+                   bool_or(o.submitted AND o.status IS NULL) AS mid_before,
+                   -- the head can have moved: a batch became final or not,
+                   -- or a non-final one changed its priority or created_at
+                   bool_or((n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))
+                           <> (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
+                           OR ((n.status IS NULL OR n.status IN ('Pending', 'Unknown', 'Delayed'))
+                               AND (n.priority <> o.priority OR n.created_at <> o.created_at)))
+                       AS moved
+              FROM new_rows n JOIN old_rows o ON o.batch_id = n.batch_id
+             GROUP BY n.service_id
+        ), up AS (
+            UPDATE queuer.service_id_claims c
+               SET n_open = c.n_open + s.d_open,
+                   n_open_nonzero = c.n_open_nonzero + s.d_nonzero,
+                   submitting = s.mid_now OR (c.submitting AND NOT s.mid_before),
+                   head_priority = CASE WHEN c.n_open_nonzero + s.d_nonzero = 0 THEN 0
+                                        ELSE c.head_priority END
+              FROM s
+             WHERE c.service_id = s.service_id
+               AND (s.d_open <> 0 OR s.d_nonzero <> 0
+                    OR c.submitting <> (s.mid_now OR (c.submitting AND NOT s.mid_before)))
+            RETURNING c.service_id, c.n_open_nonzero
+        )
+        SELECT array_agg(s.service_id ORDER BY s.service_id)
+                   FILTER (WHERE u.service_id IS NOT NULL AND u.n_open_nonzero > 0),
+               array_agg(s.service_id ORDER BY s.service_id) FILTER (WHERE u.service_id IS NULL)
+          INTO probe, unlocked
+          FROM s LEFT JOIN up u ON u.service_id = s.service_id
+         WHERE s.moved;
     ELSE
-        WITH down AS (
+        WITH s AS MATERIALIZED (
+            SELECT o.service_id,
+                   count(*) FILTER (WHERE o.status IS NULL
+                                       OR o.status IN ('Pending', 'Unknown', 'Delayed')) AS d_open,
+                   count(*) FILTER (WHERE (o.status IS NULL
+                                           OR o.status IN ('Pending', 'Unknown', 'Delayed'))
+                                      AND o.priority <> 0) AS d_nonzero,
+                   bool_or(o.submitted AND o.status IS NULL) AS mid_before
+              FROM old_rows o GROUP BY o.service_id
+        ), up AS (
             UPDATE queuer.service_id_claims c
                SET n_open = c.n_open - s.d_open,
-                   submitting = c.submitting AND NOT s.mid_before
-              FROM (SELECT o.service_id,
-                           count(*) FILTER (WHERE o.status IS NULL
-                                               OR o.status IN ('Pending', 'Unknown', 'Delayed'))
-                               AS d_open,
-                           bool_or(o.submitted AND o.status IS NULL) AS mid_before
-                      FROM old_rows o GROUP BY o.service_id) s
+                   n_open_nonzero = c.n_open_nonzero - s.d_nonzero,
+                   submitting = c.submitting AND NOT s.mid_before,
+                   head_priority = CASE WHEN c.n_open_nonzero - s.d_nonzero = 0 THEN 0
+                                        ELSE c.head_priority END
+              FROM s
              WHERE c.service_id = s.service_id
                AND (s.d_open <> 0 OR (c.submitting AND s.mid_before))
-            RETURNING c.service_id, s.d_open
+            RETURNING c.service_id, c.n_open_nonzero, s.d_open
         )
-        SELECT array_agg(d.service_id ORDER BY d.service_id) INTO moved
-          FROM down d WHERE d.d_open <> 0;
+        SELECT array_agg(u.service_id ORDER BY u.service_id) INTO probe
+          FROM up u WHERE u.d_open <> 0 AND u.n_open_nonzero > 0;
     END IF;
-    IF moved IS NOT NULL THEN
+    IF unlocked IS NOT NULL THEN
+        -- the probe below must see every change committed before
+        PERFORM 1 FROM queuer.service_id_claims c
+          WHERE c.service_id = ANY (unlocked) ORDER BY c.service_id FOR NO KEY UPDATE;
+        probe := coalesce(probe, '{}') || unlocked;
+    END IF;
+    IF probe IS NOT NULL THEN
         -- a statement of its own, after the rows are locked: its snapshot
         -- sees every change committed before
         UPDATE queuer.service_id_claims c
            SET head_priority = h.priority
-          FROM (SELECT s.service_id,
+          FROM (SELECT p.service_id,
                        coalesce((SELECT b.priority FROM queuer.batches b
-                                  WHERE b.service_id = s.service_id
+                                  WHERE b.service_id = p.service_id
                                     AND (b.status IS NULL
                                          OR b.status IN ('Pending', 'Unknown', 'Delayed'))
                                   ORDER BY b.created_at, b.batch_id
                                   LIMIT 1), 0) AS priority
-                  FROM unnest(moved) s(service_id)) h
+                  FROM unnest(probe) p(service_id)) h
          WHERE c.service_id = h.service_id AND c.head_priority <> h.priority;
     END IF;
     RETURN NULL;

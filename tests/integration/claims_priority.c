@@ -80,7 +80,7 @@ __attribute__((format(printf, 2, 3))) static int64_t scalar(struct fixture *f, c
     return itest_scalar(f->b, sql);
 }
 
-/* head_priority as the batches say it should be, for every service. */
+/* head_priority and n_open_nonzero as the batches say they should be, for every service. */
 static void assert_heads_exact(struct fixture *f)
 {
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims c "
@@ -88,7 +88,11 @@ static void assert_heads_exact(struct fixture *f)
                                         "FROM queuer.batches b WHERE b.service_id = c.service_id "
                                         "AND (b.status IS NULL OR b.status IN ('Pending', "
                                         "'Unknown', 'Delayed')) ORDER BY b.created_at, "
-                                        "b.batch_id LIMIT 1), 0)"),
+                                        "b.batch_id LIMIT 1), 0) "
+                                        "OR c.n_open_nonzero <> (SELECT count(*) "
+                                        "FROM queuer.batches b WHERE b.service_id = c.service_id "
+                                        "AND b.priority <> 0 AND (b.status IS NULL OR b.status IN "
+                                        "('Pending', 'Unknown', 'Delayed')))"),
                      0);
 }
 
@@ -214,6 +218,7 @@ static void test_head_priority_follows_head(void **state)
     itest_enqueue_sample_at(f->a, s, f->seed++, 3, b3);
     assert_int_equal(head_of(f, s), 0);
 
+    assert_heads_exact(f);
     finish(f, b1, "Committed");
     assert_int_equal(head_of(f, s), 10);
     finish(f, b2, "Invalid");
@@ -227,6 +232,7 @@ static void test_head_priority_follows_head(void **state)
     snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET priority = -7 WHERE batch_id = '%s'", b2);
     itest_exec(f->a, sql);
     assert_int_equal(head_of(f, s), -7);
+    assert_heads_exact(f);
     /* a change of a batch behind the head changes nothing */
     snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET priority = 9 WHERE batch_id = '%s'", b3);
     itest_exec(f->a, sql);
