@@ -4,8 +4,9 @@
  * free services with work, the claims cycle takes the highest head
  * priority first, one priority at a time from a random place within it;
  * the claim row's head_priority follows the service's head batch (its
- * oldest non-final one), not the newest or the highest; two claimers at
- * one priority start at their own places and both commit.
+ * oldest non-final one), not the newest or the highest, also when two
+ * sessions change one service at once; two claimers at one priority start
+ * at their own places and both commit.
  */
 #include "itest.h"
 
@@ -19,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define SVC_FMT "prior-aaaaa::%c%03d"
 
@@ -256,6 +259,65 @@ static void test_head_priority_follows_head(void **state)
     assert_heads_exact(f);
 }
 
+/* Runs `sql` in a new session of a child process; returns its pid (exit 0: it committed). */
+static pid_t exec_in_child(struct fixture *f, const char *sql)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct qw_db *db = itest_connect(f->conninfo);
+        struct qw_error err;
+        qw_error_clear(&err);
+        int rc = qw_db_exec(db, sql, &err);
+        if (rc != QW_OK)
+            fprintf(stderr, "child: %s\n", err.msg);
+        qw_db_close(db);
+        _exit(rc == QW_OK ? 0 : 1);
+    }
+    return pid;
+}
+
+/*
+ * Two writers of one service at once, READ COMMITTED: A ends the head (b1,
+ * priority 0) and holds its transaction open; B raises the next batch (b2)
+ * from 5 to 9 and waits for the claim row A's trigger locked. When A
+ * commits, B's probe must see both changes: 9. A probe that ran before B
+ * had the row lock (in the statement that locks it) sees b1 still open
+ * and writes 0.
+ */
+static void test_concurrent_writers_leave_head_exact(void **state)
+{
+    struct fixture *f = *state;
+    char s[32], b1[129], b2[129], sql[320];
+    svc(s, sizeof(s), 'y', 1);
+    itest_enqueue_sample_at(f->a, s, f->seed++, 0, b1);
+    itest_enqueue_sample_at(f->a, s, f->seed++, 5, b2);
+    assert_int_equal(head_of(f, s), 0);
+
+    itest_exec(f->a, "BEGIN");
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET status = 'Committed', status_at = now() "
+             "WHERE batch_id = '%s'",
+             b1);
+    itest_exec(f->a, sql);
+    snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET priority = 9 WHERE batch_id = '%s'", b2);
+    pid_t child = exec_in_child(f, sql);
+    int waited_ms = 0;
+    while (itest_scalar(f->b,
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND wait_event_type = 'Lock'") < 1) {
+        assert_true(waited_ms < 10000);
+        usleep(10000);
+        waited_ms += 10;
+    }
+    itest_exec(f->a, "COMMIT");
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(head_of(f, s), 9);
+    assert_heads_exact(f);
+}
+
 /* The services claims_acquire takes from `start` at priority 0, as an array literal. */
 static char *expected_from(struct fixture *f, const char *start, int n)
 {
@@ -335,6 +397,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_scarce_claims_take_priority_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_head_priority_follows_head, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_writers_leave_head_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_equal_priority_claimers_spread, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
