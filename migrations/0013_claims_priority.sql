@@ -22,7 +22,9 @@
 -- looking; only a service that still has such a batch gets one probe of
 -- batches_open, and its claim row is written again only when the value
 -- changes. Where every priority is 0 the trigger runs one statement, as
--- before, and writes nothing more. Order within a service is creation
+-- before, and writes nothing more (but for the rare update that changes a
+-- non-final batch's priority or created_at and nothing else: its claim row
+-- is written, to lock it for the probe). Order within a service is creation
 -- order, so a batch of priority 10 enqueued behind a head of priority 0
 -- does not raise the service: its head is still the old batch.
 --
