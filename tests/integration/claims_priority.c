@@ -295,11 +295,7 @@ static void test_concurrent_writers_leave_head_exact(void **state)
     assert_int_equal(head_of(f, s), 0);
 
     itest_exec(f->a, "BEGIN");
-    snprintf(sql, sizeof(sql),
-             "UPDATE queuer.batches SET status = 'Committed', status_at = now() "
-             "WHERE batch_id = '%s'",
-             b1);
-    itest_exec(f->a, sql);
+    finish(f, b1, "Committed");
     snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET priority = 9 WHERE batch_id = '%s'", b2);
     pid_t child = exec_in_child(f, sql);
     int waited_ms = 0;
