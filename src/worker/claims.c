@@ -1,6 +1,8 @@
 /* The claims transaction; see claims.h. */
 #include "worker/claims.h"
 
+#include "ingest/tsv.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +129,7 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     r->acquired = 0;
     t->asked = 0;
 
-    char lease[16], hard[16], max[16], want[16], start[16];
+    char lease[16], hard[16], max[16], want[16], start[16], level[16];
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
     snprintf(max, sizeof(max), "%d", p->max_changes);
@@ -167,17 +169,28 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     if (n <= 0)
         return QW_OK;
     t->asked = n;
-    snprintf(want, sizeof(want), "%ld", n);
     snprintf(start, sizeof(start), "%d", (int32_t)(uint32_t)qw_rng_next(p->rng));
-    const char *acquire_params[] = {p->instance_id, want, lease, hard, start};
-    rc = qw_db_query(db, "claims_acquire", 5, acquire_params, &res, err);
-    if (rc != QW_OK)
-        return rc;
-    size_t before = r->n_claims;
-    rc = collect(&r->claims, &r->n_claims, &r->cap_claims, res, 1, err);
-    r->acquired = (int)(r->n_claims - before);
-    qw_db_res_free(res);
-    return rc;
+    /* One priority per call, highest first: the next lower one only while
+     * a call filled less than it was asked (docs/CLAIMS.md). */
+    for (int top = QW_PRIORITY_MAX; r->acquired < n && top >= QW_PRIORITY_MIN;) {
+        snprintf(want, sizeof(want), "%ld", n - r->acquired);
+        snprintf(level, sizeof(level), "%d", top);
+        const char *acquire_params[] = {p->instance_id, want, lease, hard, start, level};
+        rc = qw_db_query(db, "claims_acquire", 6, acquire_params, &res, err);
+        if (rc != QW_OK)
+            return rc;
+        int got = qw_db_res_rows(res);
+        if (got > 0)
+            top = (int)qw_db_res_int(res, 0, 2) - 1;
+        rc = collect(&r->claims, &r->n_claims, &r->cap_claims, res, 1, err);
+        qw_db_res_free(res);
+        if (rc != QW_OK)
+            return rc;
+        r->acquired += got;
+        if (got == 0) /* none left, or every one locked by another claimer */
+            break;
+    }
+    return QW_OK;
 }
 
 /* The advisory fair share, read outside the serializable transaction. */

@@ -12,12 +12,12 @@
  *   instance, the others are freed; the receivers are woken with a NOTIFY
  *   QW_CLAIMS_HANDOVER and read their claims again), then one retried
  *   SERIALIZABLE transaction: release of our idle claims and of the
- *   surplus the caller lists, and new claims up to the fair share, each
- *   step bounded per call. The fair share is advisory and read just
- *   before, outside the transactions. It reads every claim we hold only
- *   when asked to (`reconcile`: at start, after our lease may have lapsed,
- *   after a handover); otherwise the result lists what changed and the
- *   caller keeps its own set.
+ *   surplus the caller lists, and new claims up to the fair share
+ *   (highest head priority first, one priority at a time from a random
+ *   place within it: migration 0013), each step bounded per call. The fair share is advisory and
+ * read just before, outside the transactions. It reads every claim we hold only when asked to
+ * (`reconcile`: at start, after our lease may have lapsed, after a handover); otherwise the result
+ * lists what changed and the caller keeps its own set.
  *
  * Nothing in a result may be acted on unless the call returned QW_OK.
  */

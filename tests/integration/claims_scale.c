@@ -184,12 +184,12 @@ static void test_acquire_takes_free_services_with_work(void **state)
 {
     struct fixture *f = *state;
     hold(f, S2, "w2");
-    const char *params[] = {"w1", "10", "30000", "60000", "2147483647"}; /* wraps */
-    assert_int_equal(run(f->a, "claims_acquire", 5, params), 1);         /* S1: S2 held, S3 idle */
+    const char *params[] = {"w1", "10", "30000", "60000", "2147483647", "1000"}; /* wraps */
+    assert_int_equal(run(f->a, "claims_acquire", 6, params), 1); /* S1: S2 held, S3 idle */
     assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
                                         "WHERE claimant = 'w1' AND service_id = '" S1 "'"),
                      1);
-    assert_int_equal(run(f->a, "claims_acquire", 5, params), 0);
+    assert_int_equal(run(f->a, "claims_acquire", 6, params), 0);
 }
 
 static void test_release_idle_gives_back_only_idle(void **state)

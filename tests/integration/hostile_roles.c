@@ -109,10 +109,10 @@ static void test_worker_cannot_forge(void **state)
     assert_int_equal(itest_scalar(admin, "SELECT claim_epoch FROM queuer.service_id_claims"), 3);
 
     /* the real statements run as the worker role: acquire, then mark (history at its epoch) */
-    const char *acq[] = {"w3", "10", "60000", "120000", "0"};
+    const char *acq[] = {"w3", "10", "60000", "120000", "0", "1000"};
     struct qw_db_res *res = NULL;
     qw_error_clear(&err);
-    if (qw_db_query(w, "claims_acquire", 5, acq, &res, &err) != QW_OK)
+    if (qw_db_query(w, "claims_acquire", 6, acq, &res, &err) != QW_OK)
         fail_msg("claims_acquire as the worker role: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 1);
     assert_int_equal(qw_db_res_int(res, 0, 1), 4);

@@ -230,8 +230,9 @@ int itest_run(const char *const *argv, const char *const *env, const char *input
     return 128 + WTERMSIG(status);
 }
 
-int itest_enqueue_sample_try(struct qw_db *db, const char *service, uint64_t seed, char *id_out,
-                             struct qw_error *err)
+/* Enqueues sample batch `seed`; `priority` NULL leaves the function's default. */
+static int enqueue_sample(struct qw_db *db, const char *service, uint64_t seed,
+                          const char *priority, char *id_out, struct qw_error *err)
 {
     char id[129];
     qw_batchlist_sample_id(seed, id);
@@ -241,10 +242,15 @@ int itest_enqueue_sample_try(struct qw_db *db, const char *service, uint64_t see
     char *hex = malloc(2 * len + 1);
     assert_non_null(hex);
     qw_hex_encode(payload, len, hex);
-    const char *params[] = {service, id, hex};
+    const char *params[] = {service, id, hex, priority};
     qw_error_clear(err);
-    int rc = qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3,
-                             params, NULL, err);
+    int rc = priority
+                 ? qw_db_query_sql(db,
+                                   "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'), "
+                                   "$4::integer)",
+                                   4, params, NULL, err)
+                 : qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3,
+                                   params, NULL, err);
     free(hex);
     free(payload);
     if (id_out)
@@ -252,11 +258,27 @@ int itest_enqueue_sample_try(struct qw_db *db, const char *service, uint64_t see
     return rc;
 }
 
+int itest_enqueue_sample_try(struct qw_db *db, const char *service, uint64_t seed, char *id_out,
+                             struct qw_error *err)
+{
+    return enqueue_sample(db, service, seed, NULL, id_out, err);
+}
+
 void itest_enqueue_sample(struct qw_db *db, const char *service, uint64_t seed, char *id_out)
 {
     struct qw_error err;
     if (itest_enqueue_sample_try(db, service, seed, id_out, &err) != QW_OK)
         fail_msg("enqueue %s: %s", service, err.msg);
+}
+
+void itest_enqueue_sample_at(struct qw_db *db, const char *service, uint64_t seed, int priority,
+                             char *id_out)
+{
+    char prio[16];
+    snprintf(prio, sizeof(prio), "%d", priority);
+    struct qw_error err;
+    if (enqueue_sample(db, service, seed, prio, id_out, &err) != QW_OK)
+        fail_msg("enqueue %s at priority %d: %s", service, priority, err.msg);
 }
 
 char *itest_temp_file(const char *hint, const void *data, size_t len)

@@ -61,6 +61,10 @@ int itest_enqueue_sample_try(struct qw_db *db, const char *service, uint64_t see
 /** itest_enqueue_sample_try(), failing the test unless it succeeds. */
 void itest_enqueue_sample(struct qw_db *db, const char *service, uint64_t seed, char *id_out);
 
+/** itest_enqueue_sample() at batch priority `priority` (migration 0010 on). */
+void itest_enqueue_sample_at(struct qw_db *db, const char *service, uint64_t seed, int priority,
+                             char *id_out);
+
 /** Path of the built queuer binary (QUEUER_BIN). */
 const char *itest_queuer_bin(void);
 

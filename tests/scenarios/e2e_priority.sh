@@ -8,6 +8,9 @@
 #             set`, issue 13) with 64 channels: the capacity gate admits
 #             POSTs at the same dispatch point, and the ready queue decides
 #             who gets the freed units (e2e_priority_capacity.sh).
+#   claims    worker.max_claims = 5 with 64 channels: the worker holds 5 of
+#             the 70 services at a time, and which free service it claims
+#             next decides (migration 0013, e2e_priority_claims.sh).
 # 60 services x 6 batches are enqueued at priority 0 and the
 # worker starts; then 10 services x 6 at priority 10 (the fourth TSV
 # column). Checks:
@@ -42,7 +45,8 @@ capacity)
         e2e_fail "queuer capacity set failed: $(cat "$E2E_DIR/capacity.out")"
     e2e_worker w1 QUEUER_DLT_CHANNELS=64 QUEUER_DLT_PRIORITY_AGING_MS=1000
     ;;
-*) e2e_fail "QW_PRIORITY_SCARCE must be channels or capacity" ;;
+claims) e2e_worker w1 QUEUER_DLT_CHANNELS=64 QUEUER_WORKER_MAX_CLAIMS=5 QUEUER_DLT_PRIORITY_AGING_MS=1000 ;;
+*) e2e_fail "QW_PRIORITY_SCARCE must be channels, capacity or claims" ;;
 esac
 qw_wait_sql 30 "SELECT count(*) >= 20 FROM queuer.batches WHERE status = 'Committed'" ||
     e2e_fail "the priority-0 load did not start"
