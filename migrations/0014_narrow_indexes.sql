@@ -1,4 +1,5 @@
--- 0014: narrower index entries for the hot path and bulk ingest (issue 12).
+-- 0014: less work for PostgreSQL per batch and per enqueued line (issue 12):
+-- narrower index entries, and bulk ingest kept in memory.
 --
 -- Every batch costs PostgreSQL index entries keyed by its 128-character id:
 -- one in the history's batch index per history row (three or more per
@@ -33,3 +34,17 @@ CREATE INDEX batch_history_batch ON queuer.batch_history USING hash (batch_id);
 DROP INDEX queuer.batches_open;
 CREATE INDEX batches_open ON queuer.batches (service_id, created_at)
     WHERE status IS NULL OR status IN ('Pending', 'Unknown', 'Delayed');
+
+-- 3. queuer.enqueue_staged() gets room to keep a load in memory. One call
+--    stores a whole load (src/ingest/enqueue.c) and keeps several row
+--    sets of it in tuplestores: the RETURNING rows, and the transition
+--    tables of the statement triggers on queuer.batches (whole rows,
+--    payloads included: ~1.1 kB a line) and queuer.batch_history. At the
+--    default work_mem (4 MB) they spill to temporary files: 130 MB written
+--    for 100,000 lines. Measured on 50,000 lines, PostgreSQL's CPU per line
+--    went from 39-48 us to 31-32 us with 256 MB (64 MB: 36-41 us). The
+--    memory is taken only as a load needs it, per call; a load larger than
+--    ~200,000 lines spills its largest set again. An administrator can
+--    lower it: ALTER FUNCTION queuer.enqueue_staged(integer, integer, boolean)
+--    SET work_mem = '...'.
+ALTER FUNCTION queuer.enqueue_staged(integer, integer, boolean) SET work_mem = '256MB';
