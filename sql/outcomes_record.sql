@@ -89,12 +89,12 @@ WITH o AS (
            coalesce(upd.to_status, 'Requeued'), $1, upd.epoch, upd.detail
       FROM upd
 ), nxt AS (
-    SELECT n.batch_id, n.service_id, upd.epoch, n.status AS seen, n.submitted, n.retry_at,
-           n.attempts, n.last_error, upd.expiry_1, upd.ord
+    SELECT n.tid, n.batch_id, n.service_id, upd.epoch, n.status AS seen, n.submitted,
+           n.retry_at, n.attempts, n.last_error, upd.expiry_1, upd.ord
       FROM upd
      CROSS JOIN LATERAL (
-           SELECT x.batch_id, x.service_id, x.status, x.submitted, x.retry_at, x.attempts,
-                  x.last_error
+           SELECT x.ctid AS tid, x.batch_id, x.service_id, x.status, x.submitted, x.retry_at,
+                  x.attempts, x.last_error
              FROM queuer.batches x
             WHERE x.service_id = upd.service_id
               AND x.batch_id <> upd.batch_id
@@ -107,7 +107,11 @@ WITH o AS (
     UPDATE queuer.batches b
        SET submitted = true, status = NULL, status_at = now()
       FROM nxt
-     WHERE b.batch_id = nxt.batch_id
+     -- the row version found above, by its address: no second primary-key
+     -- descent (a concurrent update is followed and the checks below re-run
+     -- on the newest version, as with any READ COMMITTED update)
+     WHERE b.ctid = nxt.tid
+       AND b.batch_id = nxt.batch_id
        AND NOT nxt.submitted
        AND (nxt.seen IS NULL
             OR (nxt.seen IN ('Unknown', 'Delayed')
