@@ -128,19 +128,20 @@ static void test_history_names_the_state_left(void **state)
 {
     struct fixture *f = *state;
     static const struct {
-        const char *submitted, *status; /* the batch before the outcome */
-        const char *expect, *from;      /* the outcome's expectation, from_status written */
+        const char *status; /* the batch's status before the outcome (submitted = true) */
+        const char *expect; /* the outcome's expectation */
+        const char *from;   /* the from_status it must write */
     } cases[] = {
-        {"true", "NULL", "posting", "Submitting"},
-        {"true", "'Pending'", "pending", "Pending"},
-        {"true", "NULL", "inflight", "Submitting"},
-        {"true", "'Pending'", "inflight", "Pending"},
+        {"NULL", "posting", "Submitting"},
+        {"'Pending'", "pending", "Pending"},
+        {"NULL", "inflight", "Submitting"},
+        {"'Pending'", "inflight", "Pending"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char sql[512];
         snprintf(sql, sizeof(sql),
-                 "UPDATE queuer.batches SET submitted = %s, status = %s WHERE batch_id = '%s'",
-                 cases[i].submitted, cases[i].status, f->ids[0]);
+                 "UPDATE queuer.batches SET submitted = true, status = %s WHERE batch_id = '%s'",
+                 cases[i].status, f->ids[0]);
         itest_exec(f->db, sql);
         struct qw_db_res *res = record_expecting(f, cases[i].expect, "Unknown", 7, 0);
         assert_int_equal(qw_db_res_rows(res), 1);
