@@ -71,22 +71,30 @@ WITH o AS (
                WHEN 'inflight' THEN (b.submitted AND b.status IS NULL) OR b.status = 'Pending'
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
-              f.expiry_1, o.ord
+              f.expiry_1, o.ord, o.expect
 ), hist AS (
-    -- Every sub-statement sees the same snapshot: `old` is the row as it was.
+    -- The state the row left is the one the compare-and-set above matched
+    -- (posting: submitted without a status; pending: Pending), so only an
+    -- adopted batch ('inflight': either) is looked up again; every
+    -- sub-statement sees the same snapshot, so `old` is the row as it was.
     INSERT INTO queuer.batch_history
            (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
     SELECT upd.batch_id, upd.service_id,
-           coalesce(old.status, CASE WHEN old.submitted THEN 'Submitting' END),
+           CASE upd.expect
+               WHEN 'posting' THEN 'Submitting'
+               WHEN 'pending' THEN 'Pending'
+               ELSE (SELECT coalesce(old.status, CASE WHEN old.submitted THEN 'Submitting' END)
+                       FROM queuer.batches old WHERE old.batch_id = upd.batch_id)
+           END,
            coalesce(upd.to_status, 'Requeued'), $1, upd.epoch, upd.detail
-      FROM upd JOIN queuer.batches old ON old.batch_id = upd.batch_id
+      FROM upd
 ), nxt AS (
-    SELECT n.batch_id, n.service_id, upd.epoch, n.status AS seen, n.submitted, n.retry_at,
-           n.attempts, n.last_error, upd.expiry_1, upd.ord
+    SELECT n.tid, n.batch_id, n.service_id, upd.epoch, n.status AS seen, n.submitted,
+           n.retry_at, n.attempts, n.last_error, upd.expiry_1, upd.ord
       FROM upd
      CROSS JOIN LATERAL (
-           SELECT x.batch_id, x.service_id, x.status, x.submitted, x.retry_at, x.attempts,
-                  x.last_error
+           SELECT x.ctid AS tid, x.batch_id, x.service_id, x.status, x.submitted, x.retry_at,
+                  x.attempts, x.last_error
              FROM queuer.batches x
             WHERE x.service_id = upd.service_id
               AND x.batch_id <> upd.batch_id
@@ -99,7 +107,11 @@ WITH o AS (
     UPDATE queuer.batches b
        SET submitted = true, status = NULL, status_at = now()
       FROM nxt
-     WHERE b.batch_id = nxt.batch_id
+     -- the row version found above, by its address: no second primary-key
+     -- descent (a concurrent update is followed and the checks below re-run
+     -- on the newest version, as with any READ COMMITTED update)
+     WHERE b.ctid = nxt.tid
+       AND b.batch_id = nxt.batch_id
        AND NOT nxt.submitted
        AND (nxt.seen IS NULL
             OR (nxt.seen IN ('Unknown', 'Delayed')

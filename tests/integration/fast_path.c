@@ -54,15 +54,15 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Records `status` for ids[0] (expect pending) at `epoch`; returns the result. */
-static struct qw_db_res *record(struct fixture *f, const char *status, long epoch, int go_on)
+/* Records `status` for ids[0], expecting it in state `expect`, at `epoch`. */
+static struct qw_db_res *record_expecting(struct fixture *f, const char *expect, const char *status,
+                                          long epoch, int go_on)
 {
     /* one queuer.outcome: batch, service, epoch, expect, status, submitted,
      * attempts_add, retry_ms, last_error, detail, posted, go_on */
     char outcomes[512];
-    snprintf(outcomes, sizeof(outcomes),
-             "{\"(%s," SVC ",%ld,pending,%s,t,0,,,\\\"by test\\\",f,%s)\"}", f->ids[0], epoch,
-             status, go_on ? "t" : "f");
+    snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",%ld,%s,%s,t,0,,,\\\"by test\\\",f,%s)\"}",
+             f->ids[0], epoch, expect, status, go_on ? "t" : "f");
     const char *params[] = {"w1", outcomes};
     struct qw_db_res *res = NULL;
     struct qw_error err;
@@ -70,6 +70,12 @@ static struct qw_db_res *record(struct fixture *f, const char *status, long epoc
     if (qw_db_query(f->db, "outcomes_record", 2, params, &res, &err) != QW_OK)
         fail_msg("outcomes_record: %s", err.msg);
     return res;
+}
+
+/* Records `status` for ids[0] (expect pending) at `epoch`; returns the result. */
+static struct qw_db_res *record(struct fixture *f, const char *status, long epoch, int go_on)
+{
+    return record_expecting(f, "pending", status, epoch, go_on);
 }
 
 /* Runs a count query built from a literal format and one batch id. */
@@ -111,6 +117,45 @@ static void test_final_marks_the_next_batch(void **state)
         COUNT(f, "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s' AND NOT submitted",
               f->ids[2]),
         1);
+}
+
+/*
+ * The history row of an outcome names the state the batch left: the one
+ * the compare-and-set matched (posting: Submitting, pending: Pending), and
+ * for an adopted batch ('inflight', either state) the one it was in.
+ */
+static void test_history_names_the_state_left(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *status; /* the batch's status before the outcome (submitted = true) */
+        const char *expect; /* the outcome's expectation */
+        const char *from;   /* the from_status it must write */
+    } cases[] = {
+        {"NULL", "posting", "Submitting"},
+        {"'Pending'", "pending", "Pending"},
+        {"NULL", "inflight", "Submitting"},
+        {"'Pending'", "inflight", "Pending"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char sql[512];
+        snprintf(sql, sizeof(sql),
+                 "UPDATE queuer.batches SET submitted = true, status = %s WHERE batch_id = '%s'",
+                 cases[i].status, f->ids[0]);
+        itest_exec(f->db, sql);
+        struct qw_db_res *res = record_expecting(f, cases[i].expect, "Unknown", 7, 0);
+        assert_int_equal(qw_db_res_rows(res), 1);
+        qw_db_res_free(res);
+        snprintf(sql, sizeof(sql),
+                 "SELECT from_status FROM queuer.batch_history WHERE batch_id = '%s' "
+                 "AND to_status = 'Unknown' ORDER BY id DESC LIMIT 1",
+                 f->ids[0]);
+        char *from = itest_string(f->db, sql);
+        if (!from || strcmp(from, cases[i].from) != 0)
+            fail_msg("case %zu (%s): from_status %s, expected %s", i, cases[i].expect,
+                     from ? from : "(none)", cases[i].from);
+        free(from);
+    }
 }
 
 static void test_no_next_without_go_on(void **state)
@@ -430,6 +475,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_final_marks_the_next_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_history_names_the_state_left, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_next_without_go_on, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next_delayed_only_when_due, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next_delayed_due_is_retried, setup, teardown),
