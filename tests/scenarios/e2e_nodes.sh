@@ -2,7 +2,7 @@
 # Several ledger nodes (issue 14): scabbard-sim serves one ledger on three
 # addresses, node 1 answering 150 ms late; two workers with dlt.url listing
 # all three drain 40 services x 100 batches. Mid-run node 0 turns slow (its
-# POSTs are accepted but answered 400 ms late) and is taken down for 3 s
+# POSTs are accepted but answered 2 s late) and is taken down for 3 s
 # (its connections refused or cut: the POSTs in flight lose their answers,
 # its long polls end), then comes back. Checks:
 #   - every batch Committed; qw-check finds no violation (order kept, one
@@ -63,9 +63,12 @@ e2e_assert "$json_nodes" -eq 6 "queuer status --json: ledger_nodes"
 # Node 0 slows down, then goes away with POSTs in flight, then comes back.
 e2e_log "node 0: slow, then down for 3 s ($(final_count) of $TOTAL committed)"
 # Down as soon as node 0 has taken a POST since it slowed down (its answer
-# is then held for 400 ms): a fixed pause before the outage sometimes found
-# only status polls in flight there, and no POST lost its answer.
-node_set 0 '{"latency_ms": 400}'
+# is then held for 2 s): a fixed pause before the outage sometimes found
+# only status polls in flight there, and no POST lost its answer. The hold
+# must outlast this loop's polling and node_set under load: with 400 ms,
+# the outage came 462 ms after the slowdown in one CI run (curl and python
+# per poll), the POST had been answered, and no POST lost its answer.
+node_set 0 '{"latency_ms": 2000}'
 slow_from=$(node_posts 0)
 for _ in $(seq 1 200); do
     [ "$(node_posts 0)" -gt "$slow_from" ] && break
