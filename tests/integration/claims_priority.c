@@ -29,6 +29,7 @@ struct fixture {
     struct itest_pair pg; /* a: the worker w1, or the owner; b: another session (w2) */
     uint64_t seed;        /* next sample seed */
 };
+_Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
 
 /* w1 and w2, live: leases of an hour (soft) and two (hard). */
 static const struct itest_instance live[] = {
@@ -42,14 +43,6 @@ static int setup(void **state)
     f->seed = 7000;
     itest_pair_open(&f->pg, "claims_priority", live, 2);
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    itest_pair_close(&f->pg);
-    free(f);
     return 0;
 }
 
@@ -388,10 +381,14 @@ static void test_equal_priority_claimers_spread(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_scarce_claims_take_priority_first, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_head_priority_follows_head, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_writers_leave_head_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_equal_priority_claimers_spread, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scarce_claims_take_priority_first, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_head_priority_follows_head, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_writers_leave_head_exact, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_equal_priority_claimers_spread, setup,
+                                        itest_pair_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

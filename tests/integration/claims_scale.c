@@ -28,6 +28,7 @@ struct fixture {
     char ids[4][129];     /* S1's batches, oldest first */
     uint64_t seed;        /* next sample seed */
 };
+_Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
 
 /* w1 and w2, live: leases of an hour (soft) and two (hard). */
 static const struct itest_instance live[] = {
@@ -52,14 +53,6 @@ static int setup(void **state)
     enqueue(f, f->pg.a, S2, NULL);
     itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims (service_id) VALUES ('" S3 "')");
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    itest_pair_close(&f->pg);
-    free(f);
     return 0;
 }
 
@@ -360,18 +353,24 @@ static void test_maintenance_hands_each_a_bounded_number(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup,
+                                        itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_acquire_takes_free_services_with_work, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup, teardown),
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup,
+                                        itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_follows_the_holders_lease, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_maintenance_frees_when_none_is_live, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_maintenance_spreads_over_the_live, setup, teardown),
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_frees_when_none_is_live, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_spreads_over_the_live, setup,
+                                        itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_hands_each_a_bounded_number, setup,
-                                        teardown),
+                                        itest_pair_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

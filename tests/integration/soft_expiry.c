@@ -31,6 +31,7 @@ struct fixture {
                              worker's maintenance */
     char ids[3][129];     /* the service's batches, oldest first */
 };
+_Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
 
 /* w1, live: a lease of LEASE_MS (soft) and an hour (hard). */
 static const struct itest_instance live[] = {{"w1", LEASE_MS, 3600 * 1000}};
@@ -51,14 +52,6 @@ static int setup(void **state)
              LEASE_MS);
     itest_exec(f->pg.a, sql);
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    itest_pair_close(&f->pg);
-    free(f);
     return 0;
 }
 
@@ -270,12 +263,15 @@ static void test_submitting_follows_the_batches(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry, setup, itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry_read_committed, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_fast_path_races_soft_expiry, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_soft_expiry_frees_an_idle_claim, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_submitting_follows_the_batches, setup, teardown),
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_fast_path_races_soft_expiry, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_soft_expiry_frees_an_idle_claim, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_submitting_follows_the_batches, setup,
+                                        itest_pair_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -156,11 +156,14 @@ void itest_pair_open(struct itest_pair *p, const char *hint, const struct itest_
     itest_exec(p->a, "COMMIT");
 }
 
-void itest_pair_close(struct itest_pair *p)
+int itest_pair_teardown(void **state)
 {
+    struct itest_pair *p = *state; /* the fixture's first member */
     qw_db_close(p->a);
     qw_db_close(p->b);
     free(p->conninfo);
+    free(*state);
+    return 0;
 }
 
 /* Reads whatever is ready on fd into *buf (growing it). Returns 0 at EOF. */

@@ -33,7 +33,11 @@ struct itest_instance {
     int lease_2_ms; /* hard lease: lease_2 = now() + this, ms */
 };
 
-/** A fresh migrated database and two sessions on it (the claim tests' fixtures). */
+/**
+ * A fresh migrated database and two sessions on it (the claim tests'
+ * fixtures). A fixture embeds it as its first member, so that
+ * itest_pair_teardown() can close it and free the fixture.
+ */
 struct itest_pair {
     char *conninfo;  /* the database's conninfo (malloc'd) */
     struct qw_db *a; /* first session */
@@ -49,8 +53,11 @@ struct itest_pair {
 void itest_pair_open(struct itest_pair *p, const char *hint, const struct itest_instance *live,
                      size_t n);
 
-/** Closes both sessions of `p` and frees its conninfo. */
-void itest_pair_close(struct itest_pair *p);
+/**
+ * A cmocka teardown for a calloc'd fixture whose first member is a struct
+ * itest_pair: closes both sessions, frees the conninfo and the fixture.
+ */
+int itest_pair_teardown(void **state);
 
 /** Runs `sql` (simple protocol) or fails the test. */
 void itest_exec(struct qw_db *db, const char *sql);
