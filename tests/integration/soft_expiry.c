@@ -27,8 +27,7 @@
 #define LEASE_MS 1000 /* expiry_1 of the claim under test, ms from setup */
 
 struct fixture {
-    struct itest_pair pg; /* a: the holder's session (marks and outcomes); b: another
-                             worker's maintenance */
+    struct itest_pair pg; /* a: the holder's marks and outcomes; b: another worker's maintenance */
     char ids[3][129];     /* the service's batches, oldest first */
 };
 _Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
