@@ -28,6 +28,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/hex.h"
+#include "common/number.h"
 #include "db/db.h"
 #include "db/pgarray.h"
 #include "ingest/batchlist.h"
@@ -79,16 +80,6 @@ static void usage(FILE *out)
                  "                  [--tick-ms T] [--seed X]\n");
 }
 
-static int parse_long(const char *text, long min, long max, long *out)
-{
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     static const struct option longopts[] = {
@@ -102,16 +93,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
         int bad = 0;
         switch (c) {
         case 'r':
-            bad = parse_long(optarg, 1, 1000000, &o->rate);
+            bad = qw_number_parse("--rate", optarg, 1, 1000000, &o->rate, NULL, 0) != 0;
             break;
         case 'n':
-            bad = parse_long(optarg, 1, 10000000, &o->services);
+            bad = qw_number_parse("--services", optarg, 1, 10000000, &o->services, NULL, 0) != 0;
             break;
         case 'd':
-            bad = parse_long(optarg, 1, 86400, &o->seconds);
+            bad = qw_number_parse("--seconds", optarg, 1, 86400, &o->seconds, NULL, 0) != 0;
             break;
         case 't':
-            bad = parse_long(optarg, 1, 1000, &o->tick_ms);
+            bad = qw_number_parse("--tick-ms", optarg, 1, 1000, &o->tick_ms, NULL, 0) != 0;
             break;
         case 's':
             o->seed = strtoull(optarg, NULL, 0);

@@ -8,6 +8,7 @@
  * in batch order. Everything is a function of --seed.
  */
 #include "common/hex.h"
+#include "common/number.h"
 #include "ingest/batchlist.h"
 
 #include <getopt.h>
@@ -28,16 +29,6 @@ static void usage(FILE *out)
                  "  --seed S             64-bit seed for ids and payloads (default 1)\n"
                  "  --circuit-prefix P   first half of the circuit id: 5 letters/digits"
                  " (default qwgen)\n");
-}
-
-static int parse_long(const char *text, long min, long max, long *out)
-{
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static void base36(long v, char *out, int digits)
@@ -72,18 +63,21 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    char why[80];
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
         case 'n':
-            if (parse_long(optarg, 1, 100000000, &services) != 0) {
-                fprintf(stderr, "queuer-gen: --services must be 1..100000000\n");
+            if (qw_number_parse("--services", optarg, 1, 100000000, &services, why, sizeof(why)) !=
+                0) {
+                fprintf(stderr, "queuer-gen: %s\n", why);
                 return 64;
             }
             break;
         case 'k':
-            if (parse_long(optarg, 1, 100000000, &batches) != 0) {
-                fprintf(stderr, "queuer-gen: --batches must be 1..100000000\n");
+            if (qw_number_parse("--batches", optarg, 1, 100000000, &batches, why, sizeof(why)) !=
+                0) {
+                fprintf(stderr, "queuer-gen: %s\n", why);
                 return 64;
             }
             break;

@@ -26,34 +26,23 @@
 #define SVC_FMT "prior-aaaaa::%c%03d"
 
 struct fixture {
-    char *conninfo;
-    struct qw_db *a; /* the worker w1, or the owner */
-    struct qw_db *b; /* another session (w2) */
-    uint64_t seed;   /* next sample seed */
+    struct itest_pair pg; /* a: the worker w1, or the owner; b: another session (w2) */
+    uint64_t seed;        /* next sample seed */
+};
+_Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
+
+/* w1 and w2, live: leases of an hour (soft) and two (hard). */
+static const struct itest_instance live[] = {
+    {"w1", 3600 * 1000, 7200 * 1000},
+    {"w2", 3600 * 1000, 7200 * 1000},
 };
 
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     f->seed = 7000;
-    f->conninfo = itest_db_create("claims_priority", 1);
-    f->a = itest_connect(f->conninfo);
-    f->b = itest_connect(f->conninfo);
-    itest_exec(f->a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
-                     "lease_2) VALUES ('w1', 'h', 1, 'v', now() + interval '1 h', "
-                     "now() + interval '2 h'), ('w2', 'h', 2, 'v', now() + interval '1 h', "
-                     "now() + interval '2 h')");
+    itest_pair_open(&f->pg, "claims_priority", live, 2);
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    qw_db_close(f->a);
-    qw_db_close(f->b);
-    free(f->conninfo);
-    free(f);
     return 0;
 }
 
@@ -68,7 +57,7 @@ static void services(struct fixture *f, char kind, int n, int priority)
     char s[32];
     for (int i = 0; i < n; i++) {
         svc(s, sizeof(s), kind, i);
-        itest_enqueue_sample_at(f->a, s, f->seed++, priority, NULL);
+        itest_enqueue_sample_at(f->pg.a, s, f->seed++, priority, NULL);
     }
 }
 
@@ -80,22 +69,23 @@ __attribute__((format(printf, 2, 3))) static int64_t scalar(struct fixture *f, c
     va_start(ap, fmt);
     vsnprintf(sql, sizeof(sql), fmt, ap);
     va_end(ap);
-    return itest_scalar(f->b, sql);
+    return itest_scalar(f->pg.b, sql);
 }
 
 /* head_priority and n_open_nonzero as the batches say they should be, for every service. */
 static void assert_heads_exact(struct fixture *f)
 {
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims c "
-                                        "WHERE c.head_priority <> coalesce((SELECT b.priority "
-                                        "FROM queuer.batches b WHERE b.service_id = c.service_id "
-                                        "AND (b.status IS NULL OR b.status IN ('Pending', "
-                                        "'Unknown', 'Delayed')) ORDER BY b.created_at, "
-                                        "b.batch_id LIMIT 1), 0) "
-                                        "OR c.n_open_nonzero <> (SELECT count(*) "
-                                        "FROM queuer.batches b WHERE b.service_id = c.service_id "
-                                        "AND b.priority <> 0 AND (b.status IS NULL OR b.status IN "
-                                        "('Pending', 'Unknown', 'Delayed')))"),
+    assert_int_equal(itest_scalar(f->pg.b,
+                                  "SELECT count(*) FROM queuer.service_id_claims c "
+                                  "WHERE c.head_priority <> coalesce((SELECT b.priority "
+                                  "FROM queuer.batches b WHERE b.service_id = c.service_id "
+                                  "AND (b.status IS NULL OR b.status IN ('Pending', "
+                                  "'Unknown', 'Delayed')) ORDER BY b.created_at, "
+                                  "b.batch_id LIMIT 1), 0) "
+                                  "OR c.n_open_nonzero <> (SELECT count(*) "
+                                  "FROM queuer.batches b WHERE b.service_id = c.service_id "
+                                  "AND b.priority <> 0 AND (b.status IS NULL OR b.status IN "
+                                  "('Pending', 'Unknown', 'Delayed')))"),
                      0);
 }
 
@@ -118,7 +108,7 @@ static int cycle(struct fixture *f, struct qw_rng *rng, size_t held, int max_cla
     struct qw_claims_result r = {0};
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_claims_cycle(f->a, &policy, &rc_policy, &p, &r, NULL, &err) != QW_OK)
+    if (qw_claims_cycle(f->pg.a, &policy, &rc_policy, &p, &r, NULL, &err) != QW_OK)
         fail_msg("claims cycle: %s", err.msg);
     int acquired = r.acquired;
     assert_int_equal(r.n_claims, (size_t)acquired);
@@ -146,7 +136,7 @@ static void test_scarce_claims_take_priority_first(void **state)
 {
     struct fixture *f = *state;
     /* w1 alone: its fair share is every service with work, capped by max_claims */
-    itest_exec(f->a, "DELETE FROM queuer.instances WHERE instance_id = 'w2'");
+    itest_exec(f->pg.a, "DELETE FROM queuer.instances WHERE instance_id = 'w2'");
     services(f, 'l', 16, 0);
     services(f, 'm', 4, 5);
     services(f, 'h', 4, 10);
@@ -198,7 +188,7 @@ static void finish(struct fixture *f, const char *batch_id, const char *status)
     snprintf(sql, sizeof(sql),
              "UPDATE queuer.batches SET status = '%s', status_at = now() WHERE batch_id = '%s'",
              status, batch_id);
-    itest_exec(f->a, sql);
+    itest_exec(f->pg.a, sql);
 }
 
 /*
@@ -215,10 +205,10 @@ static void test_head_priority_follows_head(void **state)
     char s[32], b1[129], b2[129], b3[129];
     svc(s, sizeof(s), 'x', 1);
 
-    itest_enqueue_sample_at(f->a, s, f->seed++, 0, b1);
-    itest_enqueue_sample_at(f->a, s, f->seed++, 10, b2);
+    itest_enqueue_sample_at(f->pg.a, s, f->seed++, 0, b1);
+    itest_enqueue_sample_at(f->pg.a, s, f->seed++, 10, b2);
     assert_int_equal(head_of(f, s), 0);
-    itest_enqueue_sample_at(f->a, s, f->seed++, 3, b3);
+    itest_enqueue_sample_at(f->pg.a, s, f->seed++, 3, b3);
     assert_int_equal(head_of(f, s), 0);
 
     assert_heads_exact(f);
@@ -230,19 +220,19 @@ static void test_head_priority_follows_head(void **state)
     /* an operator hands b2 back (final -> not final): it is older than b3 */
     char sql[320];
     snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET status = NULL WHERE batch_id = '%s'", b2);
-    itest_exec(f->a, sql);
+    itest_exec(f->pg.a, sql);
     assert_int_equal(head_of(f, s), 10);
     snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET priority = -7 WHERE batch_id = '%s'", b2);
-    itest_exec(f->a, sql);
+    itest_exec(f->pg.a, sql);
     assert_int_equal(head_of(f, s), -7);
     assert_heads_exact(f);
     /* a change of a batch behind the head changes nothing */
     snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET priority = 9 WHERE batch_id = '%s'", b3);
-    itest_exec(f->a, sql);
+    itest_exec(f->pg.a, sql);
     assert_int_equal(head_of(f, s), -7);
 
     snprintf(sql, sizeof(sql), "DELETE FROM queuer.batches WHERE batch_id = '%s'", b2);
-    itest_exec(f->a, sql);
+    itest_exec(f->pg.a, sql);
     assert_int_equal(head_of(f, s), 9);
     finish(f, b3, "Valid");
     assert_int_equal(head_of(f, s), 0);
@@ -250,11 +240,11 @@ static void test_head_priority_follows_head(void **state)
         scalar(f, "SELECT n_open FROM queuer.service_id_claims WHERE service_id = '%s'", s), 0);
 
     /* work again: the new head's priority in the same row update */
-    itest_enqueue_sample_at(f->a, s, f->seed++, 4, NULL);
+    itest_enqueue_sample_at(f->pg.a, s, f->seed++, 4, NULL);
     assert_int_equal(head_of(f, s), 4);
     /* a first batch of a new service */
     svc(s, sizeof(s), 'x', 2);
-    itest_enqueue_sample_at(f->a, s, f->seed++, 8, NULL);
+    itest_enqueue_sample_at(f->pg.a, s, f->seed++, 8, NULL);
     assert_int_equal(head_of(f, s), 8);
     assert_heads_exact(f);
 }
@@ -265,7 +255,7 @@ static pid_t exec_in_child(struct fixture *f, const char *sql)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        struct qw_db *db = itest_connect(f->conninfo);
+        struct qw_db *db = itest_connect(f->pg.conninfo);
         struct qw_error err;
         qw_error_clear(&err);
         int rc = qw_db_exec(db, sql, &err);
@@ -290,23 +280,23 @@ static void test_concurrent_writers_leave_head_exact(void **state)
     struct fixture *f = *state;
     char s[32], b1[129], b2[129], sql[320];
     svc(s, sizeof(s), 'y', 1);
-    itest_enqueue_sample_at(f->a, s, f->seed++, 0, b1);
-    itest_enqueue_sample_at(f->a, s, f->seed++, 5, b2);
+    itest_enqueue_sample_at(f->pg.a, s, f->seed++, 0, b1);
+    itest_enqueue_sample_at(f->pg.a, s, f->seed++, 5, b2);
     assert_int_equal(head_of(f, s), 0);
 
-    itest_exec(f->a, "BEGIN");
+    itest_exec(f->pg.a, "BEGIN");
     finish(f, b1, "Committed");
     snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET priority = 9 WHERE batch_id = '%s'", b2);
     pid_t child = exec_in_child(f, sql);
     int waited_ms = 0;
-    while (itest_scalar(f->b,
+    while (itest_scalar(f->pg.b,
                         "SELECT count(*) FROM pg_stat_activity "
                         "WHERE datname = current_database() AND wait_event_type = 'Lock'") < 1) {
         assert_true(waited_ms < 10000);
         usleep(10000);
         waited_ms += 10;
     }
-    itest_exec(f->a, "COMMIT");
+    itest_exec(f->pg.a, "COMMIT");
     int status = 0;
     assert_int_equal(waitpid(child, &status, 0), child);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -323,7 +313,7 @@ static char *expected_from(struct fixture *f, const char *start, int n)
              "FROM queuer.service_id_claims WHERE claimant IS NULL AND has_work "
              "ORDER BY hashtext(service_id) < %s, hashtext(service_id) LIMIT %d) x",
              start, n);
-    return itest_string(f->b, sql);
+    return itest_string(f->pg.b, sql);
 }
 
 static char *claimed_by(struct fixture *f, const char *who)
@@ -333,7 +323,7 @@ static char *claimed_by(struct fixture *f, const char *who)
              "SELECT array_agg(service_id ORDER BY service_id)::text "
              "FROM queuer.service_id_claims WHERE claimant = '%s'",
              who);
-    return itest_string(f->b, sql);
+    return itest_string(f->pg.b, sql);
 }
 
 static void acquire(struct qw_db *db, const char *who, const char *start, int expect_rows)
@@ -360,21 +350,21 @@ static void acquire(struct qw_db *db, const char *who, const char *start, int ex
 static void test_equal_priority_claimers_spread(void **state)
 {
     struct fixture *f = *state;
-    itest_exec(f->a, "INSERT INTO queuer.service_id_claims (service_id, n_open) "
-                     "SELECT format('prior-bbbbb::%s', lpad(to_hex(i), 4, '0')), 1 "
-                     "FROM generate_series(1, 5000) i");
-    itest_exec(f->a, "ANALYZE queuer.service_id_claims");
+    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims (service_id, n_open) "
+                        "SELECT format('prior-bbbbb::%s', lpad(to_hex(i), 4, '0')), 1 "
+                        "FROM generate_series(1, 5000) i");
+    itest_exec(f->pg.a, "ANALYZE queuer.service_id_claims");
     const char *start_a = "0", *start_b = "-1073741824";
     char *want_a = expected_from(f, start_a, 5);
     char *want_b = expected_from(f, start_b, 5);
     assert_string_not_equal(want_a, want_b);
 
-    struct qw_db *b = itest_connect(f->conninfo);
-    itest_exec(f->a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    struct qw_db *b = itest_connect(f->pg.conninfo);
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
     itest_exec(b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    acquire(f->a, "w1", start_a, 5);
+    acquire(f->pg.a, "w1", start_a, 5);
     acquire(b, "w2", start_b, 5);
-    itest_exec(f->a, "COMMIT");
+    itest_exec(f->pg.a, "COMMIT");
     itest_exec(b, "COMMIT");
     qw_db_close(b);
 
@@ -391,10 +381,14 @@ static void test_equal_priority_claimers_spread(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_scarce_claims_take_priority_first, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_head_priority_follows_head, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_writers_leave_head_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_equal_priority_claimers_spread, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scarce_claims_take_priority_first, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_head_priority_follows_head, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_writers_leave_head_exact, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_equal_priority_claimers_spread, setup,
+                                        itest_pair_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

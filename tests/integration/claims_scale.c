@@ -24,11 +24,16 @@
 #define S3 "scale-aaaaa::0003"
 
 struct fixture {
-    char *conninfo;
-    struct qw_db *a;  /* the worker w1, or an application */
-    struct qw_db *b;  /* another session */
-    char ids[4][129]; /* S1's batches, oldest first */
-    uint64_t seed;    /* next sample seed */
+    struct itest_pair pg; /* a: the worker w1, or an application; b: another session */
+    char ids[4][129];     /* S1's batches, oldest first */
+    uint64_t seed;        /* next sample seed */
+};
+_Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
+
+/* w1 and w2, live: leases of an hour (soft) and two (hard). */
+static const struct itest_instance live[] = {
+    {"w1", 3600 * 1000, 7200 * 1000},
+    {"w2", 3600 * 1000, 7200 * 1000},
 };
 
 static void enqueue(struct fixture *f, struct qw_db *db, const char *svc, char *id_out)
@@ -42,28 +47,12 @@ static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     f->seed = 5000;
-    f->conninfo = itest_db_create("claims_scale", 1);
-    f->a = itest_connect(f->conninfo);
-    f->b = itest_connect(f->conninfo);
+    itest_pair_open(&f->pg, "claims_scale", live, 2);
     for (int i = 0; i < 4; i++)
-        enqueue(f, f->a, S1, f->ids[i]);
-    enqueue(f, f->a, S2, NULL);
-    itest_exec(f->a, "INSERT INTO queuer.service_id_claims (service_id) VALUES ('" S3 "')");
-    itest_exec(f->a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
-                     "lease_2) VALUES ('w1', 'h', 1, 'v', now() + interval '1 h', "
-                     "now() + interval '2 h'), ('w2', 'h', 2, 'v', now() + interval '1 h', "
-                     "now() + interval '2 h')");
+        enqueue(f, f->pg.a, S1, f->ids[i]);
+    enqueue(f, f->pg.a, S2, NULL);
+    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims (service_id) VALUES ('" S3 "')");
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    qw_db_close(f->a);
-    qw_db_close(f->b);
-    free(f->conninfo);
-    free(f);
     return 0;
 }
 
@@ -85,13 +74,13 @@ static int64_t n_open(struct fixture *f, const char *svc)
     char sql[160];
     snprintf(sql, sizeof(sql),
              "SELECT n_open FROM queuer.service_id_claims WHERE service_id = '%s'", svc);
-    return itest_scalar(f->b, sql);
+    return itest_scalar(f->pg.b, sql);
 }
 
 /* The counter as the batches say it should be, for every service. */
 static void assert_counters_exact(struct fixture *f)
 {
-    assert_int_equal(itest_scalar(f->b,
+    assert_int_equal(itest_scalar(f->pg.b,
                                   "SELECT count(*) FROM queuer.service_id_claims c "
                                   "WHERE c.n_open <> (SELECT count(*) FROM queuer.batches b "
                                   "WHERE b.service_id = c.service_id AND (b.status IS NULL OR "
@@ -109,7 +98,7 @@ static void hold(struct fixture *f, const char *svc, const char *who)
              "UPDATE queuer.service_id_claims SET claimant = '%s', claim_epoch = claim_epoch + 1, "
              "expiry_1 = now(), expiry_2 = now() WHERE service_id = '%s'",
              who, svc);
-    itest_exec(f->a, sql);
+    itest_exec(f->pg.a, sql);
 }
 
 static int64_t epoch_of(struct fixture *f, const char *svc)
@@ -117,7 +106,7 @@ static int64_t epoch_of(struct fixture *f, const char *svc)
     char sql[160];
     snprintf(sql, sizeof(sql),
              "SELECT claim_epoch FROM queuer.service_id_claims WHERE service_id = '%s'", svc);
-    return itest_scalar(f->b, sql);
+    return itest_scalar(f->pg.b, sql);
 }
 
 /* Marks S1's batch k for w1 (batches_mark); returns the rows marked. */
@@ -127,7 +116,7 @@ static int mark(struct fixture *f, int k)
     snprintf(ids, sizeof(ids), "{%s}", f->ids[k]);
     snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch_of(f, S1));
     const char *params[] = {"w1", ids, "{" S1 "}", epochs, "{\"\"}"};
-    return run(f->a, "batches_mark", 5, params);
+    return run(f->pg.a, "batches_mark", 5, params);
 }
 
 /* Records `status` for S1's batch k (expected being posted), fast path on. */
@@ -139,7 +128,7 @@ static int record(struct fixture *f, int k, const char *status, const char *subm
     snprintf(outcomes, sizeof(outcomes), "{\"(%s," S1 ",%lld,posting,%s,%s,0,,,test,f,t)\"}",
              f->ids[k], (long long)epoch_of(f, S1), status, submitted);
     const char *params[] = {"w1", outcomes};
-    return run(f->a, "outcomes_record", 2, params);
+    return run(f->pg.a, "outcomes_record", 2, params);
 }
 
 static void test_counter_follows_every_write(void **state)
@@ -163,7 +152,7 @@ static void test_counter_follows_every_write(void **state)
     /* an operator cancels the Delayed batch: it is final now */
     char sql[256];
     snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_cancel('%s', 'test')", f->ids[1]);
-    char *outcome = itest_string(f->a, sql);
+    char *outcome = itest_string(f->pg.a, sql);
     assert_string_equal(outcome, "done");
     free(outcome);
     assert_int_equal(n_open(f, S1), 2);
@@ -171,10 +160,10 @@ static void test_counter_follows_every_write(void **state)
 
     /* a waiting batch deleted by hand; then more work arrives */
     snprintf(sql, sizeof(sql), "DELETE FROM queuer.batches WHERE batch_id = '%s'", f->ids[3]);
-    itest_exec(f->a, sql);
+    itest_exec(f->pg.a, sql);
     assert_int_equal(n_open(f, S1), 1);
-    enqueue(f, f->a, S1, NULL);
-    enqueue(f, f->a, S3, NULL);
+    enqueue(f, f->pg.a, S1, NULL);
+    enqueue(f, f->pg.a, S3, NULL);
     assert_int_equal(n_open(f, S1), 2);
     assert_int_equal(n_open(f, S3), 1);
     assert_counters_exact(f);
@@ -185,11 +174,11 @@ static void test_acquire_takes_free_services_with_work(void **state)
     struct fixture *f = *state;
     hold(f, S2, "w2");
     const char *params[] = {"w1", "10", "30000", "60000", "2147483647", "1000"}; /* wraps */
-    assert_int_equal(run(f->a, "claims_acquire", 6, params), 1); /* S1: S2 held, S3 idle */
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant = 'w1' AND service_id = '" S1 "'"),
+    assert_int_equal(run(f->pg.a, "claims_acquire", 6, params), 1); /* S1: S2 held, S3 idle */
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant = 'w1' AND service_id = '" S1 "'"),
                      1);
-    assert_int_equal(run(f->a, "claims_acquire", 6, params), 0);
+    assert_int_equal(run(f->pg.a, "claims_acquire", 6, params), 0);
 }
 
 static void test_release_idle_gives_back_only_idle(void **state)
@@ -198,11 +187,11 @@ static void test_release_idle_gives_back_only_idle(void **state)
     hold(f, S1, "w1");
     hold(f, S3, "w1");
     const char *params[] = {"w1", "10"};
-    itest_exec(f->a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    assert_int_equal(run(f->a, "claims_release_idle", 2, params), 1); /* S3 */
-    itest_exec(f->a, "COMMIT");
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant = 'w1'"),
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    assert_int_equal(run(f->pg.a, "claims_release_idle", 2, params), 1); /* S3 */
+    itest_exec(f->pg.a, "COMMIT");
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant = 'w1'"),
                      1);
 }
 
@@ -213,23 +202,24 @@ static void test_release_idle_races_enqueue(void **state)
     struct fixture *f = *state;
     hold(f, S3, "w1");
     const char *params[] = {"w1", "10"};
-    itest_exec(f->a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    itest_exec(f->a, "SELECT 1"); /* the snapshot: S3 idle */
-    enqueue(f, f->b, S3, NULL);
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    itest_exec(f->pg.a, "SELECT 1"); /* the snapshot: S3 idle */
+    enqueue(f, f->pg.b, S3, NULL);
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    int rc = qw_db_query(f->a, "claims_release_idle", 2, params, &res, &err);
+    int rc = qw_db_query(f->pg.a, "claims_release_idle", 2, params, &res, &err);
     if (rc == QW_OK) {
         assert_int_equal(qw_db_res_rows(res), 0);
         qw_db_res_free(res);
-        itest_exec(f->a, "COMMIT");
+        itest_exec(f->pg.a, "COMMIT");
     } else {
         assert_int_equal(rc, QW_ERR_SERIALIZATION);
-        itest_exec(f->a, "ROLLBACK");
+        itest_exec(f->pg.a, "ROLLBACK");
     }
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims WHERE "
-                                        "service_id = '" S3 "' AND claimant = 'w1' AND has_work"),
+    assert_int_equal(itest_scalar(f->pg.b,
+                                  "SELECT count(*) FROM queuer.service_id_claims WHERE "
+                                  "service_id = '" S3 "' AND claimant = 'w1' AND has_work"),
                      1);
 }
 
@@ -240,9 +230,9 @@ static void test_release_keeps_mid_submission(void **state)
     hold(f, S2, "w1");
     assert_int_equal(mark(f, 0), 1);
     const char *params[] = {"w1", "{" S1 "," S2 "}"};
-    assert_int_equal(run(f->a, "claims_release", 2, params), 1); /* S2 only */
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant = 'w1' AND service_id = '" S1 "'"),
+    assert_int_equal(run(f->pg.a, "claims_release", 2, params), 1); /* S2 only */
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant = 'w1' AND service_id = '" S1 "'"),
                      1);
 }
 
@@ -253,7 +243,7 @@ static void assert_holder(struct fixture *f, const char *svc, const char *expect
     snprintf(sql, sizeof(sql),
              "SELECT coalesce(claimant, '-') FROM queuer.service_id_claims WHERE service_id = '%s'",
              svc);
-    char *who = itest_string(f->b, sql);
+    char *who = itest_string(f->pg.b, sql);
     assert_string_equal(who, expected);
     free(who);
 }
@@ -269,33 +259,34 @@ static void test_maintenance_follows_the_holders_lease(void **state)
     /* w1 gone (below), w2 live: w2 maintains, with a lease of 5 s */
     const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
     /* the claims' own expiries have passed, w1's lease has not */
-    assert_int_equal(run(f->b, "claims_maintain", 5, params), 0);
+    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 0);
     /* soft expiry of w1's lease: S2 (work) is handed to the live w2, S3
      * (no work) is freed, S1 (mid-submission) stays */
-    itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
-                     "WHERE instance_id = 'w1'");
-    assert_int_equal(run(f->b, "claims_maintain", 5, params), 2);
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
+                        "WHERE instance_id = 'w1'");
+    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 2);
     assert_holder(f, S1, "w1");
     assert_holder(f, S2, "w2");
     assert_holder(f, S3, "-");
     assert_int_equal(epoch_of(f, S2), epoch_s2 + 1);
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.claims WHERE service_id = '" S2
-                                        "' AND expiry_1 > now() + interval '4 s' "
-                                        "AND expiry_2 > now() + interval '9 s'"),
+    assert_int_equal(itest_scalar(f->pg.b,
+                                  "SELECT count(*) FROM queuer.claims WHERE service_id = '" S2
+                                  "' AND expiry_1 > now() + interval '4 s' "
+                                  "AND expiry_2 > now() + interval '9 s'"),
                      1);
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE service_id = '" S3 "' AND expiry_1 IS NULL "
-                                        "AND expiry_2 IS NULL"),
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id = '" S3 "' AND expiry_1 IS NULL "
+                                           "AND expiry_2 IS NULL"),
                      1);
     /* the held claims of w1 no longer pass its fences */
     assert_int_equal(record(f, 0, "Committed", "t"), 0);
     /* hard expiry: S1 goes too, to the live w2 (its batch is followed up there) */
-    itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = now() - interval '1 s' "
-                     "WHERE instance_id = 'w1'");
-    assert_int_equal(run(f->b, "claims_maintain", 5, params), 1);
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = now() - interval '1 s' "
+                        "WHERE instance_id = 'w1'");
+    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 1);
     assert_holder(f, S1, "w2");
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant = 'w1'"),
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant = 'w1'"),
                      0);
 }
 
@@ -304,11 +295,11 @@ static void test_maintenance_frees_when_none_is_live(void **state)
 {
     struct fixture *f = *state;
     hold(f, S2, "w1");
-    itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
     const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
-    assert_int_equal(run(f->b, "claims_maintain", 5, params), 1);
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant IS NOT NULL"),
+    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 1);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant IS NOT NULL"),
                      0);
 }
 
@@ -318,27 +309,27 @@ static void w1_dies_holding_200(struct fixture *f)
     char svc[32];
     for (int i = 0; i < 200; i++) {
         snprintf(svc, sizeof(svc), "sprea-aaaaa::%04d", i);
-        enqueue(f, f->a, svc, NULL);
+        enqueue(f, f->pg.a, svc, NULL);
         hold(f, svc, "w1");
     }
-    itest_exec(f->b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
-                     "WHERE instance_id = 'w1'");
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
+                        "WHERE instance_id = 'w1'");
 }
 
 /* The handed-over claims are spread over the live instances by service. */
 static void test_maintenance_spreads_over_the_live(void **state)
 {
     struct fixture *f = *state;
-    itest_exec(f->a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
-                     "lease_2) VALUES ('w3', 'h', 3, 'v', now() + interval '1 h', "
-                     "now() + interval '2 h')");
+    itest_exec(f->pg.a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
+                        "lease_2) VALUES ('w3', 'h', 3, 'v', now() + interval '1 h', "
+                        "now() + interval '2 h')");
     w1_dies_holding_200(f);
     const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
-    assert_int_equal(run(f->b, "claims_maintain", 5, params), 200);
-    int64_t w2 = itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                    "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'");
-    int64_t w3 = itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                    "WHERE service_id LIKE 'sprea-%' AND claimant = 'w3'");
+    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 200);
+    int64_t w2 = itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                       "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'");
+    int64_t w3 = itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                       "WHERE service_id LIKE 'sprea-%' AND claimant = 'w3'");
     assert_int_equal(w2 + w3, 200);
     assert_true(w2 >= 70 && w3 >= 70);
 }
@@ -349,31 +340,37 @@ static void test_maintenance_hands_each_a_bounded_number(void **state)
     struct fixture *f = *state;
     w1_dies_holding_200(f);
     const char *params[] = {"w2", "1000", "5000", "10000", "50"};
-    assert_int_equal(run(f->b, "claims_maintain", 5, params), 200);
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'"),
+    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 200);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'"),
                      50);
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE service_id LIKE 'sprea-%' AND claimant IS NULL "
-                                        "AND has_work"),
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id LIKE 'sprea-%' AND claimant IS NULL "
+                                           "AND has_work"),
                      150);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup,
+                                        itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_acquire_takes_free_services_with_work, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup, teardown),
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup,
+                                        itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_follows_the_holders_lease, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_maintenance_frees_when_none_is_live, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_maintenance_spreads_over_the_live, setup, teardown),
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_frees_when_none_is_live, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_spreads_over_the_live, setup,
+                                        itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_hands_each_a_bounded_number, setup,
-                                        teardown),
+                                        itest_pair_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,45 +27,30 @@
 #define LEASE_MS 1000 /* expiry_1 of the claim under test, ms from setup */
 
 struct fixture {
-    char *conninfo;
-    struct qw_db *a;  /* the holder's session: marks and outcomes */
-    struct qw_db *b;  /* another worker's maintenance */
-    char ids[3][129]; /* the service's batches, oldest first */
+    struct itest_pair pg; /* a: the holder's marks and outcomes; b: another worker's maintenance */
+    char ids[3][129];     /* the service's batches, oldest first */
 };
+_Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
+
+/* w1, live: a lease of LEASE_MS (soft) and an hour (hard). */
+static const struct itest_instance live[] = {{"w1", LEASE_MS, 3600 * 1000}};
 
 /* Three batches, none submitted; w1 holds the claim at epoch 3 for LEASE_MS
  * (soft) and an hour (hard), by its own expiries and its instance lease. */
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    f->conninfo = itest_db_create("soft_expiry", 1);
-    f->a = itest_connect(f->conninfo);
-    f->b = itest_connect(f->conninfo);
+    itest_pair_open(&f->pg, "soft_expiry", live, 1);
     for (int i = 0; i < 3; i++) {
-        itest_enqueue_sample(f->a, SVC, 3000 + (uint64_t)i, f->ids[i]);
+        itest_enqueue_sample(f->pg.a, SVC, 3000 + (uint64_t)i, f->ids[i]);
     }
     char sql[256];
     snprintf(sql, sizeof(sql),
              "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 3, "
              "expiry_1 = now() + interval '%d ms', expiry_2 = now() + interval '1 h'",
              LEASE_MS);
-    itest_exec(f->a, sql);
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, lease_2) "
-             "VALUES ('w1', 'h', 1, 'v', now() + interval '%d ms', now() + interval '1 h')",
-             LEASE_MS);
-    itest_exec(f->a, sql);
+    itest_exec(f->pg.a, sql);
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    qw_db_close(f->a);
-    qw_db_close(f->b);
-    free(f->conninfo);
-    free(f);
     return 0;
 }
 
@@ -89,7 +74,7 @@ static void mark(struct fixture *f, int k, int want_rows)
     char ids[160];
     snprintf(ids, sizeof(ids), "{%s}", f->ids[k]);
     const char *params[] = {"w1", ids, "{" SVC "}", "{3}", "{\"\"}"};
-    query(f->a, "batches_mark", 5, params, want_rows);
+    query(f->pg.a, "batches_mark", 5, params, want_rows);
 }
 
 /* Records `status` (with `submitted` after) for ids[k], expected in state
@@ -103,7 +88,7 @@ static void record(struct fixture *f, int k, const char *expect, const char *sta
     snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",3,%s,%s,%s,0,,,test,f,%s)\"}", f->ids[k],
              expect, status, submitted, go_on ? "t" : "f");
     const char *params[] = {"w1", outcomes};
-    query(f->a, "outcomes_record", 2, params, want_rows);
+    query(f->pg.a, "outcomes_record", 2, params, want_rows);
 }
 
 static void set_batch(struct fixture *f, int k, const char *assignments)
@@ -111,7 +96,7 @@ static void set_batch(struct fixture *f, int k, const char *assignments)
     char sql[512];
     snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET %s WHERE batch_id = '%s'", assignments,
              f->ids[k]);
-    itest_exec(f->a, sql);
+    itest_exec(f->pg.a, sql);
 }
 
 /* Maintenance as another worker runs it. */
@@ -119,7 +104,7 @@ static const char *const maintain_params[] = {"w2", "1000", "5000", "10000", "20
 
 static int64_t submitting(struct fixture *f)
 {
-    return itest_scalar(f->b, "SELECT submitting::int FROM queuer.service_id_claims");
+    return itest_scalar(f->pg.b, "SELECT submitting::int FROM queuer.service_id_claims");
 }
 
 /* Waits (on the database clock) until the claim's effective expiry_1 (its
@@ -127,8 +112,8 @@ static int64_t submitting(struct fixture *f)
 static void wait_soft_expiry(struct fixture *f)
 {
     for (int i = 0; i < 200; i++) {
-        if (itest_scalar(f->b, "SELECT (clock_timestamp() > expiry_1)::int "
-                               "FROM queuer.claims") == 1)
+        if (itest_scalar(f->pg.b, "SELECT (clock_timestamp() > expiry_1)::int "
+                                  "FROM queuer.claims") == 1)
             return;
         usleep(20 * 1000);
     }
@@ -137,7 +122,7 @@ static void wait_soft_expiry(struct fixture *f)
 
 /*
  * The race: the holder's statement (already run in an open READ COMMITTED
- * transaction on f->a, before expiry_1) puts a batch mid-submission; the
+ * transaction on f->pg.a, before expiry_1) puts a batch mid-submission; the
  * other worker's SERIALIZABLE maintenance takes its snapshot after expiry_1
  * but before the holder's COMMIT, and runs its statement after it. The
  * maintenance must free nothing (or fail to serialize and be re-run); a
@@ -146,41 +131,41 @@ static void wait_soft_expiry(struct fixture *f)
 static void race_maintenance(struct fixture *f)
 {
     wait_soft_expiry(f);
-    itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    itest_exec(f->b, "SELECT 1"); /* the snapshot: after expiry_1, before the COMMIT */
-    itest_exec(f->a, "COMMIT");
+    itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    itest_exec(f->pg.b, "SELECT 1"); /* the snapshot: after expiry_1, before the COMMIT */
+    itest_exec(f->pg.a, "COMMIT");
 
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    int rc = qw_db_query(f->b, "claims_maintain", 5, maintain_params, &res, &err);
+    int rc = qw_db_query(f->pg.b, "claims_maintain", 5, maintain_params, &res, &err);
     if (rc == QW_OK) {
         int freed = qw_db_res_rows(res);
         qw_db_res_free(res);
-        rc = qw_db_exec(f->b, "COMMIT", &err);
+        rc = qw_db_exec(f->pg.b, "COMMIT", &err);
         assert_int_equal(rc, QW_OK);
         assert_int_equal(freed, 0);
     } else {
         /* a serialization failure: the claims transaction is re-run */
         assert_int_equal(rc, QW_ERR_SERIALIZATION);
-        itest_exec(f->b, "ROLLBACK");
+        itest_exec(f->pg.b, "ROLLBACK");
     }
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant = 'w1' AND claim_epoch = 3"),
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant = 'w1' AND claim_epoch = 3"),
                      1);
 
     /* The re-run, on a snapshot that sees the batch mid-submission. */
-    itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->b, "claims_maintain", 5, maintain_params, 0);
-    itest_exec(f->b, "COMMIT");
+    itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    query(f->pg.b, "claims_maintain", 5, maintain_params, 0);
+    itest_exec(f->pg.b, "COMMIT");
     /* Hard expiry frees it, mid-submission or not. */
-    itest_exec(f->b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
-    itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = lease_1");
-    itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->b, "claims_maintain", 5, maintain_params, 1);
-    itest_exec(f->b, "COMMIT");
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant IS NULL AND claim_epoch = 4"),
+    itest_exec(f->pg.b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = lease_1");
+    itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    query(f->pg.b, "claims_maintain", 5, maintain_params, 1);
+    itest_exec(f->pg.b, "COMMIT");
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant IS NULL AND claim_epoch = 4"),
                      1);
 }
 
@@ -188,7 +173,7 @@ static void race_maintenance(struct fixture *f)
 static void test_mark_races_soft_expiry(void **state)
 {
     struct fixture *f = *state;
-    itest_exec(f->a, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL READ COMMITTED");
     mark(f, 0, 1);
     race_maintenance(f);
 }
@@ -202,24 +187,24 @@ static void test_mark_races_soft_expiry(void **state)
 static void test_mark_races_soft_expiry_read_committed(void **state)
 {
     struct fixture *f = *state;
-    itest_exec(f->a, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL READ COMMITTED");
     mark(f, 0, 1);
     wait_soft_expiry(f);
-    itest_exec(f->b, "BEGIN ISOLATION LEVEL READ COMMITTED");
-    query(f->b, "claims_maintain", 5, maintain_params, 0);
-    itest_exec(f->b, "COMMIT");
-    itest_exec(f->a, "COMMIT");
-    itest_exec(f->b, "BEGIN ISOLATION LEVEL READ COMMITTED");
-    query(f->b, "claims_maintain", 5, maintain_params, 0);
-    itest_exec(f->b, "COMMIT");
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant = 'w1' AND claim_epoch = 3"),
+    itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    query(f->pg.b, "claims_maintain", 5, maintain_params, 0);
+    itest_exec(f->pg.b, "COMMIT");
+    itest_exec(f->pg.a, "COMMIT");
+    itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    query(f->pg.b, "claims_maintain", 5, maintain_params, 0);
+    itest_exec(f->pg.b, "COMMIT");
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant = 'w1' AND claim_epoch = 3"),
                      1);
-    itest_exec(f->b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
-    itest_exec(f->b, "UPDATE queuer.instances SET lease_2 = lease_1");
-    query(f->b, "claims_maintain", 5, maintain_params, 1);
-    assert_int_equal(itest_scalar(f->b, "SELECT count(*) FROM queuer.service_id_claims "
-                                        "WHERE claimant IS NULL AND claim_epoch = 4"),
+    itest_exec(f->pg.b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = lease_1");
+    query(f->pg.b, "claims_maintain", 5, maintain_params, 1);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant IS NULL AND claim_epoch = 4"),
                      1);
 }
 
@@ -228,7 +213,7 @@ static void test_fast_path_races_soft_expiry(void **state)
 {
     struct fixture *f = *state;
     set_batch(f, 0, "submitted = true, status = 'Pending', attempts = 1");
-    itest_exec(f->a, "BEGIN ISOLATION LEVEL READ COMMITTED");
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL READ COMMITTED");
     record(f, 0, "pending", "Committed", "t", 1, 2); /* written + next marked */
     race_maintenance(f);
 }
@@ -239,17 +224,17 @@ static void test_soft_expiry_frees_an_idle_claim(void **state)
     struct fixture *f = *state;
     set_batch(f, 0, "submitted = true, status = 'Pending', attempts = 1");
     wait_soft_expiry(f);
-    itest_exec(f->b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->b, "claims_maintain", 5, maintain_params, 1);
-    itest_exec(f->b, "COMMIT");
+    itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    query(f->pg.b, "claims_maintain", 5, maintain_params, 1);
+    itest_exec(f->pg.b, "COMMIT");
 }
 
 /* `submitting` follows the batches through every kind of write. */
 static void test_submitting_follows_the_batches(void **state)
 {
     struct fixture *f = *state;
-    itest_exec(f->a, "UPDATE queuer.instances SET lease_1 = now() + interval '1 h', "
-                     "lease_2 = now() + interval '2 h'");
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() + interval '1 h', "
+                        "lease_2 = now() + interval '2 h'");
     assert_int_equal(submitting(f), 0);
     mark(f, 0, 1);
     assert_int_equal(submitting(f), 1);
@@ -269,7 +254,7 @@ static void test_submitting_follows_the_batches(void **state)
     /* a stale epoch writes nothing, not even the flag */
     set_batch(f, 2, "status = NULL, retry_at = NULL");
     mark(f, 2, 1);
-    itest_exec(f->a, "UPDATE queuer.service_id_claims SET claim_epoch = 4");
+    itest_exec(f->pg.a, "UPDATE queuer.service_id_claims SET claim_epoch = 4");
     record(f, 2, "posting", "Committed", "t", 0, 0);
     assert_int_equal(submitting(f), 1);
 }
@@ -277,12 +262,15 @@ static void test_submitting_follows_the_batches(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry, setup, itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry_read_committed, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_fast_path_races_soft_expiry, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_soft_expiry_frees_an_idle_claim, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_submitting_follows_the_batches, setup, teardown),
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_fast_path_races_soft_expiry, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_soft_expiry_frees_an_idle_claim, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_submitting_follows_the_batches, setup,
+                                        itest_pair_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -130,6 +130,42 @@ char *itest_db_create(const char *hint, int migrate)
     return conninfo;
 }
 
+void itest_pair_open(struct itest_pair *p, const char *hint, const struct itest_instance *live,
+                     size_t n)
+{
+    p->conninfo = itest_db_create(hint, 1);
+    p->a = itest_connect(p->conninfo);
+    p->b = itest_connect(p->conninfo);
+    itest_exec(p->a, "BEGIN"); /* one now() for every lease */
+    for (size_t i = 0; i < n; i++) {
+        char pid[24], lease_1[24], lease_2[24];
+        snprintf(pid, sizeof(pid), "%zu", i + 1);
+        snprintf(lease_1, sizeof(lease_1), "%d", live[i].lease_1_ms);
+        snprintf(lease_2, sizeof(lease_2), "%d", live[i].lease_2_ms);
+        const char *params[] = {live[i].id, pid, lease_1, lease_2};
+        struct qw_error err;
+        qw_error_clear(&err);
+        if (qw_db_query_sql(p->a,
+                            "INSERT INTO queuer.instances (instance_id, host, pid, version, "
+                            "lease_1, lease_2) VALUES ($1, 'h', $2::integer, 'v', "
+                            "now() + $3::integer * interval '1 ms', "
+                            "now() + $4::integer * interval '1 ms')",
+                            4, params, NULL, &err) != QW_OK)
+            fail_msg("register instance %s: %s", live[i].id, err.msg);
+    }
+    itest_exec(p->a, "COMMIT");
+}
+
+int itest_pair_teardown(void **state)
+{
+    struct itest_pair *p = *state; /* the fixture's first member */
+    qw_db_close(p->a);
+    qw_db_close(p->b);
+    free(p->conninfo);
+    free(*state);
+    return 0;
+}
+
 /* Reads whatever is ready on fd into *buf (growing it). Returns 0 at EOF. */
 static int drain(int fd, char **buf, size_t *len)
 {

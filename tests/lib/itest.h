@@ -8,6 +8,7 @@
 
 #include "db/db.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /** Conninfo of the cluster's maintenance database (QW_TEST_CONNINFO). */
@@ -24,6 +25,39 @@ struct qw_db *itest_connect(const char *conninfo);
 
 /** Connects to `conninfo` as login role `role` (trust authentication in the test cluster). */
 struct qw_db *itest_connect_as(const char *conninfo, const char *role);
+
+/** A live instance for itest_pair_open(): its id and its leases, from now. */
+struct itest_instance {
+    const char *id; /* instance_id */
+    int lease_1_ms; /* soft lease: lease_1 = now() + this, ms */
+    int lease_2_ms; /* hard lease: lease_2 = now() + this, ms */
+};
+
+/**
+ * A fresh migrated database and two sessions on it (the claim tests'
+ * fixtures). A fixture embeds it as its first member, so that
+ * itest_pair_teardown() can close it and free the fixture.
+ */
+struct itest_pair {
+    char *conninfo;  /* the database's conninfo (malloc'd) */
+    struct qw_db *a; /* first session */
+    struct qw_db *b; /* second session */
+};
+
+/**
+ * Creates and migrates a database named after `hint` (itest_db_create()),
+ * connects `p->a` and `p->b` to it, and registers the `n` instances of
+ * `live` in queuer.instances in one transaction (host 'h', pid its place in
+ * `live` plus 1, version 'v'). Fails the test on error.
+ */
+void itest_pair_open(struct itest_pair *p, const char *hint, const struct itest_instance *live,
+                     size_t n);
+
+/**
+ * A cmocka teardown for a calloc'd fixture whose first member is a struct
+ * itest_pair: closes both sessions, frees the conninfo and the fixture.
+ */
+int itest_pair_teardown(void **state);
 
 /** Runs `sql` (simple protocol) or fails the test. */
 void itest_exec(struct qw_db *db, const char *sql);
