@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# PostgreSQL's cost of the application's enqueue path, queuer.enqueue_rows()
+# (the SQL function; bulk `queuer enqueue --tsv` is bench/bulk_enqueue.sh):
+# bench-load, W5's open-loop load generator, enqueues RATE batches/s over
+# SERVICES services for LOAD_SECONDS into a private cluster, one call per 5 ms
+# tick, with no workers, so every batch stays waiting and back pressure
+# (high mark 30, the default) counts each service's backlog. Prints what
+# bench-load achieved, the backend's CPU per call and per batch (the
+# postmaster's reaped children, taken once the session ended), and the
+# statements inside the function (pg_stat_statements, track = all).
+# Not a test; run it through `heavy --exclusive` when the figures are to be
+# compared.
+#
+# usage: bench/enqueue_sql.sh [BUILD_DIR]        (default: build/release)
+#   RATE, SERVICES, LOAD_SECONDS   the load (default 1500, 1000, 6)
+#   ANALYZE_EVERY_S           ANALYZE the queue tables every so many seconds
+#                             during the load, as bench/run.sh does in W5
+#                             (default 1; 0 = only once, before the load,
+#                             when the tables are empty: the plans a fresh
+#                             database starts with)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+build=${1:-$root/build/release}
+rate=${RATE:-1500}
+services=${SERVICES:-1000}
+seconds=${LOAD_SECONDS:-6}
+analyze_every=${ANALYZE_EVERY_S:-1}
+for bin in "$build/src/queuer" "$build/bench/bench-load"; do
+    [ -x "$bin" ] || { echo "enqueue_sql: $bin not built (meson compile -C $build)" >&2; exit 1; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/qwenq.XXXXXX")
+chmod 755 "$work"
+# shellcheck source=tests/lib/cluster.sh
+. "$root/tests/lib/cluster.sh"
+export QW_PG_CONF_EXTRA="shared_preload_libraries = 'pg_stat_statements'
+pg_stat_statements.track = all
+track_functions = all"
+qw_pg_start "$work/pg" >/dev/null
+analyzer=
+trap '[ -z "$analyzer" ] || kill "$analyzer" 2>/dev/null; qw_pg_stop immediate; rm -rf "$work"' EXIT
+qw_psql -c "CREATE DATABASE bench" >/dev/null
+db="$QW_PG_CONNINFO dbname=bench"
+q() { psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
+
+QUEUER_DATABASE_CONNINFO=$db "$build/src/queuer" migrate >/dev/null
+q -c "CREATE EXTENSION pg_stat_statements" -c "ANALYZE"
+q -c "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null
+if [ "$analyze_every" != 0 ]; then
+    (
+        while sleep "$analyze_every"; do
+            q -c "ANALYZE queuer.batches, queuer.service_ingest, queuer.service_id_claims"
+        done
+    ) &
+    analyzer=$!
+fi
+pm=$(head -1 "$QW_PG_DIR/data/postmaster.pid")
+ticks() { awk '{ print $16 + $17 }' "/proc/$pm/stat"; }
+c0=$(ticks)
+QUEUER_DATABASE_CONNINFO=$db "$build/bench/bench-load" --rate "$rate" --services "$services" \
+    --seconds "$seconds" --out "$work/enqueue.tsv" >"$work/load.out"
+sleep 0.3 # the load's backend has exited and been reaped
+c1=$(ticks)
+if [ -n "$analyzer" ]; then
+    kill "$analyzer" 2>/dev/null || true
+    wait "$analyzer" 2>/dev/null || true
+    analyzer=
+fi
+load=$(cat "$work/load.out")
+calls=$(sed -E 's/.*load_calls=([0-9]+).*/\1/' <<<"$load")
+batches=$(sed -E 's/.*load_batches=([0-9]+).*/\1/' <<<"$load")
+
+echo "enqueue_sql: $rate batches/s offered over $services services for $seconds s, no workers," \
+     "ANALYZE every ${analyze_every} s (0: once, before the load)"
+echo "bench-load: $load"
+# (the ANALYZE runs are other backends, reaped as well: their share is in
+# the statement table below)
+awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v c="$calls" -v b="$batches" 'BEGIN {
+    printf "backend CPU: %.2f s = %.3f ms per enqueue call, %.1f us per batch\n",
+           t / hz, t / hz * 1e3 / c, t / hz * 1e6 / b }'
+q <<'SQL'
+SELECT calls, round(total_exec_time::numeric, 1) AS total_ms,
+       round(mean_exec_time::numeric, 3) AS mean_ms,
+       round((shared_blks_hit + shared_blks_read)::numeric / calls, 1) AS buffers_per_call,
+       left(regexp_replace(query, '\s+', ' ', 'g'), 60) AS statement
+  FROM pg_stat_statements
+ WHERE calls > 1
+ ORDER BY total_exec_time DESC LIMIT 8;
+SELECT funcname AS function, calls, round(self_time::numeric, 1) AS self_ms
+  FROM pg_stat_user_functions ORDER BY self_time DESC LIMIT 5;
+SQL
