@@ -4,8 +4,9 @@
 # (generic plans, as the workers run them) drive SERVICES x BATCHES batches
 # through one psql session. The head of every service is marked, GROUP per
 # statement; then every in-flight batch is recorded Committed, GROUP outcomes
-# per statement, each marking its service's next batch (the fast path, or
-# with FAST_PATH=0 the heads are marked again), until all are final. Prints the backend's CPU per batch (the postmaster's reaped
+# per statement, each marking its service's next batch (the fast path; with
+# FAST_PATH=0 the new heads are marked again instead), until all are final.
+# Prints the backend's CPU per batch (the postmaster's reaped
 # children, so taken once the session ended), the statements
 # (pg_stat_statements: time, buffers, WAL), the PL/pgSQL functions and
 # triggers (track_functions) and, for one outcome statement in the middle,
@@ -33,6 +34,12 @@ build=${1:-$root/build}
 services=${SERVICES:-1000}
 batches=${BATCHES:-10}
 group=${GROUP:-100}
+case $group in
+'' | *[!0-9]* | 0)
+    echo "pg_hot_path: GROUP must be a positive number" >&2
+    exit 2
+    ;;
+esac
 case ${FAST_PATH:-1} in 0) fast_path=false ;; *) fast_path=true ;; esac
 sql_dir=${SQL_DIR:-$root/sql}
 for bin in "$build/src/queuer" "$build/tools/queuer-gen"; do
@@ -89,7 +96,7 @@ mark_heads="SELECT format('EXECUTE mark(%L, %L, %L, %L, %L)', 'w1', array_agg(ba
     echo "PREPARE mark(text, text[], text[], bigint[], text[]) AS $(cat "$sql_dir/batches_mark.sql");"
     echo "PREPARE rec(text, queuer.outcome[]) AS $(cat "$sql_dir/outcomes_record.sql");"
     for round in $(seq 1 "$batches"); do
-        [ "$round" != 1 ] && [ "$fast_path" = true ] || echo "$mark_heads"
+        if [ "$round" = 1 ] || [ "$fast_path" = false ]; then echo "$mark_heads"; fi
         if [ "$round" = $(((batches + 1) / 2)) ]; then
             cat <<SQL
 \o $work/explain.txt
