@@ -2,10 +2,11 @@
 # PostgreSQL's own work per batch on the hot path, without workers or a
 # ledger: the real statements sql/batches_mark.sql and sql/outcomes_record.sql
 # (generic plans, as the workers run them) drive SERVICES x BATCHES batches
-# through one psql session. The head of every service is marked, 100 per
-# statement; then every in-flight batch is recorded Committed, 100 outcomes
-# per statement, each marking its service's next batch (the fast path), until
-# all are final. Prints the backend's CPU per batch (the postmaster's reaped
+# through one psql session. The head of every service is marked, GROUP per
+# statement; then every in-flight batch is recorded Committed, GROUP outcomes
+# per statement, each marking its service's next batch (the fast path; with
+# FAST_PATH=0 the new heads are marked again instead), until all are final.
+# Prints the backend's CPU per batch (the postmaster's reaped
 # children, so taken once the session ended), the statements
 # (pg_stat_statements: time, buffers, WAL), the PL/pgSQL functions and
 # triggers (track_functions) and, for one outcome statement in the middle,
@@ -14,6 +15,11 @@
 #
 # usage: bench/pg_hot_path.sh [BUILD_DIR]        (default: build)
 #   SERVICES, BATCHES   workload shape (default 1000 x 10)
+#   GROUP               batches per statement (default 100; W5's workers
+#                       send about 5 to 7)
+#   FAST_PATH=0         outcomes do not go on: every batch is marked by
+#                       batches_mark.sql (as most are in W5) instead of by the
+#                       outcome of its predecessor
 #   SQL_DIR             where batches_mark.sql and outcomes_record.sql come
 #                       from (default: this tree's sql/), to compare versions
 #   SETUP_SQL           statements run after the load, before the timing
@@ -27,6 +33,14 @@ root=$(dirname "$here")
 build=${1:-$root/build}
 services=${SERVICES:-1000}
 batches=${BATCHES:-10}
+group=${GROUP:-100}
+case $group in
+'' | *[!0-9]* | 0)
+    echo "pg_hot_path: GROUP must be a positive number" >&2
+    exit 2
+    ;;
+esac
+case ${FAST_PATH:-1} in 0) fast_path=false ;; *) fast_path=true ;; esac
 sql_dir=${SQL_DIR:-$root/sql}
 for bin in "$build/src/queuer" "$build/tools/queuer-gen"; do
     [ -x "$bin" ] || { echo "pg_hot_path: $bin not built (meson compile -C $build)" >&2; exit 1; }
@@ -68,32 +82,32 @@ fi
 # (batch, service, epoch, expect, status, submitted, attempts_add, retry_ms,
 # last_error, detail, posted, go_on), see migrations/0004_outcome_type.sql.
 outcome="ROW(batch_id, service_id, 1, 'posting', 'Committed', false, 1, NULL, NULL, NULL,
-             true, true)::queuer.outcome"
+             true, $fast_path)::queuer.outcome"
 in_flight="FROM queuer.batches WHERE submitted AND status IS NULL"
+# every service's oldest batch not yet submitted, GROUP per statement
+mark_heads="SELECT format('EXECUTE mark(%L, %L, %L, %L, %L)', 'w1', array_agg(batch_id),
+              array_agg(service_id), array_agg(1::bigint), array_agg(''::text))
+  FROM (SELECT service_id, batch_id, (row_number() OVER (ORDER BY service_id) - 1) / $group AS g
+          FROM (SELECT DISTINCT ON (service_id) service_id, batch_id FROM queuer.batches
+                 WHERE status IS NULL AND NOT submitted ORDER BY service_id, created_at) h) f
+ GROUP BY g \\gexec"
 {
     echo "SET plan_cache_mode = force_generic_plan;"
     echo "PREPARE mark(text, text[], text[], bigint[], text[]) AS $(cat "$sql_dir/batches_mark.sql");"
     echo "PREPARE rec(text, queuer.outcome[]) AS $(cat "$sql_dir/outcomes_record.sql");"
-    cat <<SQL
-SELECT format('EXECUTE mark(%L, %L, %L, %L, %L)', 'w1', array_agg(batch_id),
-              array_agg(service_id), array_agg(1::bigint), array_agg(''::text))
-  FROM (SELECT DISTINCT ON (service_id) service_id, batch_id,
-               (row_number() OVER (ORDER BY service_id) - 1) / 100 AS g
-          FROM queuer.batches ORDER BY service_id, created_at) h
- GROUP BY g \gexec
-SQL
     for round in $(seq 1 "$batches"); do
+        if [ "$round" = 1 ] || [ "$fast_path" = false ]; then echo "$mark_heads"; fi
         if [ "$round" = $(((batches + 1) / 2)) ]; then
             cat <<SQL
 \o $work/explain.txt
 SELECT format('EXPLAIN (ANALYZE, BUFFERS, WAL) EXECUTE rec(%L, %L)', 'w1', array_agg($outcome))
-  FROM (SELECT batch_id, service_id $in_flight ORDER BY service_id LIMIT 100) f \gexec
+  FROM (SELECT batch_id, service_id $in_flight ORDER BY service_id LIMIT $group) f \gexec
 \o
 SQL
         fi
         cat <<SQL
 SELECT format('EXECUTE rec(%L, %L)', 'w1', array_agg($outcome))
-  FROM (SELECT batch_id, service_id, (row_number() OVER (ORDER BY service_id) - 1) / 100 AS g
+  FROM (SELECT batch_id, service_id, (row_number() OVER (ORDER BY service_id) - 1) / $group AS g
           $in_flight) f
  GROUP BY g \gexec
 SQL
@@ -111,7 +125,7 @@ n=$(q -At -c "SELECT count(*) FROM queuer.batches WHERE status = 'Committed'")
 total=$((services * batches))
 [ "$n" = "$total" ] || { echo "pg_hot_path: $n of $total batches Committed" >&2; exit 1; }
 
-echo "pg_hot_path: $total batches marked and Committed ($services services x $batches)," \
+echo "pg_hot_path: $total batches marked and Committed ($services services x $batches, $group per statement)," \
      "statements from $sql_dir${WORKER_ROLE:+, WORKER_ROLE=$WORKER_ROLE}"
 awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v n="$total" 'BEGIN {
     printf "backend CPU: %.2f s = %.1f us per batch (with the driver'"'"'s own SELECTs)\n",
