@@ -45,7 +45,9 @@ db="$QW_PG_CONNINFO dbname=bench"
 q() { psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 
 QUEUER_DATABASE_CONNINFO=$db "$build/src/queuer" migrate >/dev/null
-q -c "CREATE EXTENSION pg_stat_statements" -c "ANALYZE"
+q -c "CREATE EXTENSION pg_stat_statements"
+[ -z "${SETUP_SQL:-}" ] || q -c "$SETUP_SQL" >/dev/null
+q -c "ANALYZE"
 q -c "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null
 if [ "$analyze_every" != 0 ]; then
     (
