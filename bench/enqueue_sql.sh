@@ -18,6 +18,8 @@
 #                             (default 1; 0 = only once, before the load,
 #                             when the tables are empty: the plans a fresh
 #                             database starts with)
+#   SETUP_SQL                 statements run after the migrations, before the
+#                             load (e.g. another version of a function)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
