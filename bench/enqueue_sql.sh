@@ -28,22 +28,13 @@ rate=${RATE:-1500}
 services=${SERVICES:-1000}
 seconds=${LOAD_SECONDS:-6}
 analyze_every=${ANALYZE_EVERY_S:-1}
-for bin in "$build/src/queuer" "$build/bench/bench-load"; do
-    [ -x "$bin" ] || { echo "enqueue_sql: $bin not built (meson compile -C $build)" >&2; exit 1; }
-done
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/qwenq.XXXXXX")
-chmod 755 "$work"
-# shellcheck source=tests/lib/cluster.sh
-. "$root/tests/lib/cluster.sh"
-export QW_PG_CONF_EXTRA="shared_preload_libraries = 'pg_stat_statements'
-pg_stat_statements.track = all
-track_functions = all"
-qw_pg_start "$work/pg" >/dev/null
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
+bench_stats_cluster enqueue_sql "$build" src/queuer bench/bench-load
 analyzer=
-trap '[ -z "$analyzer" ] || kill "$analyzer" 2>/dev/null; qw_pg_stop immediate; rm -rf "$work"' EXIT
-qw_psql -c "CREATE DATABASE bench" >/dev/null
-db="$QW_PG_CONNINFO dbname=bench"
+trap '[ -z "$analyzer" ] || kill "$analyzer" 2>/dev/null; bench_stats_cluster_stop' EXIT
+work=$BENCH_WORK
+db=$BENCH_DB
 q() { psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 
 QUEUER_DATABASE_CONNINFO=$db "$build/src/queuer" migrate >/dev/null

@@ -13,6 +13,14 @@
 #   bench_db_idle CONNINFO DB SECS        wait until DB has no backend left
 #   bench_machine                 one paragraph describing this machine
 #   bench_ticks_to_s TICKS        clock ticks as seconds (3 decimals)
+#   bench_stats_cluster NAME BUILD BIN...   for a one-off measurement: checks
+#                                 that each BIN (a path under BUILD) is built,
+#                                 starts a private cluster with
+#                                 pg_stat_statements (track = all) and
+#                                 track_functions in a new directory BENCH_WORK
+#                                 and creates database "bench" (conninfo in
+#                                 BENCH_DB); bench_stats_cluster_stop stops and
+#                                 removes it
 
 BENCH_CLK_TCK=$(getconf CLK_TCK)
 
@@ -102,4 +110,29 @@ bench_machine() {
     node=$(node --version 2>/dev/null || echo "absent")
     echo "machine: $(nproc) CPUs ($model), $mem RAM, Linux $(uname -r);" \
         "PostgreSQL $pg; Node.js $node; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+bench_stats_cluster() {
+    local name=$1 build=$2 bin
+    shift 2
+    for bin in "$@"; do
+        [ -x "$build/$bin" ] || {
+            echo "$name: $build/$bin not built (meson compile -C $build)" >&2
+            exit 1
+        }
+    done
+    BENCH_WORK=$(mktemp -d "${TMPDIR:-/tmp}/qw$name.XXXXXX")
+    chmod 755 "$BENCH_WORK"
+    # shellcheck source=tests/lib/cluster.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/../tests/lib/cluster.sh"
+    QW_PG_CONF_EXTRA="shared_preload_libraries = 'pg_stat_statements'
+pg_stat_statements.track = all
+track_functions = all" qw_pg_start "$BENCH_WORK/pg" >/dev/null
+    qw_psql -c "CREATE DATABASE bench" >/dev/null
+    BENCH_DB="$QW_PG_CONNINFO dbname=bench"
+}
+
+bench_stats_cluster_stop() {
+    qw_pg_stop immediate
+    rm -rf "$BENCH_WORK"
 }

@@ -42,21 +42,12 @@ case $group in
 esac
 case ${FAST_PATH:-1} in 0) fast_path=false ;; *) fast_path=true ;; esac
 sql_dir=${SQL_DIR:-$root/sql}
-for bin in "$build/src/queuer" "$build/tools/queuer-gen"; do
-    [ -x "$bin" ] || { echo "pg_hot_path: $bin not built (meson compile -C $build)" >&2; exit 1; }
-done
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/qwhot.XXXXXX")
-chmod 755 "$work"
-# shellcheck source=tests/lib/cluster.sh
-. "$root/tests/lib/cluster.sh"
-export QW_PG_CONF_EXTRA="shared_preload_libraries = 'pg_stat_statements'
-pg_stat_statements.track = all
-track_functions = all"
-qw_pg_start "$work/pg" >/dev/null
-trap 'qw_pg_stop immediate; rm -rf "$work"' EXIT
-qw_psql -c "CREATE DATABASE bench" >/dev/null
-db="$QW_PG_CONNINFO dbname=bench"
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
+bench_stats_cluster pg_hot_path "$build" src/queuer tools/queuer-gen
+trap bench_stats_cluster_stop EXIT
+work=$BENCH_WORK
+db=$BENCH_DB
 q() { psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 
 QUEUER_DATABASE_CONNINFO=$db "$build/src/queuer" migrate >/dev/null
