@@ -1,11 +1,12 @@
 -- 0015: enqueue one batch at a time without scanning (issue 12, W5).
 --
 -- Under the W5 open-loop load (an application enqueueing 7 or 8 batches
--- per call through queuer.enqueue_rows(), 1,500 a second) each call cost
--- PostgreSQL 3.6 to 5.6 ms and ~440 buffer visits, the largest share of
--- its CPU per batch (bench/PERFORMANCE.md, W5). Two statements of the
--- implementation (0001's, renamed queuer.enqueue_rows_unchecked in 0007)
--- did it:
+-- per call through queuer.enqueue_rows(), 1,500 a second) each call took
+-- 5.6 ms and ~440 buffer visits, the costliest statement of the run; alone
+-- (bench/enqueue_sql.sh, no workers) 4.0 to 4.3 ms of backend CPU per call,
+-- and 68 ms on plans made on empty tables (bench/PERFORMANCE.md, "Enqueue
+-- through SQL"). Two statements of the implementation (0001's, renamed
+-- queuer.enqueue_rows_unchecked in 0007) did it:
 --
 -- 1. Back pressure counted each service's backlog with a count(*) over
 --    queuer.batches inside a lateral subquery of queuer.service_ingest.
