@@ -50,28 +50,26 @@ if [ "$analyze_every" != 0 ]; then
     ) &
     analyzer=$!
 fi
-pm=$(head -1 "$QW_PG_DIR/data/postmaster.pid")
-ticks() { awk '{ print $16 + $17 }' "/proc/$pm/stat"; }
-c0=$(ticks)
+c0=$(bench_pg_reaped_ticks "$QW_PG_DIR/data")
 QUEUER_DATABASE_CONNINFO=$db "$build/bench/bench-load" --rate "$rate" --services "$services" \
     --seconds "$seconds" --out "$work/enqueue.tsv" >"$work/load.out"
 sleep 0.3 # the load's backend has exited and been reaped
-c1=$(ticks)
+c1=$(bench_pg_reaped_ticks "$QW_PG_DIR/data")
 if [ -n "$analyzer" ]; then
     kill "$analyzer" 2>/dev/null || true
     wait "$analyzer" 2>/dev/null || true
     analyzer=
 fi
 load=$(cat "$work/load.out")
-calls=$(sed -E 's/.*load_calls=([0-9]+).*/\1/' <<<"$load")
-batches=$(sed -E 's/.*load_batches=([0-9]+).*/\1/' <<<"$load")
+calls=$(bench_kv load_calls "$load")
+batches=$(bench_kv load_batches "$load")
 
 echo "enqueue_sql: $rate batches/s offered over $services services for $seconds s, no workers," \
      "ANALYZE every ${analyze_every} s (0: once, before the load)"
 echo "bench-load: $load"
 # (the ANALYZE runs are other backends, reaped as well: their share is in
 # the statement table below)
-awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v c="$calls" -v b="$batches" 'BEGIN {
+awk -v t=$((c1 - c0)) -v hz="$BENCH_CLK_TCK" -v c="$calls" -v b="$batches" 'BEGIN {
     printf "backend CPU: %.2f s = %.3f ms per enqueue call, %.1f us per batch\n",
            t / hz, t / hz * 1e3 / c, t / hz * 1e6 / b }'
 q <<'SQL'

@@ -8,6 +8,8 @@
 #                                 plus its live children's utime+stime
 #   bench_pg_cpu_ticks DATADIR    bench_cpu_ticks_tree of the cluster's postmaster:
 #                                 every PostgreSQL process, live or exited
+#   bench_pg_reaped_ticks DATADIR the postmaster's reaped children only
+#                                 (cutime+cstime): backends that have exited
 #   bench_vmhwm_kb PID            peak resident set (VmHWM) of PID in KiB (0 if gone)
 #   bench_db_counter CONNINFO DB COLUMN   a pg_stat_database column of DB
 #   bench_db_idle CONNINFO DB SECS        wait until DB has no backend left
@@ -75,6 +77,16 @@ bench_pg_cpu_ticks() {
         return 0
     }
     bench_cpu_ticks_tree "$pid"
+}
+
+bench_pg_reaped_ticks() {
+    local pid f
+    pid=$(head -1 "$1/postmaster.pid" 2>/dev/null) && f=$(bench__stat_fields "$pid") || {
+        echo 0
+        return 0
+    }
+    set -- $f
+    echo $((${14} + ${15}))
 }
 
 bench_vmhwm_kb() {

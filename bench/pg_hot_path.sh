@@ -106,19 +106,17 @@ SQL
 } >"$work/run.sql"
 
 q -c "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null
-pm=$(head -1 "$QW_PG_DIR/data/postmaster.pid")
-ticks() { awk '{ print $16 + $17 }' "/proc/$pm/stat"; }
-c0=$(ticks)
+c0=$(bench_pg_reaped_ticks "$QW_PG_DIR/data")
 psql -X -q -v ON_ERROR_STOP=1 -d "$db$user" -f "$work/run.sql" >/dev/null
 sleep 0.3 # the backend has exited and been reaped
-c1=$(ticks)
+c1=$(bench_pg_reaped_ticks "$QW_PG_DIR/data")
 n=$(q -At -c "SELECT count(*) FROM queuer.batches WHERE status = 'Committed'")
 total=$((services * batches))
 [ "$n" = "$total" ] || { echo "pg_hot_path: $n of $total batches Committed" >&2; exit 1; }
 
 echo "pg_hot_path: $total batches marked and Committed ($services services x $batches, $group per statement)," \
      "statements from $sql_dir${WORKER_ROLE:+, WORKER_ROLE=$WORKER_ROLE}"
-awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v n="$total" 'BEGIN {
+awk -v t=$((c1 - c0)) -v hz="$BENCH_CLK_TCK" -v n="$total" 'BEGIN {
     printf "backend CPU: %.2f s = %.1f us per batch (with the driver'"'"'s own SELECTs)\n",
            t / hz, t / hz * 1e6 / n }'
 q <<'SQL'
