@@ -232,6 +232,46 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
     return rc;
 }
 
+static int by_service_id(const void *a, const void *b)
+{
+    return strcmp(((const struct qw_claim *)a)->service_id,
+                  ((const struct qw_claim *)b)->service_id);
+}
+
+/*
+ * A claim the transaction gave back and then took again (a surplus
+ * release, then claiming up to a share that had grown: the service was
+ * free with work by then) is ours after COMMIT, at its new epoch: it is
+ * listed among the claims only. Listed as released too, the caller would
+ * forget a claim it holds, and nobody would serve the service until the
+ * caller next read all its claims.
+ */
+#define RETAKEN (-1)
+
+static void drop_retaken(struct qw_claims_result *r)
+{
+    if (r->n_released == 0 || r->n_claims == 0)
+        return;
+    qsort(r->released, r->n_released, sizeof(*r->released), by_service_id);
+    size_t retaken = 0;
+    for (size_t i = 0; i < r->n_claims; i++) {
+        struct qw_claim *hit =
+            bsearch(&r->claims[i], r->released, r->n_released, sizeof(*r->released), by_service_id);
+        if (hit && hit->epoch != RETAKEN) {
+            hit->epoch = RETAKEN; /* (a released claim's epoch is otherwise unused) */
+            retaken++;
+        }
+    }
+    if (retaken == 0)
+        return;
+    size_t kept = 0;
+    for (size_t i = 0; i < r->n_released; i++) {
+        if (r->released[i].epoch != RETAKEN)
+            r->released[kept++] = r->released[i];
+    }
+    r->n_released = kept;
+}
+
 int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
                     const struct qw_txn_policy *maintain_policy, const struct qw_claims_params *p,
                     struct qw_claims_result *out, struct qw_txn_stats *stats, struct qw_error *err)
@@ -244,6 +284,8 @@ int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
     if (rc != QW_OK)
         return rc;
     rc = qw_txn_run(&qw_txn_db_ops, db, policy, claims_body, &t, stats, err);
+    if (rc == QW_OK)
+        drop_retaken(out);
     /* Claiming found fewer than it asked for: none left until the next look. */
     if (rc == QW_OK && out->acquired < t.asked)
         out->free_with_work = 0;

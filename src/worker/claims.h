@@ -69,7 +69,7 @@ struct qw_claims_result {
                                   new ones */
     size_t n_claims;           /* entries in claims */
     size_t cap_claims;         /* allocated entries */
-    struct qw_claim *released; /* our claims given back (epoch unused) */
+    struct qw_claim *released; /* our claims given back and not taken again (epoch unused) */
     size_t n_released;         /* entries in released */
     size_t cap_released;       /* allocated entries */
     int freed;                 /* expired claims (anyone's) maintenance freed or handed over */

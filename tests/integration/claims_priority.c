@@ -92,24 +92,8 @@ static void assert_heads_exact(struct fixture *f)
 /* One claims cycle of w1 as the worker runs it, its fair share capped at `max_claims`. */
 static int cycle(struct fixture *f, struct qw_rng *rng, size_t held, int max_claims)
 {
-    struct qw_txn_policy policy = {
-        .max_attempts = 5, .max_ms = 10000, .backoff_base_ms = 2, .backoff_max_ms = 50};
-    struct qw_txn_policy rc_policy = policy;
-    rc_policy.begin_sql = "BEGIN ISOLATION LEVEL READ COMMITTED";
-    struct qw_claims_params p = {.instance_id = "w1",
-                                 .lease_ms = 30000,
-                                 .hard_expiry_ms = 60000,
-                                 .max_claims = max_claims,
-                                 .max_changes = 1000,
-                                 .held = held,
-                                 .rng = rng,
-                                 .acquire = true,
-                                 .housekeeping = true};
     struct qw_claims_result r = {0};
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_claims_cycle(f->pg.a, &policy, &rc_policy, &p, &r, NULL, &err) != QW_OK)
-        fail_msg("claims cycle: %s", err.msg);
+    itest_claims_cycle(f->pg.a, "w1", held, NULL, max_claims, rng, &r);
     int acquired = r.acquired;
     assert_int_equal(r.n_claims, (size_t)acquired);
     qw_claims_result_free(&r);

@@ -22,6 +22,7 @@
 #define S1 "scale-aaaaa::0001"
 #define S2 "scale-aaaaa::0002"
 #define S3 "scale-aaaaa::0003"
+#define S4 "scale-aaaaa::0004"
 
 struct fixture {
     struct itest_pair pg; /* a: the worker w1, or an application; b: another session */
@@ -248,6 +249,55 @@ static void assert_holder(struct fixture *f, const char *svc, const char *expect
     free(who);
 }
 
+/* The epoch a result lists for `svc`, or -1 when it does not list it. */
+static int64_t listed(const struct qw_claim *list, size_t n, const char *svc)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(list[i].service_id, svc) == 0)
+            return list[i].epoch;
+    }
+    return -1;
+}
+
+/*
+ * One claims transaction gives a surplus claim back (S2) and then, its
+ * fair share having grown, takes free services with work again: S3 and
+ * S2 itself. S2 is ours after it, at a new epoch: the result lists it as
+ * a claim and not as released (the worker applied both, in that order,
+ * and forgot a claim it held until its next full read of its claims, a
+ * minute later: the services stalled). An idle claim given back (S4)
+ * stays released.
+ */
+static void test_surplus_taken_again_is_held(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->pg.a, "DELETE FROM queuer.instances WHERE instance_id = 'w2'");
+    enqueue(f, f->pg.a, S3, NULL);
+    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims (service_id) VALUES ('" S4 "')");
+    hold(f, S1, "w1");
+    hold(f, S2, "w1");
+    hold(f, S4, "w1");
+    /* w1's last lease reported 2 claims with work: with S3 free, its share is 3 */
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET claims_held = 2 WHERE instance_id = 'w1'");
+    int64_t epoch_s2 = epoch_of(f, S2);
+
+    struct qw_rng rng;
+    qw_rng_seed(&rng, 42);
+    struct qw_claims_result r = {0};
+    itest_claims_cycle(f->pg.a, "w1", 3, "{" S2 "}", 0, &rng, &r);
+    assert_int_equal(r.share, 3);
+    assert_int_equal(r.acquired, 2);
+    assert_int_equal(r.n_claims, 2);
+    assert_int_equal(listed(r.claims, r.n_claims, S2), epoch_s2 + 2);
+    assert_int_equal(listed(r.claims, r.n_claims, S3), epoch_of(f, S3));
+    assert_int_equal(r.n_released, 1);
+    assert_string_equal(r.released[0].service_id, S4);
+    qw_claims_result_free(&r);
+    assert_holder(f, S2, "w1");
+    assert_holder(f, S3, "w1");
+    assert_holder(f, S4, "-");
+}
+
 static void test_maintenance_follows_the_holders_lease(void **state)
 {
     struct fixture *f = *state;
@@ -362,6 +412,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup,
                                         itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup,
+                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_surplus_taken_again_is_held, setup,
                                         itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_follows_the_holders_lease, setup,
                                         itest_pair_teardown),

@@ -328,3 +328,26 @@ char *itest_temp_file(const char *hint, const void *data, size_t len)
     close(fd);
     return path;
 }
+
+void itest_claims_cycle(struct qw_db *db, const char *instance, size_t held, const char *release,
+                        int max_claims, struct qw_rng *rng, struct qw_claims_result *r)
+{
+    struct qw_txn_policy policy = {
+        .max_attempts = 5, .max_ms = 10000, .backoff_base_ms = 2, .backoff_max_ms = 50};
+    struct qw_txn_policy rc_policy = policy;
+    rc_policy.begin_sql = "BEGIN ISOLATION LEVEL READ COMMITTED";
+    struct qw_claims_params p = {.instance_id = instance,
+                                 .lease_ms = 30000,
+                                 .hard_expiry_ms = 60000,
+                                 .max_claims = max_claims,
+                                 .max_changes = 1000,
+                                 .held = held,
+                                 .rng = rng,
+                                 .release = release,
+                                 .acquire = true,
+                                 .housekeeping = true};
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_claims_cycle(db, &policy, &rc_policy, &p, r, NULL, &err) != QW_OK)
+        fail_msg("claims cycle of %s: %s", instance, err.msg);
+}

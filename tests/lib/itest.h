@@ -7,6 +7,7 @@
 #define QW_TESTS_ITEST_H
 
 #include "db/db.h"
+#include "worker/claims.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -98,6 +99,16 @@ void itest_enqueue_sample(struct qw_db *db, const char *service, uint64_t seed, 
 /** itest_enqueue_sample() at batch priority `priority` (migration 0010 on). */
 void itest_enqueue_sample_at(struct qw_db *db, const char *service, uint64_t seed, int priority,
                              char *id_out);
+
+/**
+ * One claims cycle of `instance` on `db` as the worker runs it (maintenance,
+ * then the claims transaction with housekeeping and claiming): it holds
+ * `held` claims before the call, gives back `release` (a text[] literal of
+ * surplus claims, or NULL) and may hold `max_claims` (0 = no cap). Fills
+ * `r` (free it with qw_claims_result_free()) or fails the test.
+ */
+void itest_claims_cycle(struct qw_db *db, const char *instance, size_t held, const char *release,
+                        int max_claims, struct qw_rng *rng, struct qw_claims_result *r);
 
 /** Path of the built queuer binary (QUEUER_BIN). */
 const char *itest_queuer_bin(void);
