@@ -88,6 +88,7 @@ struct queuer {
     struct qw_pgarray filter;          /* services of a partial fetch */
     struct qw_pgarray release;         /* surplus claims to give back */
     size_t n_held;                     /* services in svcs with held set */
+    size_t reported_held;              /* n_held as our last lease call reported it */
     int cycles_since_reconcile;        /* claims cycles since all our claims were read */
     bool reconcile_asked;              /* claims were handed to us: read them all */
     int64_t settle_until_ms;           /* monotonic: no surplus drained before (the fair
@@ -384,6 +385,7 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
     int rc = qw_claims_lease(q->db, &p, &q->claims, err);
     if (rc != QW_OK)
         return rc;
+    q->reported_held = p.held;
     /* (counted from the answer: late rather than early) */
     q->peer_lease_end_ms = q->claims.peer_lease_ms >= 0
                                ? qw_clock_mono_ms() + q->claims.peer_lease_ms + PEER_LEASE_MARGIN_MS
@@ -459,6 +461,21 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
     if (housekeeping && began >= q->settle_until_ms)
         mark_draining(q);
     atomic_store_explicit(&q->w->stats.claims_held, (long long)q->n_held, memory_order_relaxed);
+    /* The others compute their fair share from the counts reported with the
+     * leases. A count that moved by more than the slack is reported now, not
+     * a cycle later: when workers start together each claims its share in
+     * its first cycle, and one whose count still read 0 made the others
+     * drain half of theirs (queued nothing for them until the next
+     * housekeeping gave them back). */
+    size_t moved =
+        q->n_held > q->reported_held ? q->n_held - q->reported_held : q->reported_held - q->n_held;
+    if (moved > (size_t)cfg->worker_claim_slack) {
+        p.held = q->n_held;
+        rc = qw_claims_lease(q->db, &p, &q->claims, err);
+        if (rc != QW_OK)
+            return rc;
+        q->reported_held = p.held;
+    }
     if (r->acquired || r->n_released || r->freed)
         qw_log_info("claims.changed",
                     "held=%zu acquired=%d released=%zu freed=%d taken_over=%d handed_over=%d "
