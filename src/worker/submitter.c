@@ -65,6 +65,9 @@
 
 #define OUTCOME_GROUP_FULL 256 /* flush at once when this many outcomes wait */
 #define OUTCOME_GROUP_AGE_MS 2 /* flush a group at most this old */
+#define CAPACITY_LOG_EVERY_MS                                                                      \
+    30000 /* a lease step failing in a row is logged when it starts and then at most this          \
+             often (a database failover is one line, however many steps its seconds fail) */
 #define FAILURE_LOG_EVERY_MS                                                                       \
     1000                   /* at most one ledger.request_failed line per request                   \
                               type and kind this often (the rest are counted) */
@@ -126,6 +129,7 @@ struct submitter {
     struct qw_txn_policy cap_policy; /* retries of the lease step's transaction */
     int64_t cap_next_step_ms;        /* monotonic ms of the next lease step */
     int cap_failures;                /* lease steps failed in a row */
+    int64_t cap_logged_ms;           /* monotonic ms a failed step was last logged */
     int64_t target;                  /* cost waiting to POST or in flight, last counted */
     bool cap_refused;                /* the last pass left a POST waiting for capacity */
     int64_t cap_retry_ms;            /* monotonic ms the capacity may admit the next POST */
@@ -1029,10 +1033,12 @@ static void capacity_step(struct submitter *s, int64_t t)
     if (s->lease.set && period > CAPACITY_STEP_MAX_MS)
         period = CAPACITY_STEP_MAX_MS;
     if (rc != QW_OK) {
-        if (s->cap_failures++ % 20 == 0)
+        if (s->cap_failures++ == 0 || t - s->cap_logged_ms >= CAPACITY_LOG_EVERY_MS) {
+            s->cap_logged_ms = t;
             qw_log_warn("capacity.step_failed", "ledger=%s failures=%d sqlstate=%s error=%s",
                         s->cfg->dlt_ledger, s->cap_failures, err.sqlstate,
                         qw_log_quote((char[300]){0}, 300, err.msg));
+        }
         s->cap_next_step_ms =
             now_ms() + qw_backoff_full_jitter(s->cap_failures, 50, period, &s->rng);
         return;
