@@ -1,6 +1,7 @@
 /* The claims transaction; see claims.h. */
 #include "worker/claims.h"
 
+#include "common/log.h"
 #include "ingest/tsv.h"
 
 #include <stdint.h>
@@ -230,6 +231,16 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
         out->peer_lease_ms = qw_db_res_isnull(res, 0, 1) ? -1 : qw_db_res_int(res, 0, 1);
     qw_db_res_free(res);
     return rc;
+}
+
+void qw_claims_announce(struct qw_db *db)
+{
+    struct qw_error err;
+    qw_error_clear(&err);
+    /* Not a service name and not empty: a claims cycle, no full fetch. */
+    if (qw_db_exec(db, "NOTIFY queuer_work, 'claims'", &err) != QW_OK)
+        qw_log_debug("claims.notify_failed", "error=%s",
+                     qw_log_quote((char[300]){0}, 300, err.msg));
 }
 
 static int by_service_id(const void *a, const void *b)

@@ -37,6 +37,14 @@
 /** NOTIFY payload on queuer_work: claims were handed over, read yours again. */
 #define QW_CLAIMS_HANDOVER "handover"
 
+/**
+ * Wakes the listening workers for a claims cycle with housekeeping (NOTIFY
+ * queuer_work, 'claims'): we gave claims back, or we just joined and the
+ * others' fair share shrank. Best effort (a failure is logged at debug):
+ * without it they look at their next scheduled housekeeping.
+ */
+void qw_claims_announce(struct qw_db *db);
+
 struct qw_claim {
     char service_id[QW_SERVICE_ID_MAX]; /* the service */
     int64_t epoch;                      /* claim_epoch after this transaction */

@@ -375,9 +375,10 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         .max_changes = CLAIMS_BATCH,
         .held = q->n_held,
         .rng = &q->rng,
-        .release = housekeeping && !reconcile && began >= q->settle_until_ms
-                       ? surplus_to_release(q, CLAIMS_BATCH)
-                       : NULL,
+        /* Every cycle, not only at housekeeping: a draining service with no
+         * job out waits for nothing but this (another worker may be idle). */
+        .release =
+            !reconcile && began >= q->settle_until_ms ? surplus_to_release(q, CLAIMS_BATCH) : NULL,
         .acquire = acquire,
         .housekeeping = housekeeping,
         .reconcile = reconcile,
@@ -457,7 +458,8 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
     }
     if (r->taken > 0 || r->handed_over > 0)
         q->settle_until_ms = began + 2 * cfg->worker_cycle_ms;
-    /* Surplus over the (new) share drains, and goes back at the next housekeeping. */
+    /* Surplus over the (new) share drains, and goes back at the next cycle
+     * once its job is back. */
     if (housekeeping && began >= q->settle_until_ms)
         mark_draining(q);
     atomic_store_explicit(&q->w->stats.claims_held, (long long)q->n_held, memory_order_relaxed);
@@ -607,22 +609,6 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
     return cycle;
 }
 
-/*
- * Wakes the other workers after we gave claims back, so a service we
- * released as surplus (often one with a Delayed batch waiting) is taken
- * over at once instead of at the taker's next housekeeping. Best effort:
- * without it the takeover still happens, a few cycles later.
- */
-static void announce_released(struct queuer *q)
-{
-    struct qw_error err;
-    qw_error_clear(&err);
-    /* Not a service name and not empty: a claims cycle, no full fetch. */
-    if (qw_db_exec(q->db, "NOTIFY queuer_work, 'claims'", &err) != QW_OK)
-        qw_log_debug("claims.notify_failed", "error=%s",
-                     qw_log_quote((char[300]){0}, 300, err.msg));
-}
-
 /* During an outage: sleeps until the next reconnect may be tried (or a
  * wake-up), taking finished jobs back meanwhile. */
 static void wait_for_reconnect(struct queuer *q)
@@ -709,8 +695,10 @@ static void queuer_loop(struct queuer *q)
             if (housekeeping)
                 q->cycles_since_housekeeping = 0;
             rc = claims_step(q, true, housekeeping, &err);
+            /* a service we released as surplus (often one with a Delayed
+             * batch waiting) is taken over at once */
             if (rc == QW_OK && q->surplus_released)
-                announce_released(q);
+                qw_claims_announce(q->db);
             if (rc == QW_OK)
                 rc = queue_now(q, full, &err);
             if (rc == QW_OK) {

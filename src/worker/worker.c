@@ -5,6 +5,7 @@
 #include "db/db.h"
 #include "db/migrate.h"
 #include "dlt/dlt_client.h"
+#include "worker/claims.h"
 #include "worker/job.h"
 #include "worker/queuer.h"
 #include "worker/shared.h"
@@ -132,6 +133,8 @@ static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_e
         rc = qw_db_listen(*db, "queuer_work", err);
     if (rc == QW_OK)
         rc = register_instance(w, *db, err);
+    if (rc == QW_OK)
+        qw_claims_announce(*db); /* the others' share shrank: their surplus comes to us now */
     if (rc != QW_OK) {
         qw_db_close(*db);
         *db = NULL;
