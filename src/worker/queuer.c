@@ -80,6 +80,7 @@ struct queuer {
     struct qw_txn_policy policy;       /* claims: SERIALIZABLE, retried */
     struct qw_txn_policy queue_policy; /* fetch + mark: READ COMMITTED, fenced per row */
     int64_t lease_deadline_ms;         /* monotonic: our claims surely valid until */
+    int64_t lease_renewed_ms;          /* monotonic: our lease was last renewed (as sent) */
     int64_t next_retry_ms;             /* monotonic: a Delayed/Unknown batch becomes due */
     char **dirty;                      /* services to fetch again now (jobs came back) */
     size_t n_dirty;                    /* entries in dirty */
@@ -345,12 +346,36 @@ static void drop_claim(struct queuer *q, struct qw_svc *s)
         qw_svcmap_del(&q->svcs, s->service_id);
 }
 
+/* How far our claim count is from the one our last lease renewal reported. */
+static size_t held_moved(const struct queuer *q)
+{
+    return q->n_held > q->reported_held ? q->n_held - q->reported_held
+                                        : q->reported_held - q->n_held;
+}
+
+/* Renews our lease (sent at monotonic `now`), reporting p->held. */
+static int renew_lease(struct queuer *q, const struct qw_claims_params *p, int64_t now,
+                       struct qw_error *err)
+{
+    int rc = qw_claims_lease(q->db, p, &q->claims, err);
+    if (rc != QW_OK)
+        return rc;
+    q->lease_renewed_ms = now;
+    q->reported_held = p->held;
+    /* (counted from the answer: late rather than early) */
+    q->peer_lease_end_ms = q->claims.peer_lease_ms >= 0
+                               ? qw_clock_mono_ms() + q->claims.peer_lease_ms + PEER_LEASE_MARGIN_MS
+                               : 0;
+    return QW_OK;
+}
+
 /*
- * Steps 1-3: renew our lease, then the claims transaction, then bring the
- * local map up to date with what it changed. Every claim we hold is held
- * while our lease is, so the map needs the full list of our claims only
- * at start and when the lease may have lapsed (others may have freed some
- * of them meanwhile), and once in a while as a safety net.
+ * Steps 1-3: renew our lease (at most every half cycle), then the claims
+ * transaction, then bring the local map up to date with what it changed.
+ * Every claim we hold is held while our lease is, so the map needs the
+ * full list of our claims only at start and when the lease may have
+ * lapsed (others may have freed some of them meanwhile), and once in a
+ * while as a safety net.
  */
 static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct qw_error *err)
 {
@@ -383,17 +408,21 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         .housekeeping = housekeeping,
         .reconcile = reconcile,
     };
-    int rc = qw_claims_lease(q->db, &p, &q->claims, err);
+    /* Once per half cycle at most: a cycle woken by new work within half a
+     * cycle of the last renewal skips it (under a stream of lone batches
+     * that was a write and a synchronous commit in front of every claim),
+     * unless our count moved by more than the slack. The loop schedules
+     * the next cycle at most a cycle after the last renewal. */
+    int rc = QW_OK;
+    if (lapsed || began - q->lease_renewed_ms >= cfg->worker_cycle_ms / 2 ||
+        held_moved(q) > (size_t)cfg->worker_claim_slack)
+        rc = renew_lease(q, &p, began, err);
     if (rc != QW_OK)
         return rc;
-    q->reported_held = p.held;
-    /* (counted from the answer: late rather than early) */
-    q->peer_lease_end_ms = q->claims.peer_lease_ms >= 0
-                               ? qw_clock_mono_ms() + q->claims.peer_lease_ms + PEER_LEASE_MARGIN_MS
-                               : 0;
     /* Conservative: every claim we hold is held at least until our lease,
-     * renewed after `began`; keep a tenth of the lease as a safety margin. */
-    int64_t deadline = began + cfg->worker_lease_ms - cfg->worker_lease_ms / 10;
+     * renewed after `lease_renewed_ms`; keep a tenth of the lease as a
+     * safety margin. */
+    int64_t deadline = q->lease_renewed_ms + cfg->worker_lease_ms - cfg->worker_lease_ms / 10;
 
     int64_t began_us = qw_clock_mono_us();
     struct qw_txn_stats st = {0};
@@ -469,14 +498,11 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
      * its first cycle, and one whose count still read 0 made the others
      * drain half of theirs (queued nothing for them until the next
      * housekeeping gave them back). */
-    size_t moved =
-        q->n_held > q->reported_held ? q->n_held - q->reported_held : q->reported_held - q->n_held;
-    if (moved > (size_t)cfg->worker_claim_slack) {
+    if (held_moved(q) > (size_t)cfg->worker_claim_slack) {
         p.held = q->n_held;
-        rc = qw_claims_lease(q->db, &p, &q->claims, err);
+        rc = renew_lease(q, &p, qw_clock_mono_ms(), err);
         if (rc != QW_OK)
             return rc;
-        q->reported_held = p.held;
     }
     if (r->acquired || r->n_released || r->freed)
         qw_log_info("claims.changed",
@@ -703,7 +729,10 @@ static void queuer_loop(struct queuer *q)
                 rc = queue_now(q, full, &err);
             if (rc == QW_OK) {
                 failures = 0;
-                next_cycle = t + cfg->worker_cycle_ms;
+                /* (a cycle after the lease's last renewal, which a woken
+                 * cycle may have skipped) */
+                next_cycle =
+                    (q->lease_renewed_ms < t ? q->lease_renewed_ms : t) + cfg->worker_cycle_ms;
                 /* a worker that stopped renewing: take its services over at once */
                 if (q->peer_lease_end_ms > t && q->peer_lease_end_ms < next_cycle)
                     next_cycle = q->peer_lease_end_ms;
