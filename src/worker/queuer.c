@@ -45,7 +45,8 @@
 
 /* Every this many cycles the worker reads all its claims again (a safety
  * net: others take claims of ours only after our lease ran out, and hand
- * us claims with a NOTIFY, which a lost connection loses). */
+ * us claims with a NOTIFY; after a lost connection, which loses such
+ * NOTIFYs, it reads them at once). */
 #define RECONCILE_EVERY 60
 /* The next claims cycle runs this long after another worker's lease ends
  * by the database's clock, as our clock reads it after the answer. */
@@ -91,7 +92,8 @@ struct queuer {
     size_t n_held;                     /* services in svcs with held set */
     size_t reported_held;              /* n_held as our last lease call reported it */
     int cycles_since_reconcile;        /* claims cycles since all our claims were read */
-    bool reconcile_asked;              /* claims were handed to us: read them all */
+    bool reconcile_asked;              /* claims were handed to us, or the connection
+                                          was lost: read them all */
     int64_t settle_until_ms;           /* monotonic: no surplus drained before (the fair
                                           share lags claims handed over) */
     int64_t peer_lease_end_ms;         /* monotonic: another worker's lease runs out, or 0 */
@@ -628,6 +630,7 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
          * a claims cycle, since notifications sent meanwhile are gone. */
         qw_outage_note_failure(&q->outage, &err, qw_clock_mono_ms(), &q->rng);
         q->notified = true;
+        q->reconcile_asked = true; /* (see note_failure) */
     }
     take_done(q);
     bool cycle = q->notified;
@@ -665,6 +668,10 @@ static bool note_failure(struct queuer *q, const char *event, const struct qw_er
         return false;
     }
     qw_outage_note_failure(&q->outage, err, qw_clock_mono_ms(), &q->rng);
+    /* Once back, read all our claims: a handover NOTIFY sent meanwhile is
+     * lost, and a claims transaction whose COMMIT we did not hear back may
+     * have given us claims (or taken some back) that we do not know of. */
+    q->reconcile_asked = true;
     return true;
 }
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Scenario: after a lost connection a worker reads all its claims again.
+# While its connection is down the worker can miss what changed its claims:
+# a handover NOTIFY (claims another worker gave it), or the outcome of a
+# claims transaction whose COMMIT it never heard back. A claim the
+# database gives it that it does not know of is nobody's work: no other
+# worker may take it while the worker's lease runs, and the worker
+# fetches only the services it knows it holds. It used to find such claims
+# only at its periodic full read (every 60 cycles).
+#
+# Here the worker is stopped (SIGSTOP) while a service gets a batch and a
+# claim by the worker that the worker does not know of; its database
+# sessions are ended and it is resumed. With a 500 ms cycle the periodic
+# read would come after 30 s; the batch must be final within 10 s.
+# shellcheck source=tests/scenarios/lib_scenario.sh
+. "$(dirname "$0")/lib_scenario.sh"
+
+sc_begin claims_reconnect
+sc_pg_start
+sc_sim_start
+
+sc_worker_start w1 QUEUER_WORKER_CYCLE_MS=500 QUEUER_WORKER_LEASE_MS=30000 \
+    QUEUER_WORKER_HARD_EXPIRY_MS=60000
+sc_wait_registered 15 w1
+sc_wait_log w1 10 'worker\.started|claims\.'
+
+sc_gen "$SC_DIR/work.tsv" 1 1
+svc=$(cut -f1 "$SC_DIR/work.tsv")
+sc_worker_signal w1 STOP
+sc_load_tsv "$SC_DIR/work.tsv"
+sc_check_sql "the service's claim goes to w1 behind its back" 1 \
+    "WITH c AS (UPDATE queuer.service_id_claims
+                   SET claimant = 'w1', claim_epoch = claim_epoch + 1,
+                       expiry_1 = now() + interval '1 hour', expiry_2 = now() + interval '2 hours'
+                 WHERE service_id = '$svc' AND claimant IS NULL RETURNING 1)
+     SELECT count(*) FROM c"
+sc_check_num "w1's database sessions ended" \
+    "$(qw_sql "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                WHERE application_name = 'w1'")" ">=" 1
+sc_worker_signal w1 CONT
+sc_wait "w1 served the claim it did not know of" 10 "$QW_ALL_FINAL_SQL" \
+    "SELECT c.claimant, c.claim_epoch, b.status, b.submitted
+       FROM queuer.service_id_claims c JOIN queuer.batches b USING (service_id)"
+sc_check_sql "the batch was committed" Committed \
+    "SELECT status FROM queuer.batches WHERE service_id = '$svc'"
+sc_worker_stop w1 15
