@@ -375,9 +375,9 @@ static int renew_lease(struct queuer *q, const struct qw_claims_params *p, int64
  * Steps 1-3: renew our lease (at most every half cycle), then the claims
  * transaction, then bring the local map up to date with what it changed.
  * Every claim we hold is held while our lease is, so the map needs the
- * full list of our claims only at start and when the lease may have
- * lapsed (others may have freed some of them meanwhile), and once in a
- * while as a safety net.
+ * full list of our claims only at start, when the lease may have lapsed
+ * (others may have freed some of them meanwhile), after a lost connection
+ * (see note_failure), and once in a while as a safety net.
  */
 static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct qw_error *err)
 {
