@@ -111,6 +111,6 @@ SQL
     t0=$(cat "$BENCH_WORK/t0") t1=$(cat "$BENCH_WORK/t1")
     hot=$(psql -X -q -t -A -d "$db" -c "SELECT n_tup_hot_upd || ' of ' || n_tup_upd
                                       FROM pg_stat_user_tables WHERE relname = 'm_batches'")
-    awk -v n="$n" -v name="$name" -v t=$((t1 - t0)) -v b="$batches" -v hot="$hot" \
-        'BEGIN { printf "| %s | %s | %.1f | %s |\n", n, name, t * 1e6 / 100 / b, hot }'
+    awk -v n="$n" -v name="$name" -v t=$((t1 - t0)) -v hz="$BENCH_CLK_TCK" -v b="$batches" -v hot="$hot" \
+        'BEGIN { printf "| %s | %s | %.1f | %s |\n", n, name, t * 1e6 / hz / b, hot }'
 done

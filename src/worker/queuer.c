@@ -348,11 +348,13 @@ static void drop_claim(struct queuer *q, struct qw_svc *s)
         qw_svcmap_del(&q->svcs, s->service_id);
 }
 
-/* How far our claim count is from the one our last lease renewal reported. */
-static size_t held_moved(const struct queuer *q)
+/* Our claim count moved by more than the slack since our last lease
+ * renewal reported it (the others' fair share reads the reported one). */
+static bool count_unreported(const struct queuer *q)
 {
-    return q->n_held > q->reported_held ? q->n_held - q->reported_held
-                                        : q->reported_held - q->n_held;
+    size_t moved =
+        q->n_held > q->reported_held ? q->n_held - q->reported_held : q->reported_held - q->n_held;
+    return moved > (size_t)q->cfg->worker_claim_slack;
 }
 
 /* Renews our lease (sent at monotonic `now`), reporting p->held. */
@@ -377,7 +379,7 @@ static int renew_lease(struct queuer *q, const struct qw_claims_params *p, int64
  * Every claim we hold is held while our lease is, so the map needs the
  * full list of our claims only at start, when the lease may have lapsed
  * (others may have freed some of them meanwhile), after a lost connection
- * (see note_failure), and once in a while as a safety net.
+ * (see note_outage), and once in a while as a safety net.
  */
 static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct qw_error *err)
 {
@@ -416,8 +418,7 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
      * unless our count moved by more than the slack. The loop schedules
      * the next cycle at most a cycle after the last renewal. */
     int rc = QW_OK;
-    if (lapsed || began - q->lease_renewed_ms >= cfg->worker_cycle_ms / 2 ||
-        held_moved(q) > (size_t)cfg->worker_claim_slack)
+    if (lapsed || began - q->lease_renewed_ms >= cfg->worker_cycle_ms / 2 || count_unreported(q))
         rc = renew_lease(q, &p, began, err);
     if (rc != QW_OK)
         return rc;
@@ -500,7 +501,7 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
      * its first cycle, and one whose count still read 0 made the others
      * drain half of theirs (queued nothing for them until the next
      * housekeeping gave them back). */
-    if (held_moved(q) > (size_t)cfg->worker_claim_slack) {
+    if (count_unreported(q)) {
         p.held = q->n_held;
         rc = renew_lease(q, &p, qw_clock_mono_ms(), err);
         if (rc != QW_OK)
@@ -571,6 +572,18 @@ static void take_done(struct queuer *q)
     atomic_store_explicit(&q->w->stats.jobs_busy, (long long)q->svcs.busy, memory_order_relaxed);
 }
 
+/*
+ * The connection is lost: an outage begins (or goes on). Once back, read all
+ * our claims: a handover NOTIFY sent meanwhile is lost, and a claims
+ * transaction whose COMMIT we did not hear back may have given us claims
+ * (or taken some back) that we do not know of.
+ */
+static void note_outage(struct queuer *q, const struct qw_error *err)
+{
+    qw_outage_note_failure(&q->outage, err, qw_clock_mono_ms(), &q->rng);
+    q->reconcile_asked = true;
+}
+
 static void drain_wake_fd(int fd)
 {
     uint64_t v;
@@ -628,9 +641,8 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
     if (r < 0) {
         /* Lost the connection while idle: once reconnected (LISTEN again) run
          * a claims cycle, since notifications sent meanwhile are gone. */
-        qw_outage_note_failure(&q->outage, &err, qw_clock_mono_ms(), &q->rng);
+        note_outage(q, &err);
         q->notified = true;
-        q->reconcile_asked = true; /* (see note_failure) */
     }
     take_done(q);
     bool cycle = q->notified;
@@ -667,11 +679,7 @@ static bool note_failure(struct queuer *q, const char *event, const struct qw_er
         log_failure(event, err);
         return false;
     }
-    qw_outage_note_failure(&q->outage, err, qw_clock_mono_ms(), &q->rng);
-    /* Once back, read all our claims: a handover NOTIFY sent meanwhile is
-     * lost, and a claims transaction whose COMMIT we did not hear back may
-     * have given us claims (or taken some back) that we do not know of. */
-    q->reconcile_asked = true;
+    note_outage(q, err);
     return true;
 }
 
