@@ -23,8 +23,9 @@ char *qw_sim_render_link(const char *circuit, const char *service,
 
 /**
  * The batch_statuses array for `ids[i]` with `views[i]`, in that order.
- * `timestamp` is the time of the last change in Unix seconds (fraction in
- * microseconds); Unknown entries carry `now_us`.
+ * `timestamp` is the time of the last change in Unix seconds, written with
+ * six decimals (microseconds); Unknown entries carry `now_us`. NULL also
+ * when a transaction id or message is not UTF-8.
  */
 char *qw_sim_render_statuses(const char *const *ids, const struct qw_sim_status_view *views,
                              size_t n, int64_t now_us);

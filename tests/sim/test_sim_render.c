@@ -78,6 +78,34 @@ static void test_statuses_shape(void **state)
     json_decref(arr);
 }
 
+/*
+ * Text from a client (the first transaction id of an Invalid batch) is
+ * escaped, non-ASCII UTF-8 kept; text that is not UTF-8 fails the render
+ * (the request is answered 500) rather than give a body that is not JSON.
+ * Timestamps keep their microseconds.
+ */
+static void test_statuses_client_text(void **state)
+{
+    const char *ids[] = {"i"};
+    struct qw_sim_status_view v = {.status = QW_SIM_INVALID,
+                                   .changed_us = 1700000000000001,
+                                   .txn_id = "t\"x\\\n\xc3\xa9",
+                                   .message = "m"};
+    char *s = qw_sim_render_statuses(ids, &v, 1, 0);
+    json_t *arr = parse(s);
+    free(s);
+    json_t *e = json_array_get(arr, 0);
+    json_t *m = json_array_get(json_object_get(json_object_get(e, "status"), "message"), 0);
+    assert_string_equal(json_string_value(json_object_get(m, "transaction_id")),
+                        "t\"x\\\n\xc3\xa9");
+    assert_true(json_is_array(json_object_get(m, "error_data")));
+    assert_true(json_number_value(json_object_get(e, "timestamp")) == 1700000000.000001);
+    json_decref(arr);
+
+    v.txn_id = "bad \xff byte";
+    assert_null(qw_sim_render_statuses(ids, &v, 1, 0));
+}
+
 /* Whatever the variant, a garbled body never parses as JSON. */
 static void test_mangle_never_parses(void **state)
 {
@@ -224,10 +252,10 @@ static void test_stats_outcomes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_message_and_link),    cmocka_unit_test(test_statuses_shape),
-        cmocka_unit_test(test_mangle_never_parses), cmocka_unit_test(test_json_escape),
-        cmocka_unit_test(test_event_builder),       cmocka_unit_test(test_evlog_file),
-        cmocka_unit_test(test_stats_outcomes),
+        cmocka_unit_test(test_message_and_link),     cmocka_unit_test(test_statuses_shape),
+        cmocka_unit_test(test_statuses_client_text), cmocka_unit_test(test_mangle_never_parses),
+        cmocka_unit_test(test_json_escape),          cmocka_unit_test(test_event_builder),
+        cmocka_unit_test(test_evlog_file),           cmocka_unit_test(test_stats_outcomes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
