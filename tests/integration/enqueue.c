@@ -944,6 +944,29 @@ static void test_backpressure_hysteresis(void **state)
 
 /* ---- concurrency ------------------------------------------------------------ */
 
+/* Asserts that batch `k_first` (of sample()) was created before batch `k_next`. */
+static void assert_created_before(struct qw_db *db, uint64_t k_first, uint64_t k_next)
+{
+    char id_first[129], id_next[129];
+    uint8_t *p = NULL;
+    size_t n = 0;
+    sample(k_first, 1, id_first, &p, &n);
+    free(p);
+    sample(k_next, 1, id_next, &p, &n);
+    free(p);
+    const char *params[] = {id_first, id_next};
+    struct qw_db_res *res = NULL;
+    struct qw_error e;
+    assert_int_equal(sql_params(db,
+                                "SELECT (SELECT created_at FROM queuer.batches WHERE "
+                                "batch_id = $1) < (SELECT created_at FROM "
+                                "queuer.batches WHERE batch_id = $2)",
+                                2, params, &res, &e),
+                     QW_OK);
+    assert_string_equal(qw_db_res_get(res, 0, 0), "t");
+    qw_db_res_free(res);
+}
+
 /* Counts a child process reports back through its pipe. */
 struct child_counts {
     long enqueued;     /* stored */
@@ -1034,27 +1057,9 @@ static void test_concurrent_enqueuers(void **state)
        (its ids were numbered in line order) */
     for (int c = 0; c < PROCS; c++) {
         for (int s = 0; s < 3; s++) {
-            char id_first[129];
-            char id_next[129];
-            uint8_t *p = NULL;
-            size_t n = 0;
-            for (int k = 0; k + 1 < PER; k++) {
-                sample((uint64_t)(10000 * (c + 1) + k * 3 + s), 1, id_first, &p, &n);
-                free(p);
-                sample((uint64_t)(10000 * (c + 1) + (k + 1) * 3 + s), 1, id_next, &p, &n);
-                free(p);
-                const char *params[] = {id_first, id_next};
-                struct qw_db_res *res = NULL;
-                struct qw_error e;
-                assert_int_equal(sql_params(db,
-                                            "SELECT (SELECT created_at FROM queuer.batches WHERE "
-                                            "batch_id = $1) < (SELECT created_at FROM "
-                                            "queuer.batches WHERE batch_id = $2)",
-                                            2, params, &res, &e),
-                                 QW_OK);
-                assert_string_equal(qw_db_res_get(res, 0, 0), "t");
-                qw_db_res_free(res);
-            }
+            for (int k = 0; k + 1 < PER; k++)
+                assert_created_before(db, (uint64_t)(10000 * (c + 1) + k * 3 + s),
+                                      (uint64_t)(10000 * (c + 1) + (k + 1) * 3 + s));
         }
     }
 
@@ -1234,25 +1239,8 @@ static void test_concurrent_sql_and_bulk(void **state)
                      (PROCS * MIX_CALLS + 1) * MIX_SERVICES);
     for (int c = 0; c < PROCS; c++)
         for (int s = 0; s < MIX_SERVICES; s++)
-            for (int j = 0; j + 1 < MIX_CALLS; j++) {
-                char id_first[129], id_next[129];
-                uint8_t *p = NULL;
-                size_t n = 0;
-                sample(mix_k(c, j, s), 1, id_first, &p, &n);
-                free(p);
-                sample(mix_k(c, j + 1, s), 1, id_next, &p, &n);
-                free(p);
-                const char *params[] = {id_first, id_next};
-                struct qw_db_res *res = NULL;
-                assert_int_equal(sql_params(db,
-                                            "SELECT (SELECT created_at FROM queuer.batches WHERE "
-                                            "batch_id = $1) < (SELECT created_at FROM "
-                                            "queuer.batches WHERE batch_id = $2)",
-                                            2, params, &res, &e),
-                                 QW_OK);
-                assert_string_equal(qw_db_res_get(res, 0, 0), "t");
-                qw_db_res_free(res);
-            }
+            for (int j = 0; j + 1 < MIX_CALLS; j++)
+                assert_created_before(db, mix_k(c, j, s), mix_k(c, j + 1, s));
     qw_db_close(db);
     free(conninfo);
 }
