@@ -7,7 +7,6 @@
  */
 #include "itest.h"
 #include "common/hex.h"
-#include "db/migrate.h"
 #include "ingest/batchlist.h"
 #include "ingest/enqueue.h"
 #include "../unit/ingest/pb_mutate.h"
@@ -1147,11 +1146,10 @@ static int mix_sql_call(struct qw_db *db, int c, int j)
                         "u.o) FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS "
                         "u(s, b, p, o)), false)",
                         3, params, &res, &e);
-    if (rc != QW_OK)
-        fprintf(stderr, "caller %d, call %d: %s\n", c, j, e.msg);
-    else if (strcmp(qw_db_res_get(res, 0, 0), "0") != 0)
-        fprintf(stderr, "caller %d, call %d: %s rows not stored\n", c, j, qw_db_res_get(res, 0, 0));
     bool stored = rc == QW_OK && strcmp(qw_db_res_get(res, 0, 0), "0") == 0;
+    if (!stored)
+        fprintf(stderr, "caller %d, call %d: %s\n", c, j,
+                rc != QW_OK ? e.msg : "some rows were not stored");
     qw_db_res_free(res);
     free(svc.s);
     free(ids.s);
@@ -1174,14 +1172,13 @@ static int mix_bulk_load(struct qw_db *db, int c, int j)
     struct qw_error e;
     qw_error_clear(&e);
     int rc = qw_enqueue_bulk(db, &opts, in, NULL, NULL, &report, &e);
-    if (rc != QW_OK)
-        fprintf(stderr, "caller %d, load %d: %s\n", c, j, e.msg);
-    else if (report.enqueued != MIX_SERVICES)
-        fprintf(stderr, "caller %d, load %d: %ld of %d stored\n", c, j, report.enqueued,
-                MIX_SERVICES);
+    bool stored = rc == QW_OK && report.enqueued == MIX_SERVICES;
+    if (!stored)
+        fprintf(stderr, "caller %d, load %d: %s\n", c, j,
+                rc != QW_OK ? e.msg : "some rows were not stored");
     fclose(in);
     free(t.s);
-    return rc == QW_OK && report.enqueued == MIX_SERVICES ? 0 : -1;
+    return stored ? 0 : -1;
 }
 
 /*
@@ -1196,27 +1193,15 @@ static int mix_bulk_load(struct qw_db *db, int c, int j)
 static void test_concurrent_sql_and_bulk(void **state)
 {
     struct qw_db *admin = itest_connect(itest_base_conninfo());
-    if (itest_scalar(admin, "SELECT count(*) FROM pg_collation WHERE collprovider = 'i'") == 0) {
-        qw_db_close(admin);
+    int64_t icu = itest_scalar(admin, "SELECT count(*) FROM pg_collation WHERE collprovider = 'i'");
+    qw_db_close(admin);
+    if (icu == 0) {
         print_message("skipped: this PostgreSQL has no ICU collations\n");
         skip();
     }
-    char created[64];
-    snprintf(created, sizeof(created), "enq_mix_icu_%d", (int)getpid());
-    char sql[256];
-    snprintf(sql, sizeof(sql),
-             "CREATE DATABASE %s TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'",
-             created);
-    itest_exec(admin, sql);
-    qw_db_close(admin);
-    size_t len = strlen(itest_base_conninfo()) + strlen(created) + 16;
-    char *conninfo = malloc(len);
-    snprintf(conninfo, len, "%s dbname=%s", itest_base_conninfo(), created);
-    struct qw_error e;
-    qw_error_clear(&e);
+    char *conninfo = itest_db_create_with(
+        "enq_mix_icu", "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'", 1);
     struct qw_db *db = itest_connect(conninfo);
-    if (qw_migrate_apply(db, NULL, NULL, &e) != QW_OK)
-        fail_msg("migrate: %s", e.msg);
     /* the two orders differ here */
     assert_int_equal(itest_scalar(db, "SELECT ('aaaaa' < 'BBBBB')::int + 2 * ('aaaaa' COLLATE "
                                       "\"C\" < 'BBBBB')::int"),

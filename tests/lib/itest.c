@@ -101,6 +101,11 @@ char *itest_string(struct qw_db *db, const char *sql)
 
 char *itest_db_create(const char *hint, int migrate)
 {
+    return itest_db_create_with(hint, "", migrate);
+}
+
+char *itest_db_create_with(const char *hint, const char *options, int migrate)
+{
     static int counter;
     char name[96];
     snprintf(name, sizeof(name), "%s_%d_%d", hint, (int)getpid(), ++counter);
@@ -111,8 +116,8 @@ char *itest_db_create(const char *hint, int migrate)
             *p = '_';
     }
     struct qw_db *admin = itest_connect(itest_base_conninfo());
-    char sql[160];
-    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", name);
+    char sql[512];
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s %s", name, options);
     itest_exec(admin, sql);
     qw_db_close(admin);
 

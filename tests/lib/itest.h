@@ -21,6 +21,12 @@ const char *itest_base_conninfo(void);
  */
 char *itest_db_create(const char *hint, int migrate);
 
+/**
+ * itest_db_create() with `options` appended to CREATE DATABASE (e.g.
+ * "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'").
+ */
+char *itest_db_create_with(const char *hint, const char *options, int migrate);
+
 /** Connects to `conninfo` or fails the test. */
 struct qw_db *itest_connect(const char *conninfo);
 

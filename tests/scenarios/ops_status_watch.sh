@@ -42,12 +42,13 @@ tmux_ -f /dev/null new-session -d -s watch -x 80 -y 24 \
     "env QUEUER_DATABASE_CONNINFO='$QW_PG_CONNINFO' '$QUEUER_BIN' status --watch; echo EXIT=\$?; sleep 60" ||
     sc_fail "tmux did not start"
 
-# Wait (bounded) for a screen showing both workers and a stuck batch (not
-# just the word: the retrying line always says "parked N").
+# Wait (bounded) for a screen showing both workers and a stuck batch (its
+# row, not just the word: the retrying line always says "parked N").
+parked_row='^ +[0-9a-f]{16} .* parked +[0-9]'
 ok=0
 for _ in $(seq 1 200); do
     s=$(screen)
-    if grep -q 'instances: 2 alive of 2' <<<"$s" && grep -Eq '^ +[0-9a-f]{16} .* parked +[0-9]' <<<"$s" &&
+    if grep -q 'instances: 2 alive of 2' <<<"$s" && grep -Eq "$parked_row" <<<"$s" &&
         grep -Eq '^committed +[0-9]+/s' <<<"$s" &&
         grep -Eq '^ *w1 +alive' <<<"$s" && grep -Eq '^ *w2 +alive' <<<"$s"; then
         ok=1
@@ -68,7 +69,7 @@ widest=$(printf '%s\n' "$first" | awk '{ if (length($0) > w) w = length($0) } EN
 sc_check_num "widest line" "$widest" "<=" 80
 for want in '^queuer status --watch' '^in flight +[0-9]+' '^waiting +[0-9]+' \
     '^committed +' '^services +[0-9]+' '^ *INSTANCE +STATE +HEARTBEAT +CLAIMS' \
-    '^stuck batches: [1-9][0-9]*' 'STUCK BATCH +SERVICE +STATE +FOR' '^ +[0-9a-f]{16} .* parked +[0-9]'; do
+    '^stuck batches: [1-9][0-9]*' 'STUCK BATCH +SERVICE +STATE +FOR' "$parked_row"; do
     grep -Eq -- "$want" <<<"$first" || sc_fail "no line matching /$want/ on the screen"
 done
 
