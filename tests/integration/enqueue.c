@@ -9,6 +9,7 @@
 #include "common/hex.h"
 #include "ingest/batchlist.h"
 #include "ingest/enqueue.h"
+#include "ingest/validate.h"
 #include "../unit/ingest/pb_mutate.h"
 
 #include <setjmp.h>
@@ -1411,6 +1412,81 @@ static void test_sql_check_agrees_with_client(void **state)
     free(conninfo);
 }
 
+/*
+ * One edit of a UTF-8 string in place: a character (one from a small pool,
+ * é among them) replaces one of the string's, goes in before one, or one of
+ * the string's goes. Whole characters only, so the string stays UTF-8.
+ */
+static void mutate_id(char *id, size_t cap, struct qw_rng *rng)
+{
+    static const char *const pool[] = {"a", "Z", "7", "-", ":", "\xc3\xa9", "\n", " ", "_", "%"};
+    size_t len = strlen(id);
+    size_t at = qw_rng_below(rng, len + 1);
+    while (at > 0 && at < len && ((unsigned char)id[at] & 0xc0) == 0x80)
+        at--; /* the start of the character */
+    size_t width = 0;
+    if (at < len)
+        for (width = 1; at + width < len && ((unsigned char)id[at + width] & 0xc0) == 0x80;)
+            width++;
+    const char *c = pool[qw_rng_below(rng, sizeof(pool) / sizeof(pool[0]))];
+    size_t op = qw_rng_below(rng, 3);
+    if (op != 1) { /* replace or delete: the character at `at` goes */
+        memmove(id + at, id + at + width, len - at - width + 1);
+        len -= width;
+    }
+    if (op != 2 && len + strlen(c) < cap) { /* replace or insert */
+        memmove(id + at + strlen(c), id + at, len - at + 1);
+        memcpy(id + at, c, strlen(c));
+    }
+}
+
+/*
+ * The service id domain (0018: LIKE plus a regular expression without
+ * counted repeats) accepts exactly what 0001's expression accepted, and
+ * what the client's check accepts, on thousands of mutated ids: moved or
+ * doubled separators, other characters, non-ASCII, lengths off by one.
+ */
+static void test_service_id_domain_agrees(void **state)
+{
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    char *conninfo = itest_db_create("enq_svc_domain", 1);
+    struct qw_db *db = itest_connect(conninfo);
+    itest_exec(db, "CREATE FUNCTION pg_temp.domain_ok(v text) RETURNS boolean LANGUAGE plpgsql "
+                   "AS $$ BEGIN PERFORM v::queuer.service_id_text; RETURN true; "
+                   "EXCEPTION WHEN check_violation THEN RETURN false; END $$");
+    struct qw_rng rng;
+    qw_rng_seed(&rng, 18);
+    int valid = 0;
+    for (int i = 0; i < 4000; i++) {
+        char id[64] = "xxxxx-xxxxx::xxxx";
+        for (size_t k = 0; k < 17; k++)
+            if (id[k] == 'x')
+                id[k] = alnum[qw_rng_below(&rng, sizeof(alnum) - 1)];
+        for (int m = i % 4 == 0 ? 0 : 1 + (int)qw_rng_below(&rng, 3); m > 0; m--)
+            mutate_id(id, sizeof(id), &rng);
+        const char *params[] = {id};
+        struct qw_db_res *res = NULL;
+        struct qw_error e;
+        if (sql_params(db,
+                       "SELECT $1 ~ '^[A-Za-z0-9]{5}-[A-Za-z0-9]{5}::[A-Za-z0-9]{4}$', "
+                       "pg_temp.domain_ok($1)",
+                       1, params, &res, &e) != QW_OK)
+            fail_msg("id '%s': %s", id, e.msg);
+        int reference = strcmp(qw_db_res_get(res, 0, 0), "t") == 0;
+        int domain = strcmp(qw_db_res_get(res, 0, 1), "t") == 0;
+        int client = qw_validate_service_id(id, strlen(id), &e) == QW_OK;
+        if (domain != reference || client != reference)
+            fail_msg("id '%s': 0001's expression %d, the domain %d, the client %d", id, reference,
+                     domain, client);
+        valid += reference;
+        qw_db_res_free(res);
+    }
+    assert_true(valid > 1000); /* both verdicts were exercised */
+    assert_true(valid < 3000);
+    qw_db_close(db);
+    free(conninfo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1425,6 +1501,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_sql_and_bulk),
         cmocka_unit_test(test_enqueuer_role_calls_sql),
         cmocka_unit_test(test_sql_check_agrees_with_client),
+        cmocka_unit_test(test_service_id_domain_agrees),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
