@@ -161,7 +161,6 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *arg, void *so
 {
     struct qw_dlt_client *c = arg;
     (void)easy;
-    (void)socketp;
     if (what == CURL_POLL_REMOVE) {
         epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL); /* fails harmlessly once closed */
         return 0;
@@ -170,9 +169,19 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *arg, void *so
         .events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u),
         .data.fd = fd,
     };
-    if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, fd, &ev) != 0 &&
-        (errno != ENOENT || epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev) != 0))
+    /*
+     * socketp is what curl_multi_assign() gave this socket, and libcurl
+     * forgets it with the CURL_POLL_REMOVE: non-NULL means it is in the
+     * epoll set. (A pooled connection is removed when it goes idle, so
+     * each transfer on it starts with an ADD.)
+     */
+    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(c->epfd, op, fd, &ev) != 0 &&
+        (errno != (op == EPOLL_CTL_ADD ? EEXIST : ENOENT) ||
+         epoll_ctl(c->epfd, op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0))
         qw_log_warn("dlt.epoll_failed", "errno=%d", errno); /* the transfer's timeout ends it */
+    else if (!socketp)
+        curl_multi_assign(c->multi, fd, c);
     return 0;
 }
 
