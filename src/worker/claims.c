@@ -13,18 +13,7 @@ struct claims_txn {
     const struct qw_claims_params *p; /* inputs */
     struct qw_claims_result *out;     /* collected, reset on every attempt */
     long asked;                       /* claims the last attempt asked for */
-    int attempt;                      /* of the claims transaction, from 1 */
 };
-
-long qw_claims_want(long share, long held, int max_changes, int attempt)
-{
-    long n = share - held;
-    if (n > max_changes)
-        n = max_changes;
-    for (int a = 1; a < attempt && n > QW_CLAIMS_MIN_ASK; a++)
-        n = n / 2 > QW_CLAIMS_MIN_ASK ? n / 2 : QW_CLAIMS_MIN_ASK;
-    return n;
-}
 
 static int append_claim(struct qw_claim **list, size_t *n, size_t *cap, const char *service_id,
                         int64_t epoch)
@@ -140,9 +129,8 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     r->n_released = 0;
     r->acquired = 0;
     t->asked = 0;
-    t->attempt++;
 
-    char lease[16], hard[16], max[16], want[24], start[16], level[16];
+    char lease[16], hard[16], max[16], want[16], start[16], level[16];
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
     snprintf(max, sizeof(max), "%d", p->max_changes);
@@ -176,7 +164,9 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     long held = p->reconcile ? (long)r->n_claims : (long)p->held - (long)r->n_released + r->taken;
     if (!p->acquire || (r->free_with_work == 0 && r->freed == 0))
         return QW_OK;
-    long n = qw_claims_want((long)r->share, held, p->max_changes, t->attempt);
+    long n = (long)r->share - held;
+    if (n > p->max_changes)
+        n = p->max_changes;
     if (n <= 0)
         return QW_OK;
     t->asked = n;

@@ -50,20 +50,6 @@ struct qw_claim {
     int64_t epoch;                      /* claim_epoch after this transaction */
 };
 
-/** The least a retried claims transaction still asks for (qw_claims_want). */
-#define QW_CLAIMS_MIN_ASK 50
-
-/**
- * How many claims an attempt of the claims transaction asks for: what the
- * fair share leaves (share - held), at most max_changes, and half as many
- * again for every attempt after the first (not below QW_CLAIMS_MIN_ASK),
- * since a retry follows a serialization conflict, most often with other
- * workers claiming from the same free services at the same moment: a
- * smaller claim reads and locks a smaller part of the index, and the next
- * cycle takes the rest. 0 or less: nothing to claim.
- */
-long qw_claims_want(long share, long held, int max_changes, int attempt);
-
 /** What one claims transaction asks for. */
 struct qw_claims_params {
     const char *instance_id; /* our claimant id */
