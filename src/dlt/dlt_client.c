@@ -175,10 +175,10 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *arg, void *so
      * epoll set. (A pooled connection is removed when it goes idle, so
      * each transfer on it starts with an ADD.)
      */
-    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(c->epfd, op, fd, &ev) != 0 &&
-        (errno != (op == EPOLL_CTL_ADD ? EEXIST : ENOENT) ||
-         epoll_ctl(c->epfd, op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0))
+    int rc = epoll_ctl(c->epfd, socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
+    if (rc != 0 && errno == (socketp ? ENOENT : EEXIST)) /* the set knew better: the other op */
+        rc = epoll_ctl(c->epfd, socketp ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
+    if (rc != 0)
         qw_log_warn("dlt.epoll_failed", "errno=%d", errno); /* the transfer's timeout ends it */
     else if (!socketp)
         curl_multi_assign(c->multi, fd, c);

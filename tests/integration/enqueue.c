@@ -1429,14 +1429,15 @@ static void mutate_id(char *id, size_t cap, struct qw_rng *rng)
         for (width = 1; at + width < len && ((unsigned char)id[at + width] & 0xc0) == 0x80;)
             width++;
     const char *c = pool[qw_rng_below(rng, sizeof(pool) / sizeof(pool[0]))];
+    size_t c_len = strlen(c);
     size_t op = qw_rng_below(rng, 3);
     if (op != 1) { /* replace or delete: the character at `at` goes */
         memmove(id + at, id + at + width, len - at - width + 1);
         len -= width;
     }
-    if (op != 2 && len + strlen(c) < cap) { /* replace or insert */
-        memmove(id + at + strlen(c), id + at, len - at + 1);
-        memcpy(id + at, c, strlen(c));
+    if (op != 2 && len + c_len < cap) { /* replace or insert */
+        memmove(id + at + c_len, id + at, len - at + 1);
+        memcpy(id + at, c, c_len);
     }
 }
 
