@@ -51,6 +51,13 @@
 /* The next claims cycle runs this long after another worker's lease ends
  * by the database's clock, as our clock reads it after the answer. */
 #define PEER_LEASE_MARGIN_MS 5
+/* A draining service whose job came back waits only for a claims cycle to
+ * give it back; that cycle runs this long after the first such return, not
+ * at the next periodic cycle (a second worker that joins used to idle a
+ * whole cycle while the first one's drained services waited), and not at
+ * once (jobs come back one by one; one transaction releases all that are
+ * back by then). */
+#define DRAINED_RELEASE_DELAY_MS 20
 
 /* Durations kept for the summary logged at shutdown (the latest ones). */
 #define SAMPLES_MAX 16384
@@ -98,6 +105,8 @@ struct queuer {
                                           share lags claims handed over) */
     int64_t peer_lease_end_ms;         /* monotonic: another worker's lease runs out, or 0 */
     bool surplus_released;             /* the last claims cycle gave surplus claims back */
+    int64_t release_due_ms;            /* monotonic: a claims cycle gives back drained
+                                          claims whose job came back, or 0 */
     char **backlog;                    /* services chosen but left out for want of room,
                                           started as jobs come back (ids owned) */
     size_t n_backlog;                  /* entries in backlog */
@@ -268,8 +277,10 @@ static int by_service_id_desc(const void *a, const void *b)
  * fair share, but a service with a steady stream of work always has a
  * batch in flight and would never be given back (after an outage the
  * first worker back could keep everything). So the surplus is drained: no
- * new batch is queued, its batch in flight finishes, and a later cycle
- * releases it for a less loaded worker. The surplus is simply the held
+ * new batch is queued, its batch in flight finishes, and a claims cycle
+ * DRAINED_RELEASE_DELAY_MS later releases it for a less loaded worker (one
+ * with no job out at once). Returns whether one of the surplus has no job
+ * out. The surplus is simply the held
  * services with the highest service_ids (this thread does not know which
  * services have work). That matches sql/claims_release_idle.sql only in
  * its last key: the statement ranks services with work first, then those
@@ -278,8 +289,9 @@ static int by_service_id_desc(const void *a, const void *b)
  * back once its batch in flight has ended, as long as the undrained
  * services (lower ids) still have work and so rank before it.
  */
-static void mark_draining(struct queuer *q)
+static bool mark_draining(struct queuer *q)
 {
+    bool idle = false;
     size_t n = q->svcs.used, k = 0, pos = 0;
     struct qw_svc *s;
     struct qw_svc **held = n ? malloc(n * sizeof(*held)) : NULL;
@@ -291,11 +303,14 @@ static void mark_draining(struct queuer *q)
     size_t share = q->claims.share > 0 ? (size_t)q->claims.share : 0;
     if (held && k > share) {
         qsort(held, k, sizeof(*held), by_service_id_desc);
-        for (size_t i = 0; i < k - share; i++)
+        for (size_t i = 0; i < k - share; i++) {
             held[i]->draining = true;
+            idle = idle || !held[i]->busy;
+        }
         qw_log_debug("claims.draining", "n=%zu share=%zu", k - share, share);
     }
     free(held);
+    return idle;
 }
 
 /* Our surplus claims with no job out (draining), as a text[] literal for
@@ -395,6 +410,10 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
      * their leases), so a dead worker's services do not wait for the next
      * scheduled look. */
     housekeeping = housekeeping || q->claims.share == 0 || q->claims.free_with_work > 0;
+    /* Not while reading all our claims, nor while the share settles. */
+    bool may_release = !reconcile && began >= q->settle_until_ms;
+    bool release_due = q->release_due_ms != 0;
+    q->release_due_ms = 0; /* (after a failure the retry's backoff rules) */
     struct qw_claims_params p = {
         .instance_id = q->w->instance_id,
         .lease_ms = cfg->worker_lease_ms,
@@ -406,8 +425,7 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         .rng = &q->rng,
         /* Every cycle, not only at housekeeping: a draining service with no
          * job out waits for nothing but this (another worker may be idle). */
-        .release =
-            !reconcile && began >= q->settle_until_ms ? surplus_to_release(q, CLAIMS_BATCH) : NULL,
+        .release = may_release ? surplus_to_release(q, CLAIMS_BATCH) : NULL,
         .acquire = acquire,
         .housekeeping = housekeeping,
         .reconcile = reconcile,
@@ -490,10 +508,15 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
     }
     if (r->taken > 0 || r->handed_over > 0)
         q->settle_until_ms = began + 2 * cfg->worker_cycle_ms;
-    /* Surplus over the (new) share drains, and goes back at the next cycle
-     * once its job is back. */
-    if (housekeeping && began >= q->settle_until_ms)
-        mark_draining(q);
+    /* Surplus over the (new) share drains: what has no job out goes back in
+     * a claims cycle soon, the rest as its job comes back (take_done). A
+     * cycle that was due for a release arms no other for what it could not
+     * give back (claims_release keeps a service mid-submission), unless it
+     * was not allowed to release at all. */
+    bool drained_idle = housekeeping && began >= q->settle_until_ms && mark_draining(q);
+    if ((drained_idle && !release_due) || (release_due && !may_release))
+        q->release_due_ms =
+            (began > q->settle_until_ms ? began : q->settle_until_ms) + DRAINED_RELEASE_DELAY_MS;
     atomic_store_explicit(&q->w->stats.claims_held, (long long)q->n_held, memory_order_relaxed);
     /* The others compute their fair share from the counts reported with the
      * leases. A count that moved by more than the slack is reported now, not
@@ -556,6 +579,8 @@ static void take_done(struct queuer *q)
                 qw_svcmap_del(&q->svcs, job->service_id);
             else if (add_dirty(q, job->service_id) != QW_OK)
                 q->next_retry_ms = 0; /* fall back to a full fetch */
+            else if (s->draining && q->release_due_ms == 0)
+                q->release_due_ms = qw_clock_mono_ms() + DRAINED_RELEASE_DELAY_MS;
         }
         qw_job_free(job);
         /* A slot is free: start the next service that waited for one. */
@@ -721,7 +746,8 @@ static void queuer_loop(struct queuer *q)
             notified = true; /* a claims cycle as soon as it is back */
             continue;
         }
-        if (t >= next_cycle || notified) {
+        bool release_due = q->release_due_ms != 0 && t >= q->release_due_ms;
+        if (t >= next_cycle || notified || release_due) {
             bool woken = notified;
             notified = false;
             int64_t cycle_began_us = qw_clock_mono_us();
@@ -772,7 +798,9 @@ static void queuer_loop(struct queuer *q)
                 q->next_retry_ms = t + 100;
             }
         }
-        if (wait_for_work(q, next_cycle))
+        if (wait_for_work(q, q->release_due_ms != 0 && q->release_due_ms < next_cycle
+                                 ? q->release_due_ms
+                                 : next_cycle))
             notified = true;
         if (atomic_exchange(&q->w->reload, 0))
             qw_worker_apply_reload(q->w);
