@@ -3,7 +3,9 @@
  * thread and back. The queuer allocates it and pushes it onto the handoff
  * queue; from then on the submitter owns it until it pushes it onto the
  * completion queue with `end` set; the queuer then reads and frees it.
- * Exactly one thread owns a job at any time, so it needs no lock.
+ * Exactly one thread owns a job at any time, so it needs no lock; the one
+ * field the queuer writes while the submitter owns the job (`drain`) is
+ * atomic.
  */
 #ifndef QW_WORKER_JOB_H
 #define QW_WORKER_JOB_H
@@ -11,6 +13,7 @@
 #include "common/batch.h"
 #include "worker/prioq.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,6 +77,9 @@ struct qw_job {
     int64_t accepted_ms;        /* monotonic ms of that 202 */
     int chained;                /* batches of its service this job went on to without the
                                    queuer (fast path); bounded so the queuer looks again */
+    atomic_bool drain;          /* set by the queuer while the job is out: its service is
+                                   above the fair share, so no fast path (the job comes back
+                                   once its batch ends, and the claim can be given back) */
     int64_t posted_us;          /* monotonic us the POST was started, for latency */
     int64_t cost;               /* its cost against the shared capacity (dlt.cost); 0 = not
                                    computed yet */

@@ -66,10 +66,12 @@ int64_t qw_plan_lease_deadline(int64_t sent_ms, int64_t lease_left_ms, int lease
 
 bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx)
 {
-    /* Not while stopping, and not forever: after MAX_CHAINED batches the job
-     * goes back to the queuer, which then applies what only it knows (a
-     * claim to drain for rebalancing, a fresh lease deadline). */
-    return !ctx->stopping && job->chained < QW_OUTCOME_MAX_CHAINED;
+    /* Not while stopping, not for a service being drained, and not forever:
+     * after MAX_CHAINED batches the job goes back to the queuer, which then
+     * applies what only it knows (a fresh lease deadline, a share that
+     * changed while the job was out). */
+    return !ctx->stopping && !atomic_load_explicit(&job->drain, memory_order_relaxed) &&
+           job->chained < QW_OUTCOME_MAX_CHAINED;
 }
 
 void qw_plan_status(struct qw_plan *plan, const struct qw_job *job, enum qw_batch_status status,

@@ -237,8 +237,11 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         struct qw_svc *s = qw_svcmap_get(&q->svcs, job->service_id);
         if (s && s->avoid)
             job->avoid_node = s->avoid_node;
+        if (s)
+            atomic_store_explicit(&job->drain, s->draining, memory_order_relaxed);
         if (s && qw_handoff_push(q->w->jobs, job) == QW_OK) {
             qw_svcmap_set_busy(&q->svcs, s, true);
+            s->job = job;
         } else {
             /* The batch stays marked in the database; the next fetch adopts it. */
             qw_log_warn("handoff.full", "service=%s batch=%.16s", job->service_id, job->batch_id);
@@ -310,6 +313,12 @@ static bool mark_draining(struct queuer *q)
         qw_log_debug("claims.draining", "n=%zu share=%zu", k - share, share);
     }
     free(held);
+    /* A job out stops its fast path while its service drains. */
+    pos = 0;
+    while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
+        if (s->busy && s->job)
+            atomic_store_explicit(&s->job->drain, s->draining, memory_order_relaxed);
+    }
     return idle;
 }
 
@@ -572,6 +581,7 @@ static void take_done(struct queuer *q)
         struct qw_svc *s = qw_svcmap_get(&q->svcs, job->service_id);
         if (s) {
             qw_svcmap_set_busy(&q->svcs, s, false);
+            s->job = NULL;
             /* Where its last POST failed: the service's next POST avoids that node. */
             s->avoid = job->avoid_node >= 0;
             s->avoid_node = job->avoid_node;

@@ -16,11 +16,13 @@ struct qw_svc {
     char service_id[QW_SERVICE_ID_MAX]; /* key; "" = empty slot */
     int64_t epoch;                      /* claim epoch we hold */
     bool busy;                          /* a job of this service is with the submitter */
+    struct qw_job *job;                 /* that job (while busy; the submitter owns it, only
+                                           its `drain` may be written) */
     bool held;                          /* we hold its claim */
     bool seen;                          /* listed by the latest full read of our claims
                                            (mark-and-sweep) */
-    bool draining;                      /* above our fair share: queue nothing more, so it
-                                           goes idle and the next cycle releases it */
+    bool draining;                      /* above our fair share: queue nothing more (and no
+                                           fast path), so it goes idle and is released */
     bool avoid;                         /* its last POST failed on node avoid_node: the next
                                            one prefers another node */
     int avoid_node;                     /* that node (when avoid) */

@@ -37,6 +37,7 @@ struct row {
     bool adopted_submitting;
     int attempts;
     int chained;
+    bool drain; /* the queuer drains the job's service */
     int64_t unknown_since_ms;
     bool stopping;
     int max_attempts;
@@ -432,6 +433,22 @@ static const struct row rows[] = {
      .go_on = true,
      .retry_lo = NR,
      .retry_hi = NR},
+    {.name = "Committed of a draining service's batch does not go on",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_COMMITTED,
+     .job_kind = QW_JOB_SUBMIT,
+     .drain = true,
+     .action = REC,
+     .event = QW_EV_COMMITTED,
+     .status = QW_STATUS_COMMITTED,
+     .expect = QW_EXPECT_INFLIGHT,
+     .after = QW_AFTER_END_FINAL,
+     .submitted = true,
+     .retry_lo = NR,
+     .retry_hi = NR},
     {.name = "Valid of a Pending batch",
      .kind = STATUS,
      .outcome = QW_DLT_OK,
@@ -561,6 +578,7 @@ static void check_row(const struct row *t)
         .kind = t->job_kind,
         .attempts = t->attempts,
         .chained = t->chained,
+        .drain = t->drain,
         .accepted_unrecorded = t->accepted_unrecorded,
         .post_uncertain = t->post_uncertain,
         .post_failure = "POST got no answer (dropped)",
