@@ -27,11 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A claims cycle fetches every held service only this often, and no more
- * than once a cycle_ms (and when a big load or a due retry asks for it);
- * otherwise just what changed. Counted in cycles alone, the full fetch ran
- * in every fifth cycle woken by a NOTIFY: under W5's stream of lone
- * batches, about 30 a second per worker, 0.75 ms of PostgreSQL each. */
+/* A claims cycle fetches every held service only this often (and when a
+ * big load or a due retry asks for it); otherwise just what changed. */
 #define FULL_FETCH_EVERY 5
 /* The claims cycle's scans over all held services (fair share, release of
  * idle and surplus claims) run this often, counted apart from the full
@@ -117,7 +114,6 @@ struct queuer {
     bool notified;                     /* a NOTIFY asked for a claims cycle */
     bool notified_all;                 /* ... and for a full fetch (a big load: no names) */
     int cycles_since_full;             /* claims cycles since the last full fetch */
-    int64_t next_full_ms;              /* monotonic: no periodic full fetch before this */
     int cycles_since_housekeeping;     /* claims cycles since the last housekeeping */
     struct claims_tally *tally;        /* for the summary; NULL if it could not be allocated */
 };
@@ -359,10 +355,8 @@ static int note_claim(struct queuer *q, const struct qw_claim *c)
     if (s->epoch != c->epoch && s->epoch != 0)
         qw_log_info("claim.epoch_changed", "service=%s old=%lld new=%lld", c->service_id,
                     (long long)s->epoch, (long long)c->epoch);
-    if (s->epoch != c->epoch && add_dirty(q, c->service_id) != QW_OK) {
+    if (s->epoch != c->epoch && add_dirty(q, c->service_id) != QW_OK)
         q->cycles_since_full = FULL_FETCH_EVERY;
-        q->next_full_ms = 0;
-    }
     s->epoch = c->epoch;
     set_held(q, s, true);
     return QW_OK;
@@ -740,7 +734,6 @@ static int queue_now(struct queuer *q, bool full, struct qw_error *err)
         filter = qw_pgarray_finish(&q->filter);
     } else {
         q->cycles_since_full = 0;
-        q->next_full_ms = qw_clock_mono_ms() + q->cfg->worker_cycle_ms;
         q->notified_all = false;
     }
     clear_dirty(q);
@@ -771,8 +764,8 @@ static void queuer_loop(struct queuer *q)
             /* The fast path and the wake-ups keep work moving; the scans over
              * every held service (fair share, idle release, full fetch) are
              * the safety net, run every few cycles and when woken by new work. */
-            bool full = (++q->cycles_since_full >= FULL_FETCH_EVERY && t >= q->next_full_ms) ||
-                        q->notified_all || t >= q->next_retry_ms;
+            bool full = ++q->cycles_since_full >= FULL_FETCH_EVERY || q->notified_all ||
+                        t >= q->next_retry_ms;
             /* Polling workers (no LISTEN) learn of new services only here. */
             bool housekeeping = ++q->cycles_since_housekeeping >= HOUSEKEEPING_EVERY || woken ||
                                 q->notified_all || !cfg->worker_listen;
