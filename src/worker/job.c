@@ -6,6 +6,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A job and its drain flag in one allocation (the job first, so freeing
+ * the job frees both). */
+struct job_block {
+    struct qw_job job;
+    atomic_bool drain;
+};
+
+struct qw_job *qw_job_new(void)
+{
+    struct job_block *b = calloc(1, sizeof(*b));
+    if (!b)
+        return NULL;
+    atomic_init(&b->drain, false);
+    b->job.drain = &b->drain;
+    return &b->job;
+}
+
 int qw_job_set_payload_hex(struct qw_job *job, const char *bytea_text)
 {
     free(job->payload);

@@ -4,8 +4,9 @@
  * queue; from then on the submitter owns it until it pushes it onto the
  * completion queue with `end` set; the queuer then reads and frees it.
  * Exactly one thread owns a job at any time, so it needs no lock; the one
- * field the queuer writes while the submitter owns the job (`drain`) is
- * atomic.
+ * thing the queuer writes while the submitter owns the job is the atomic
+ * flag `drain` points to, kept outside the struct so that copies of a job
+ * (the plans' views) never read it non-atomically.
  */
 #ifndef QW_WORKER_JOB_H
 #define QW_WORKER_JOB_H
@@ -77,9 +78,10 @@ struct qw_job {
     int64_t accepted_ms;        /* monotonic ms of that 202 */
     int chained;                /* batches of its service this job went on to without the
                                    queuer (fast path); bounded so the queuer looks again */
-    atomic_bool drain;          /* set by the queuer while the job is out: its service is
+    atomic_bool *drain;         /* set by the queuer while the job is out: its service is
                                    above the fair share, so no fast path (the job comes back
-                                   once its batch ends, and the claim can be given back) */
+                                   once its batch ends, and the claim can be given back);
+                                   allocated with the job by qw_job_new(), NULL = never */
     int64_t posted_us;          /* monotonic us the POST was started, for latency */
     int64_t cost;               /* its cost against the shared capacity (dlt.cost); 0 = not
                                    computed yet */
@@ -97,6 +99,9 @@ struct qw_job {
  * QW_ERR_INVALID / QW_ERR_NOMEM (the job then has no payload).
  */
 int qw_job_set_payload_hex(struct qw_job *job, const char *bytea_text);
+
+/** A zeroed job with its drain flag (clear); NULL when out of memory. */
+struct qw_job *qw_job_new(void);
 
 /** Frees a job and its payload; NULL is ignored. */
 void qw_job_free(struct qw_job *job);

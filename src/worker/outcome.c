@@ -70,8 +70,8 @@ bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx)
      * after MAX_CHAINED batches the job goes back to the queuer, which then
      * applies what only it knows (a fresh lease deadline, a share that
      * changed while the job was out). */
-    return !ctx->stopping && !atomic_load_explicit(&job->drain, memory_order_relaxed) &&
-           job->chained < QW_OUTCOME_MAX_CHAINED;
+    bool drain = job->drain && atomic_load_explicit(job->drain, memory_order_relaxed);
+    return !ctx->stopping && !drain && job->chained < QW_OUTCOME_MAX_CHAINED;
 }
 
 void qw_plan_status(struct qw_plan *plan, const struct qw_job *job, enum qw_batch_status status,

@@ -66,7 +66,7 @@ void qw_queue_bufs_free(struct qw_queue_bufs *b)
 static struct qw_job *new_job(enum qw_job_kind kind, const char *service_id, const char *batch_id,
                               int64_t epoch, int attempts, int priority)
 {
-    struct qw_job *job = calloc(1, sizeof(*job));
+    struct qw_job *job = qw_job_new();
     if (!job)
         return NULL;
     job->kind = kind;

@@ -237,8 +237,8 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         struct qw_svc *s = qw_svcmap_get(&q->svcs, job->service_id);
         if (s && s->avoid)
             job->avoid_node = s->avoid_node;
-        if (s)
-            atomic_store_explicit(&job->drain, s->draining, memory_order_relaxed);
+        if (s && job->drain)
+            atomic_store_explicit(job->drain, s->draining, memory_order_relaxed);
         if (s && qw_handoff_push(q->w->jobs, job) == QW_OK) {
             qw_svcmap_set_busy(&q->svcs, s, true);
             s->job = job;
@@ -316,8 +316,8 @@ static bool mark_draining(struct queuer *q)
     /* A job out stops its fast path while its service drains. */
     pos = 0;
     while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
-        if (s->busy && s->job)
-            atomic_store_explicit(&s->job->drain, s->draining, memory_order_relaxed);
+        if (s->busy && s->job && s->job->drain)
+            atomic_store_explicit(s->job->drain, s->draining, memory_order_relaxed);
     }
     return idle;
 }

@@ -574,11 +574,13 @@ static void check_row(const struct row *t)
         .unknown_confirm_ms = CONFIRM,
         .rng = &rng,
     };
+    atomic_bool drain;
+    atomic_init(&drain, t->drain);
     struct qw_job job = {
         .kind = t->job_kind,
         .attempts = t->attempts,
         .chained = t->chained,
-        .drain = t->drain,
+        .drain = &drain,
         .accepted_unrecorded = t->accepted_unrecorded,
         .post_uncertain = t->post_uncertain,
         .post_failure = "POST got no answer (dropped)",
