@@ -237,7 +237,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         struct qw_svc *s = qw_svcmap_get(&q->svcs, job->service_id);
         if (s && s->avoid)
             job->avoid_node = s->avoid_node;
-        if (s && job->drain)
+        if (s)
             atomic_store_explicit(job->drain, s->draining, memory_order_relaxed);
         if (s && qw_handoff_push(q->w->jobs, job) == QW_OK) {
             qw_svcmap_set_busy(&q->svcs, s, true);
@@ -316,7 +316,7 @@ static bool mark_draining(struct queuer *q)
     /* A job out stops its fast path while its service drains. */
     pos = 0;
     while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
-        if (s->busy && s->job && s->job->drain)
+        if (s->busy && s->job)
             atomic_store_explicit(s->job->drain, s->draining, memory_order_relaxed);
     }
     return idle;
@@ -585,12 +585,12 @@ static void take_done(struct queuer *q)
             /* Where its last POST failed: the service's next POST avoids that node. */
             s->avoid = job->avoid_node >= 0;
             s->avoid_node = job->avoid_node;
+            if (s->held && s->draining && q->release_due_ms == 0)
+                q->release_due_ms = qw_clock_mono_ms() + DRAINED_RELEASE_DELAY_MS;
             if (!s->held)
                 qw_svcmap_del(&q->svcs, job->service_id);
             else if (add_dirty(q, job->service_id) != QW_OK)
                 q->next_retry_ms = 0; /* fall back to a full fetch */
-            else if (s->draining && q->release_due_ms == 0)
-                q->release_due_ms = qw_clock_mono_ms() + DRAINED_RELEASE_DELAY_MS;
         }
         qw_job_free(job);
         /* A slot is free: start the next service that waited for one. */
@@ -740,6 +740,14 @@ static int queue_now(struct queuer *q, bool full, struct qw_error *err)
     return fetch_and_queue(q, filter, err);
 }
 
+/* When the next claims cycle is due: the periodic one, or earlier a release
+ * of drained claims. */
+static int64_t cycle_due(const struct queuer *q, int64_t next_cycle)
+{
+    return q->release_due_ms != 0 && q->release_due_ms < next_cycle ? q->release_due_ms
+                                                                    : next_cycle;
+}
+
 static void queuer_loop(struct queuer *q)
 {
     const struct qw_config *cfg = q->cfg;
@@ -756,8 +764,7 @@ static void queuer_loop(struct queuer *q)
             notified = true; /* a claims cycle as soon as it is back */
             continue;
         }
-        bool release_due = q->release_due_ms != 0 && t >= q->release_due_ms;
-        if (t >= next_cycle || notified || release_due) {
+        if (t >= cycle_due(q, next_cycle) || notified) {
             bool woken = notified;
             notified = false;
             int64_t cycle_began_us = qw_clock_mono_us();
@@ -808,9 +815,7 @@ static void queuer_loop(struct queuer *q)
                 q->next_retry_ms = t + 100;
             }
         }
-        if (wait_for_work(q, q->release_due_ms != 0 && q->release_due_ms < next_cycle
-                                 ? q->release_due_ms
-                                 : next_cycle))
+        if (wait_for_work(q, cycle_due(q, next_cycle)))
             notified = true;
         if (atomic_exchange(&q->w->reload, 0))
             qw_worker_apply_reload(q->w);
