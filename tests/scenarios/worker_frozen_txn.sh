@@ -45,10 +45,16 @@ freeze_inside_txn() {
                                            AND (b.status = 'Pending' OR (b.submitted AND b.status IS NULL)))")
     rm -f "$SC_DIR/helper.fifo"
     mkfifo "$SC_DIR/helper.fifo"
-    psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" <"$SC_DIR/helper.fifo" >"$SC_DIR/helper.out" 2>&1 &
+    PGAPPNAME=frozen_helper psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" <"$SC_DIR/helper.fifo" \
+        >"$SC_DIR/helper.out" 2>&1 &
     helper=$!
     exec 3>"$SC_DIR/helper.fifo"
     echo "BEGIN; SELECT service_id FROM queuer.service_id_claims WHERE service_id = '$victim' FOR SHARE;" >&3
+    # The lock must be held before w2 starts: w1 gives its surplus back
+    # within DRAINED_RELEASE_DELAY_MS of w2's registration.
+    sc_wait "the helper holds its lock" 10 \
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'frozen_helper'
+                          AND state = 'idle in transaction')"
     # (without the helper's fifo: a worker holding it open would keep the helper waiting)
     [ -n "$W2_STARTED" ] || sc_worker_start w2 QUEUER_WORKER_CLAIM_SLACK=0 3>&-
     W2_STARTED=1
