@@ -493,9 +493,12 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
                 return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
             qw_svcmap_get(&q->svcs, r->claims[i].service_id)->seen = true;
         }
-        /* Claims handed to us: the others count them only once we report
-         * them with our next lease, so the share read meanwhile is low. */
-        if (!first && q->n_held > known)
+        /* Claims handed to us by another worker's maintenance: the others
+         * count them only once we report them with our next lease, so the
+         * share read meanwhile is low. What this cycle acquired itself is
+         * in the list too and settles nothing (every reconcile cycle that
+         * claimed work used to hold back every release for two cycles). */
+        if (!first && q->n_held > known + (size_t)r->acquired)
             q->settle_until_ms = began + 2 * cfg->worker_cycle_ms;
         pos = 0;
         while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
