@@ -276,21 +276,16 @@ static int by_service_id_desc(const void *a, const void *b)
 }
 
 /*
- * Rebalancing. The claims transaction gives back idle claims above our
- * fair share, but a service with a steady stream of work always has a
- * batch in flight and would never be given back (after an outage the
- * first worker back could keep everything). So the surplus is drained: no
- * new batch is queued, its job out takes no fast path, its batch in flight
- * finishes, and a claims cycle DRAINED_RELEASE_DELAY_MS later releases it
- * for a less loaded worker (one with no job out at once). The surplus is
- * simply the held services with the highest service_ids (this thread does
- * not know which services have work). That matches
- * sql/claims_release_idle.sql only in its last key: the statement ranks
- * services with work first, then those with a batch in flight, then by
- * service_id, and releases those ranked beyond the share with no batch in
- * flight. So a drained service is given back once its batch in flight has
- * ended, as long as the undrained services (lower ids) still have work and
- * so rank before it. Returns whether one of the surplus has no job out.
+ * Rebalancing. The claims transaction gives back idle claims, but a
+ * service with a steady stream of work always has a batch in flight and
+ * would never be given back (after an outage the first worker back could
+ * keep everything). So the surplus over our fair share is drained: no new
+ * batch is queued, its job out takes no fast path, its batch in flight
+ * finishes, and a claims cycle DRAINED_RELEASE_DELAY_MS later gives it
+ * back by name (sql/claims_release.sql) for a less loaded worker to
+ * claim (one with no job out at once). The surplus is simply the held
+ * services with the highest service_ids (this thread does not know which
+ * services have work). Returns whether one of the surplus has no job out.
  */
 static bool mark_draining(struct queuer *q)
 {
