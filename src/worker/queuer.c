@@ -530,8 +530,12 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
      * a cycle later: when workers start together each claims its share in
      * its first cycle, and one whose count still read 0 made the others
      * drain half of theirs (queued nothing for them until the next
-     * housekeeping gave them back). */
-    if (count_unreported(q)) {
+     * housekeeping gave them back). After giving surplus back the count is
+     * reported exactly: read high, it made the fair share (ours included)
+     * one too many, and a worker that had just given back its last surplus
+     * claim took it straight back in its next cycle, ahead of the worker
+     * it was drained for (claims_drain_prompt under TSan, once). */
+    if (count_unreported(q) || (q->surplus_released && q->n_held != q->reported_held)) {
         p.held = q->n_held;
         rc = renew_lease(q, &p, qw_clock_mono_ms(), err);
         if (rc != QW_OK)
