@@ -28,6 +28,7 @@ struct qw_db {
     int nlisten;                              /* used entries of listen */
     const char *prepared[QW_DB_MAX_PREPARED]; /* statement names prepared on conn */
     int nprepared;                            /* used entries of prepared */
+    const char *begin;                        /* a BEGIN not sent yet (qw_db_begin) */
 };
 
 struct qw_db_res {
@@ -47,6 +48,7 @@ static void db_drop(struct qw_db *db)
         db->conn = NULL;
     }
     db->nprepared = 0;
+    db->begin = NULL;
 }
 
 /*
@@ -218,6 +220,65 @@ static int collect(struct qw_db *db, PGresult **out, struct qw_error *err)
     return rc;
 }
 
+/*
+ * Collects the results of a pipeline of two statements (the deferred BEGIN,
+ * then the caller's) and its sync: the first error, else the last
+ * statement's result.
+ */
+static int collect_pipeline(struct qw_db *db, PGresult **out, struct qw_error *err)
+{
+    int64_t deadline = qw_clock_mono_ms() + db->query_timeout_ms;
+    int rc = flush_out(db, deadline, err);
+    if (rc != QW_OK)
+        return rc;
+    PGresult *keep = NULL;
+    int ended = 0; /* statements whose results are all in (each ends with a NULL) */
+    for (;;) {
+        while (PQisBusy(db->conn)) {
+            int w = wait_socket(db->conn, POLLIN, deadline);
+            if (w == 0) {
+                PQclear(keep);
+                return deadline_passed(db, err);
+            }
+            if (w < 0 || !PQconsumeInput(db->conn)) {
+                PQclear(keep);
+                return conn_error(db, err);
+            }
+        }
+        PGresult *r = PQgetResult(db->conn);
+        if (!r) {
+            /* past both statements without the sync: the connection broke */
+            if (++ended > 2) {
+                PQclear(keep);
+                return conn_error(db, err);
+            }
+            continue;
+        }
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_PIPELINE_SYNC) {
+            PQclear(r);
+            break;
+        }
+        int keep_is_error = keep && PQresultStatus(keep) == PGRES_FATAL_ERROR;
+        if (keep_is_error || st == PGRES_PIPELINE_ABORTED) {
+            PQclear(r);
+        } else {
+            PQclear(keep);
+            keep = r;
+        }
+    }
+    if (!keep || !PQexitPipelineMode(db->conn)) {
+        PQclear(keep);
+        return conn_error(db, err);
+    }
+    rc = result_rc(db, keep, err);
+    if (rc != QW_OK || !out)
+        PQclear(keep);
+    else
+        *out = keep;
+    return rc;
+}
+
 static int exec_setup(struct qw_db *db, const char *sql, struct qw_error *err)
 {
     if (!PQsendQuery(db->conn, sql))
@@ -363,11 +424,31 @@ int qw_db_timeout(const struct qw_db *db)
     return db->query_timeout_ms;
 }
 
+/* Sends a deferred BEGIN on its own (before a statement that cannot join it in a pipeline). */
+static int send_begin(struct qw_db *db, struct qw_error *err)
+{
+    const char *begin = db->begin;
+    db->begin = NULL;
+    return begin ? exec_setup(db, begin, err) : QW_OK;
+}
+
+int qw_db_begin(struct qw_db *db, const char *sql, struct qw_error *err)
+{
+    if (!db->conn)
+        return conn_error(db, err);
+    /* (a transaction pooler gets every statement as before) */
+    if (db->unprepared)
+        return exec_setup(db, sql, err);
+    db->begin = sql;
+    return QW_OK;
+}
+
 int qw_db_exec(struct qw_db *db, const char *sql, struct qw_error *err)
 {
     if (!db->conn)
         return conn_error(db, err);
-    return exec_setup(db, sql, err);
+    int rc = send_begin(db, err);
+    return rc == QW_OK ? exec_setup(db, sql, err) : rc;
 }
 
 static int wrap_result(PGresult *r, struct qw_db_res **res, struct qw_error *err)
@@ -386,13 +467,35 @@ static int wrap_result(PGresult *r, struct qw_db_res **res, struct qw_error *err
     return QW_OK;
 }
 
-/* Waits for the result of a query just sent (`sent`: what PQsend* returned). */
-static int finish_query(struct qw_db *db, int sent, struct qw_db_res **res, struct qw_error *err)
+/*
+ * With a BEGIN deferred by qw_db_begin(): enters pipeline mode and sends the
+ * BEGIN, so that the statement the caller sends next goes out with it in
+ * one round trip. Returns 1 in pipeline mode, 0 when there is nothing to
+ * send, -1 when the connection failed.
+ */
+static int pipeline_begin(struct qw_db *db)
 {
-    if (!sent)
+    const char *begin = db->begin;
+    if (!begin)
+        return 0;
+    db->begin = NULL;
+    if (!PQenterPipelineMode(db->conn) ||
+        !PQsendQueryParams(db->conn, begin, 0, NULL, NULL, NULL, NULL, 0))
+        return -1;
+    return 1;
+}
+
+/*
+ * Waits for the result of a query just sent (`sent`: what PQsend* returned),
+ * after pipeline_begin() returned `piped`.
+ */
+static int finish_query(struct qw_db *db, int piped, int sent, struct qw_db_res **res,
+                        struct qw_error *err)
+{
+    if (piped < 0 || !sent || (piped && !PQpipelineSync(db->conn)))
         return conn_error(db, err);
     PGresult *r = NULL;
-    int rc = collect(db, &r, err);
+    int rc = piped ? collect_pipeline(db, &r, err) : collect(db, &r, err);
     if (rc != QW_OK)
         return rc;
     return wrap_result(r, res, err);
@@ -405,7 +508,10 @@ int qw_db_query_sql(struct qw_db *db, const char *sql, int nparams, const char *
         *res = NULL;
     if (!db->conn)
         return conn_error(db, err);
-    return finish_query(db, PQsendQueryParams(db->conn, sql, nparams, NULL, params, NULL, NULL, 0),
+    int piped = pipeline_begin(db);
+    return finish_query(db, piped,
+                        piped >= 0 &&
+                            PQsendQueryParams(db->conn, sql, nparams, NULL, params, NULL, NULL, 0),
                         res, err);
 }
 
@@ -437,14 +543,21 @@ int qw_db_query(struct qw_db *db, const char *name, int nparams, const char *con
             return qw_error_set(err, QW_ERR_INVALID, "no embedded statement named %s", name);
         if (db->nprepared == QW_DB_MAX_PREPARED)
             return qw_error_set(err, QW_ERR_INVALID, "too many prepared statements");
+        /* (the first use on a connection: BEGIN goes out alone) */
+        int rc = send_begin(db, err);
+        if (rc != QW_OK)
+            return rc;
         if (!PQsendPrepare(db->conn, name, text, 0, NULL))
             return conn_error(db, err);
-        int rc = collect(db, NULL, err);
+        rc = collect(db, NULL, err);
         if (rc != QW_OK)
             return rc;
         db->prepared[db->nprepared++] = name;
     }
-    return finish_query(db, PQsendQueryPrepared(db->conn, name, nparams, params, NULL, NULL, 0),
+    int piped = pipeline_begin(db);
+    return finish_query(db, piped,
+                        piped >= 0 &&
+                            PQsendQueryPrepared(db->conn, name, nparams, params, NULL, NULL, 0),
                         res, err);
 }
 
@@ -482,10 +595,13 @@ int qw_db_copy_begin(struct qw_db *db, const char *sql, struct qw_error *err)
 {
     if (!db->conn)
         return conn_error(db, err);
+    int rc = send_begin(db, err);
+    if (rc != QW_OK)
+        return rc;
     if (!PQsendQuery(db->conn, sql))
         return conn_error(db, err);
     PGresult *r = NULL;
-    int rc = collect(db, &r, err);
+    rc = collect(db, &r, err);
     if (rc != QW_OK)
         return rc;
     int is_copy = PQresultStatus(r) == PGRES_COPY_IN;

@@ -68,6 +68,14 @@ void qw_db_set_timeout(struct qw_db *db, int query_timeout_ms);
 int qw_db_timeout(const struct qw_db *db);
 
 /**
+ * Starts a transaction with `sql` (a BEGIN; it must stay valid until the
+ * next statement): sent together with the next statement, in one round
+ * trip (libpq's pipeline mode), or at once with `unprepared`. Whatever
+ * the next call is (a query, qw_db_exec(), COMMIT), BEGIN goes first.
+ */
+int qw_db_begin(struct qw_db *db, const char *sql, struct qw_error *err);
+
+/**
  * Runs `sql` with the simple query protocol (several statements allowed, no
  * parameters, results discarded), e.g. "BEGIN" or a migration file.
  */

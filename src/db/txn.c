@@ -22,6 +22,11 @@ static int db_ops_exec(void *conn, const char *sql, struct qw_error *err)
     return qw_db_exec(conn, sql, err);
 }
 
+static int db_ops_begin(void *conn, const char *sql, struct qw_error *err)
+{
+    return qw_db_begin(conn, sql, err);
+}
+
 static int db_ops_reconnect(void *conn, struct qw_error *err)
 {
     return qw_db_reconnect(conn, err);
@@ -34,6 +39,7 @@ static int db_ops_ok(void *conn)
 
 const struct qw_txn_ops qw_txn_db_ops = {
     .exec = db_ops_exec,
+    .begin = db_ops_begin,
     .reconnect = db_ops_reconnect,
     .ok = db_ops_ok,
 };
@@ -220,7 +226,7 @@ int qw_txn_run(const struct qw_txn_ops *ops, void *conn, const struct qw_txn_pol
         stats->attempts++;
 
         qw_error_clear(&last);
-        rc = ops->exec(conn, begin_sql, &last);
+        rc = ops->begin ? ops->begin(conn, begin_sql, &last) : ops->exec(conn, begin_sql, &last);
         if (rc == QW_OK) {
             qw_error_clear(&last);
             rc = body(conn, arg, &last);

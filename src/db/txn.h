@@ -30,10 +30,13 @@
 
 #include <stdint.h>
 
-/** How the helper talks to one connection. All three are required. */
+/** How the helper talks to one connection. All but `begin` are required. */
 struct qw_txn_ops {
     /** Runs a statement without results (BEGIN, COMMIT, ROLLBACK). */
     int (*exec)(void *conn, const char *sql, struct qw_error *err);
+    /** Starts the transaction with `sql`, which may go out with the body's
+     * first statement; NULL: `exec` sends it at once. */
+    int (*begin)(void *conn, const char *sql, struct qw_error *err);
     /** Drops and reopens the connection, repeating the session setup. */
     int (*reconnect)(void *conn, struct qw_error *err);
     /** Non-zero while the connection is usable. */

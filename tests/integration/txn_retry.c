@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -120,11 +121,63 @@ static void test_other_errors_roll_back_and_return(void **state)
     free(conninfo);
 }
 
+/*
+ * BEGIN goes out with the body's first statement (qw_db_begin): that
+ * statement must still run inside the transaction, at its isolation level,
+ * whichever call sends it.
+ */
+struct first_call {
+    bool simple;        /* the first statement goes through qw_db_exec() */
+    char isolation[32]; /* what the body's second statement read */
+};
+
+static int body_insert_then_fail(void *conn, void *arg, struct qw_error *err)
+{
+    struct first_call *f = arg;
+    int rc = f->simple ? qw_db_exec(conn, "INSERT INTO kept VALUES (1)", err)
+                       : qw_db_query_sql(conn, "INSERT INTO kept VALUES (1)", 0, NULL, NULL, err);
+    if (rc != QW_OK)
+        return rc;
+    struct qw_db_res *res = NULL;
+    rc = qw_db_query_sql(conn, "SELECT current_setting('transaction_isolation')", 0, NULL, &res,
+                         err);
+    if (rc != QW_OK)
+        return rc;
+    snprintf(f->isolation, sizeof(f->isolation), "%s", qw_db_res_get(res, 0, 0));
+    qw_db_res_free(res);
+    return qw_db_query_sql(conn, "SELECT 1/0", 0, NULL, NULL, err);
+}
+
+static void test_first_statement_is_inside_the_transaction(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("txn_first", 0);
+    struct qw_db *a = itest_connect(conninfo);
+    itest_exec(a, "CREATE TABLE kept (k int)");
+    struct qw_txn_policy policy = {.max_attempts = 1,
+                                   .begin_sql = "BEGIN ISOLATION LEVEL REPEATABLE READ"};
+    for (int simple = 0; simple <= 1; simple++) {
+        struct first_call f = {.simple = simple};
+        struct qw_error err;
+        qw_error_clear(&err);
+        assert_int_equal(
+            qw_txn_run(&qw_txn_db_ops, a, &policy, body_insert_then_fail, &f, NULL, &err),
+            QW_ERR_DB);
+        assert_string_equal(err.sqlstate, "22012");
+        assert_string_equal(f.isolation, "repeatable read");
+        /* Rolled back with the rest: the insert was not a transaction of its own. */
+        assert_int_equal(itest_scalar(a, "SELECT count(*) FROM kept"), 0);
+    }
+    qw_db_close(a);
+    free(conninfo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_skew_is_retried),
         cmocka_unit_test(test_other_errors_roll_back_and_return),
+        cmocka_unit_test(test_first_statement_is_inside_the_transaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
