@@ -1,7 +1,9 @@
 -- Claims up to $2 free services that have work, of one priority: the
 -- highest head_priority (the priority of the service's next batch,
 -- migration 0013) present among them that is at most $6. The caller calls
--- again with $6 = that priority - 1 when it got fewer than it asked for.
+-- again with $6 = the next lower priority present (returned with every
+-- row, NULL when there is none: no call that would find nothing) when it
+-- got fewer than it asked for.
 -- Reads the index of free services with work (service_id_claims_free_work,
 -- ordered by head_priority, then hashtext(service_id)): one entry to find
 -- the priority, then that priority's range from $5, wrapping around, so
@@ -13,7 +15,8 @@
 -- serialization failures).
 -- $1 instance, $2 how many, $3 lease ms, $4 hard-expiry ms, $5 start (an
 -- int4), $6 highest priority to take. Returns the new claims with their
--- priority.
+-- priority, and the next lower priority of free services with work (read
+-- from the same index and snapshot as the next call would).
 WITH level AS MATERIALIZED (
     SELECT c.head_priority AS p FROM queuer.service_id_claims c
      WHERE c.claimant IS NULL AND c.has_work AND c.head_priority <= $6::integer
@@ -44,4 +47,7 @@ UPDATE queuer.service_id_claims c
                            SELECT l.ctid FROM lower l
                            LIMIT $2::integer))
    AND c.claimant IS NULL
-RETURNING c.service_id, c.claim_epoch, c.head_priority
+RETURNING c.service_id, c.claim_epoch, c.head_priority,
+          (SELECT max(f.head_priority) FROM queuer.service_id_claims f
+            WHERE f.claimant IS NULL AND f.has_work
+              AND f.head_priority < (SELECT l.p FROM level l)) AS next_level

@@ -7,8 +7,11 @@
 -- held is close to with work. Live: a lease that has not run out, ours, or
 -- an instance registered less than $4 ms ago that has not taken a lease
 -- yet (so the first of several workers started together does not take
--- everything). Advisory: read outside the claims transaction. $1 instance,
--- $2 slack, $3 max claims (0 = none), $4 lease ms.
+-- everything). Advisory: read outside the claims transaction. Last, whether
+-- maintenance (sql/claims_maintain.sql) has anyone to take claims from:
+-- another instance that holds claims and whose lease ran out (the same test
+-- as its `gone`); the worker skips it otherwise. $1 instance, $2 slack, $3
+-- max claims (0 = none), $4 lease ms.
 WITH inst AS (
     SELECT greatest(1, count(*) FILTER (
                WHERE i.lease_1 > now() OR i.instance_id = $1
@@ -24,5 +27,10 @@ WITH inst AS (
 SELECT CASE WHEN $3::integer > 0
             THEN least($3::integer, ceil((inst.held + free.n)::numeric / inst.live)::integer + $2::integer)
             ELSE ceil((inst.held + free.n)::numeric / inst.live)::integer + $2::integer END,
-       inst.held + free.n, inst.live, free.n
+       inst.held + free.n, inst.live, free.n,
+       EXISTS (SELECT 1 FROM queuer.instances g
+                WHERE g.instance_id <> $1
+                  AND coalesce(g.lease_1, '-infinity') < now()
+                  AND EXISTS (SELECT 1 FROM queuer.service_id_claims h
+                               WHERE h.claimant = g.instance_id)) AS lapsed
   FROM inst, free

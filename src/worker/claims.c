@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "ingest/tsv.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,9 +172,9 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
         return QW_OK;
     t->asked = n;
     snprintf(start, sizeof(start), "%d", (int32_t)(uint32_t)qw_rng_next(p->rng));
-    /* One priority per call, highest first: the next lower one only while
-     * a call filled less than it was asked (docs/CLAIMS.md). */
-    for (int top = QW_PRIORITY_MAX; r->acquired < n && top >= QW_PRIORITY_MIN;) {
+    /* One priority per call, highest first: the next lower one present
+     * only while a call filled less than it was asked (docs/CLAIMS.md). */
+    for (int top = QW_PRIORITY_MAX; r->acquired < n;) {
         snprintf(want, sizeof(want), "%ld", n - r->acquired);
         snprintf(level, sizeof(level), "%d", top);
         const char *acquire_params[] = {p->instance_id, want, lease, hard, start, level};
@@ -181,14 +182,17 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
         if (rc != QW_OK)
             return rc;
         int got = qw_db_res_rows(res);
-        if (got > 0)
-            top = (int)qw_db_res_int(res, 0, 2) - 1;
+        /* none left, or every one locked by another claimer; or no lower
+         * priority to go on with */
+        bool last = got == 0 || qw_db_res_isnull(res, 0, 3);
+        if (!last)
+            top = (int)qw_db_res_int(res, 0, 3);
         rc = collect(&r->claims, &r->n_claims, &r->cap_claims, res, 1, err);
         qw_db_res_free(res);
         if (rc != QW_OK)
             return rc;
         r->acquired += got;
-        if (got == 0) /* none left, or every one locked by another claimer */
+        if (last)
             break;
     }
     return QW_OK;
@@ -211,6 +215,7 @@ static int read_share(struct qw_db *db, const struct qw_claims_params *p,
     r->with_work = qw_db_res_int(res, 0, 1);
     r->live = (int)qw_db_res_int(res, 0, 2);
     r->free_with_work = qw_db_res_int(res, 0, 3);
+    r->lapsed = strcmp(qw_db_res_get(res, 0, 4), "t") == 0;
     qw_db_res_free(res);
     return QW_OK;
 }
@@ -290,10 +295,21 @@ int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
     struct claims_txn t = {.p = p, .out = out};
     /* Without housekeeping the share of the last one stands. */
     int rc = p->housekeeping ? read_share(db, p, out, err) : QW_OK;
-    if (rc == QW_OK)
-        rc = qw_txn_run(&qw_txn_db_ops, db, maintain_policy, maintain_body, &t, NULL, err);
     if (rc != QW_OK)
         return rc;
+    /* Maintenance only when the share just read names a lapsed holder, or
+     * when it was not read: most cycles are woken by new work, and an idle
+     * maintenance transaction was three statements and two round trips
+     * in front of every claim. A lease that runs out after the read is
+     * seen by the next cycle (the lease call schedules one for it). */
+    if (p->housekeeping && !out->lapsed) {
+        out->n_claims = 0;
+        out->freed = out->taken = out->handed_over = 0;
+    } else {
+        rc = qw_txn_run(&qw_txn_db_ops, db, maintain_policy, maintain_body, &t, NULL, err);
+        if (rc != QW_OK)
+            return rc;
+    }
     rc = qw_txn_run(&qw_txn_db_ops, db, policy, claims_body, &t, stats, err);
     if (rc == QW_OK)
         drop_retaken(out);

@@ -89,6 +89,8 @@ struct qw_claims_result {
     int64_t free_with_work;    /* of those, held by nobody (before maintenance; set to 0
                                   when claiming found fewer than it asked for) */
     int live;                  /* live instances */
+    bool lapsed;               /* another instance with claims let its lease run out
+                                  (maintenance has work; read with the share) */
     int64_t peer_lease_ms;     /* the lease call: ms until the first other live lease runs
                                   out (maintenance may have work then), -1 for none */
 };
@@ -104,7 +106,8 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
 
 /**
  * Runs maintenance in a READ COMMITTED transaction of its own
- * (`maintain_policy`), then the claims transaction with the retry `policy`,
+ * (`maintain_policy`; skipped when the share read with housekeeping names
+ * no lapsed holder), then the claims transaction with the retry `policy`,
  * on `db` (owned by the calling thread). On QW_OK `out` describes the
  * committed changes; on failure it is meaningless, except that
  * maintenance may have committed and handed us claims (`out->taken` > 0:

@@ -17,6 +17,7 @@
 
 #include "worker/claims.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,6 +323,47 @@ static void acquire(struct qw_db *db, const char *who, const char *start, int ex
     qw_db_res_free(res);
 }
 
+/* claims_acquire for w1 at most at `level`: rows taken, and the next level
+ * it names (INT32_MIN for NULL), the same in every row. */
+static int acquire_at(struct fixture *f, const char *level, int *next)
+{
+    const char *params[] = {"w1", "5", "30000", "60000", "0", level};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->pg.a, "claims_acquire", 6, params, &res, &err) != QW_OK)
+        fail_msg("claims_acquire: %s", err.msg);
+    int rows = qw_db_res_rows(res);
+    for (int i = 0; i < rows; i++) {
+        int n = qw_db_res_isnull(res, i, 3) ? INT32_MIN : (int)qw_db_res_int(res, i, 3);
+        if (i > 0)
+            assert_int_equal(n, *next);
+        *next = n;
+    }
+    qw_db_res_free(res);
+    return rows;
+}
+
+/*
+ * Each claims call names the next lower priority with free work, so the
+ * worker calls again only where there is one: two services at 10 and one
+ * at -3 (none at 5 or 0) take two calls, 10 then -3, and the second names
+ * no lower one (it used to take a third call, which found nothing).
+ */
+static void test_acquire_names_next_level(void **state)
+{
+    struct fixture *f = *state;
+    services(f, 'h', 2, 10);
+    services(f, 'n', 1, -3);
+    int next = 0;
+    assert_int_equal(acquire_at(f, "1000", &next), 2);
+    assert_int_equal(next, -3);
+    assert_int_equal(acquire_at(f, "-3", &next), 1);
+    assert_int_equal(next, INT32_MIN);
+    assert_int_equal(held_at(f, "10"), 2);
+    assert_int_equal(held_at(f, "-3"), 1);
+}
+
 /*
  * Two claimers at one priority, in SERIALIZABLE transactions open at the
  * same time: each takes the five services that follow its own start in
@@ -373,6 +415,7 @@ int main(void)
                                         itest_pair_teardown),
         cmocka_unit_test_setup_teardown(test_equal_priority_claimers_spread, setup,
                                         itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_acquire_names_next_level, setup, itest_pair_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
