@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +171,45 @@ static int flush_out(struct qw_db *db, int64_t deadline, struct qw_error *err)
     }
 }
 
+/* Waits until the next result can be read without blocking; on failure
+ * frees *keep. */
+static int await_result(struct qw_db *db, int64_t deadline, PGresult **keep, struct qw_error *err)
+{
+    while (PQisBusy(db->conn)) {
+        int w = wait_socket(db->conn, POLLIN, deadline);
+        if (w <= 0 || !PQconsumeInput(db->conn)) {
+            PQclear(*keep);
+            *keep = NULL;
+            return w == 0 ? deadline_passed(db, err) : conn_error(db, err);
+        }
+    }
+    return QW_OK;
+}
+
+/* Keeps the first error, else the latest result: drops `r` when an error is
+ * kept already or when `skip`. */
+static void keep_result(PGresult **keep, PGresult *r, bool skip)
+{
+    if (skip || (*keep && PQresultStatus(*keep) == PGRES_FATAL_ERROR)) {
+        PQclear(r);
+    } else {
+        PQclear(*keep);
+        *keep = r;
+    }
+}
+
+/* The kept result's outcome; the result goes to *out when it succeeded and
+ * the caller wants it, else it is freed. */
+static int deliver(struct qw_db *db, PGresult *keep, PGresult **out, struct qw_error *err)
+{
+    int rc = result_rc(db, keep, err);
+    if (rc != QW_OK || !out)
+        PQclear(keep);
+    else
+        *out = keep;
+    return rc;
+}
+
 /*
  * Collects the results of the query just sent. Keeps the first error, else
  * the last result. Stops early at COPY IN (the caller then streams data).
@@ -182,42 +222,22 @@ static int collect(struct qw_db *db, PGresult **out, struct qw_error *err)
         return rc;
     PGresult *keep = NULL;
     for (;;) {
-        while (PQisBusy(db->conn)) {
-            int w = wait_socket(db->conn, POLLIN, deadline);
-            if (w == 0) {
-                PQclear(keep);
-                return deadline_passed(db, err);
-            }
-            if (w < 0 || !PQconsumeInput(db->conn)) {
-                PQclear(keep);
-                return conn_error(db, err);
-            }
-        }
+        rc = await_result(db, deadline, &keep, err);
+        if (rc != QW_OK)
+            return rc;
         PGresult *r = PQgetResult(db->conn);
         if (!r)
             break;
-        ExecStatusType st = PQresultStatus(r);
-        if (st == PGRES_COPY_IN) {
+        if (PQresultStatus(r) == PGRES_COPY_IN) {
             PQclear(keep);
             keep = r;
             break;
         }
-        int keep_is_error = keep && PQresultStatus(keep) == PGRES_FATAL_ERROR;
-        if (keep_is_error) {
-            PQclear(r);
-        } else {
-            PQclear(keep);
-            keep = r;
-        }
+        keep_result(&keep, r, false);
     }
     if (!keep)
         return conn_error(db, err);
-    rc = result_rc(db, keep, err);
-    if (rc != QW_OK || !out)
-        PQclear(keep);
-    else
-        *out = keep;
-    return rc;
+    return deliver(db, keep, out, err);
 }
 
 /*
@@ -234,17 +254,9 @@ static int collect_pipeline(struct qw_db *db, PGresult **out, struct qw_error *e
     PGresult *keep = NULL;
     int ended = 0; /* statements whose results are all in (each ends with a NULL) */
     for (;;) {
-        while (PQisBusy(db->conn)) {
-            int w = wait_socket(db->conn, POLLIN, deadline);
-            if (w == 0) {
-                PQclear(keep);
-                return deadline_passed(db, err);
-            }
-            if (w < 0 || !PQconsumeInput(db->conn)) {
-                PQclear(keep);
-                return conn_error(db, err);
-            }
-        }
+        rc = await_result(db, deadline, &keep, err);
+        if (rc != QW_OK)
+            return rc;
         PGresult *r = PQgetResult(db->conn);
         if (!r) {
             /* past both statements without the sync: the connection broke */
@@ -259,24 +271,13 @@ static int collect_pipeline(struct qw_db *db, PGresult **out, struct qw_error *e
             PQclear(r);
             break;
         }
-        int keep_is_error = keep && PQresultStatus(keep) == PGRES_FATAL_ERROR;
-        if (keep_is_error || st == PGRES_PIPELINE_ABORTED) {
-            PQclear(r);
-        } else {
-            PQclear(keep);
-            keep = r;
-        }
+        keep_result(&keep, r, st == PGRES_PIPELINE_ABORTED);
     }
     if (!keep || !PQexitPipelineMode(db->conn)) {
         PQclear(keep);
         return conn_error(db, err);
     }
-    rc = result_rc(db, keep, err);
-    if (rc != QW_OK || !out)
-        PQclear(keep);
-    else
-        *out = keep;
-    return rc;
+    return deliver(db, keep, out, err);
 }
 
 static int exec_setup(struct qw_db *db, const char *sql, struct qw_error *err)
