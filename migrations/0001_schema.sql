@@ -295,7 +295,7 @@ BEGIN
 END
 $fn$;
 
--- Ids use the "C" collation: byte order, as the C tie-break of DESIGN §4
+-- Ids use the "C" collation: byte order, as the C tie-break of docs/DESIGN.md §5.1
 -- compares them, whatever the database locale, and cheaper to index.
 CREATE TABLE queuer.batches (
     batch_id          text COLLATE "C" PRIMARY KEY,

@@ -1,6 +1,6 @@
 -- 0003: "a batch of this service is mid-submission" as a fact on the claim row.
 --
--- Soft expiry (DESIGN §3.1) may free a claim only when its service has no
+-- Soft expiry (docs/DESIGN.md §4.1) may free a claim only when its service has no
 -- batch mid-submission (submitted, no status yet). Maintenance runs
 -- SERIALIZABLE, but marks and outcomes run at READ COMMITTED, which SSI
 -- does not track: a maintenance snapshot taken before a mark committed

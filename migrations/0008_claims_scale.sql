@@ -1,6 +1,6 @@
 -- 0008: claims at scale (issue #10). The claim cycle's cost follows what
 -- changed, not the number of services; docs/CLAIMS.md explains the design
--- and why it keeps every guarantee of DESIGN §3.
+-- and why it keeps every guarantee of docs/DESIGN.md §4.
 --
 -- 1. Instance leases. A worker renews one row per cycle, its own
 --    instances row (lease_1 soft, lease_2 hard), instead of every claim

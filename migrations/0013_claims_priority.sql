@@ -6,7 +6,7 @@
 -- the workers' max_claims hold, or a worker starting against a backlog) a
 -- priority-10 service waited behind priority-0 ones. The claim row now
 -- carries head_priority, the priority of the service's head batch (its
--- oldest non-final batch in DESIGN §4 order: created_at, then batch_id; 0
+-- oldest non-final batch in docs/DESIGN.md §5.1 order: created_at, then batch_id; 0
 -- when it has none), and the index of free services with work is ordered
 -- by it first: sql/claims_acquire.sql takes the highest priority present,
 -- from a random place within it, then the next (docs/CLAIMS.md).

@@ -38,7 +38,7 @@ enum qw_batch_status {
 /**
  * Parses a status as stored in the database ("Pending", ...; NULL or ""
  * = NONE). Returns 0, or -1 for text that is not a status (case matters:
- * DESIGN §2 fixes the spelling).
+ * docs/DESIGN.md §3.2, statuses, fixes the spelling).
  */
 int qw_batch_status_parse(const char *text, enum qw_batch_status *out);
 

@@ -1,5 +1,5 @@
 /*
- * The retrying SERIALIZABLE transaction (DESIGN §3): run a body between
+ * The retrying SERIALIZABLE transaction (docs/DESIGN.md §4.4): run a body between
  * BEGIN and COMMIT, and re-run the whole of it on 40001/40P01 with capped
  * full-jitter backoff, bounded in attempts and in time.
  *

@@ -1,5 +1,5 @@
 /*
- * The status monitor's decisions (DESIGN §6) as a pure function: what a
+ * The status monitor's decisions (docs/DESIGN.md §7.2) as a pure function: what a
  * batch_statuses answer means for a batch we follow. Pending: keep
  * following it (writing Pending first if the 202 is not recorded yet);
  * Committed, Valid, Invalid: record the final status (and let the service

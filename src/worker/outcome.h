@@ -6,7 +6,7 @@
  * adapter that counts, logs and acts on a plan, and the outcome writer
  * (outcome_writer.c) puts the outcomes into the database.
  *
- * Status answers (the status monitor of DESIGN §6, with the confirmation
+ * Status answers (the status monitor of docs/DESIGN.md §7.2, with the confirmation
  * of Unknown) are planned by qw_monitor_plan() in monitor.h;
  * qw_outcome_plan() dispatches to it.
  */

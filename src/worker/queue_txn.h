@@ -1,5 +1,5 @@
 /*
- * The queue transaction (steps 4 and 5 of the worker cycle, DESIGN §3):
+ * The queue transaction (fetch, choose and mark in the cycle of docs/DESIGN.md §6.1):
  * fetch the non-final batches of the services we hold, adopt batches in
  * flight that no job of ours follows, choose with the one-round serial
  * algorithm (serial.h), and mark the chosen batches submitted, fenced by

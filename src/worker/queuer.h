@@ -1,5 +1,5 @@
 /*
- * The queuer thread: the worker cycle of DESIGN §3 (maintenance, renew,
+ * The queuer thread: the worker cycle of docs/DESIGN.md §6.1 (maintenance, renew,
  * claim, fetch, queue) on its own database connection, woken by its timer,
  * by LISTEN/NOTIFY when batches are enqueued, and by the submitter when a
  * job of ours ends. See worker.h for the threads and shutdown.

@@ -1,5 +1,5 @@
 /*
- * One-round serial queuing (DESIGN §4) as a pure function: given the
+ * One-round serial queuing (docs/DESIGN.md §5.1) as a pure function: given the
  * non-final batches of the services this worker has claimed, choose at most
  * one batch per service to submit now, never skipping a service's oldest
  * non-final batch. No I/O, no clock reads (time is passed in), no logging.
@@ -39,7 +39,7 @@ struct qw_serial_stats {
 };
 
 /**
- * Chooses the batches to submit now (DESIGN §4).
+ * Chooses the batches to submit now (docs/DESIGN.md §5.1).
  *
  * Per service, the batches are ordered by (created_at_us, batch_id) and the
  * oldest one with a non-final status is the only candidate:

@@ -1,6 +1,6 @@
 /*
  * The submitter thread: posts jobs to the ledger, follows their status
- * (the status monitor of DESIGN §6), and records every outcome in grouped,
+ * (docs/DESIGN.md §7.2), and records every outcome in grouped,
  * fenced statements. See worker.h for the threads and the shutdown order.
  */
 #ifndef QW_WORKER_SUBMITTER_H

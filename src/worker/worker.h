@@ -4,7 +4,7 @@
  *
  * DESIGN. Two threads, each owning its own database connection:
  *  - the queuer thread (the process's main thread) runs the cycle of
- *    DESIGN §3 (heartbeat, claims, fetch, one-round serial choice, fenced
+ *    docs/DESIGN.md §6.1 (heartbeat, claims, fetch, one-round serial choice, fenced
  *    marking) and pushes jobs onto `jobs`;
  *  - the submitter thread owns the ledger client; it posts jobs, follows
  *    their status (the status monitor), writes outcomes in grouped fenced

@@ -1,7 +1,7 @@
 /*
  * Integration: the fast path of sql/outcomes_record.sql. When a batch's
  * turn ends, the same statement marks its service's next batch for
- * submission only where DESIGN §4 allows it, fenced by the claim.
+ * submission only where docs/DESIGN.md §5.2 allows it, fenced by the claim.
  */
 #include "itest.h"
 #include "worker/outcome_writer.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scenario: graceful shutdown (DESIGN §8). SIGTERM to one of two workers
+# Scenario: graceful shutdown (docs/DESIGN.md §6.3). SIGTERM to one of two workers
 # while work is in flight: it exits 0 within worker.shutdown_grace_ms plus
 # a margin, gives its claims back at once (the other worker holds them in
 # under a second, well before their lease would have run out), its instance

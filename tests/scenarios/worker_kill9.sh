@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scenario: a worker is killed with SIGKILL; a second worker takes its
-# services over exactly when the two-phase lease allows (DESIGN §3.1,
+# services over exactly when the two-phase lease allows (docs/DESIGN.md §4.1,
 # sql/claims_maintain.sql), decided per service:
 #  (a) "idle" services, whose batch is Pending at the ledger and none is
 #      mid-submission: taken after their expiry_1 and before their expiry_2;

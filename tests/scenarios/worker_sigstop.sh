@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scenario: a worker is frozen (SIGSTOP) past the hard expiry of its claims,
 # another worker takes its services over (new epoch), then the frozen one is
-# resumed (SIGCONT). Fencing (DESIGN §3) must make every write of the
+# resumed (SIGCONT). Fencing (docs/DESIGN.md §4.2) must make every write of the
 # resumed worker about those services match nothing: the audit history
 # holds no row of it at its old epoch after the takeover, and every batch
 # write after the takeover is attributed to another worker. All batches

@@ -387,7 +387,7 @@ static bool older(const struct qw_serial_batch *a, const struct qw_serial_batch 
 }
 
 /*
- * A deliberately naive model of DESIGN §4, per service, O(n) per service:
+ * A deliberately naive model of docs/DESIGN.md §5.1, per service, O(n) per service:
  * returns the row to choose or SIZE_MAX. `rows` lists the service's rows.
  */
 static size_t model_choose(const struct population *p, const size_t *rows, size_t k)
