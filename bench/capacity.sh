@@ -1,4 +1,4 @@
-# W7 of bench/run.sh (issue 13): shared ledger capacity. Source this file
+# W7 of bench/run.sh: shared ledger capacity. Source this file
 # (bash) from run.sh; it defines variables and functions only and uses
 # run.sh's own (run_queuer, say, QUEUER_BIN, DB_CONNINFO, RESULTS, ...).
 #
@@ -59,7 +59,7 @@ w7_report() {
     local run dir stats max_q refused_g refused_r order line
     grep -q '^W7-' "$RESULTS" || return 0
     echo
-    echo "W7 (issue 13): ledger at most 40 pending (429 until 20) and 1,000 batches/s; 4 workers;"
+    echo "W7, shared ledger capacity: ledger at most 40 pending (429 until 20) and 1,000 batches/s; 4 workers;"
     echo "500 services x 10; W7-cap: \`queuer capacity set ${W7_CAPACITY[*]}\`"
     echo
     echo "| run | batches/s | POSTs | 429s | 429s of POSTs | refused: node queue / rate | most pending at the ledger | order violations | status |"
@@ -84,7 +84,7 @@ w7_report() {
     echo "$W7_CAP_LINE" | awk '{
         bps = $1; posts = $2; p429 = $3; q = $4; o = $5; st = $6; n = $7; want = $8
         v = "met"
-        printf "\nTargets (issue #13, W7-cap):\n"
+        printf "\nTargets (W7-cap):\n"
         printf "- 429s <= 1%% of POSTs: %.2f%% (%s)\n", (posts > 0 ? 100 * p429 / posts : 0), (posts > 0 && p429 * 100 <= posts) ? "met" : "MISSED"
         printf "- >= 800 batches/s: %s (%s)\n", bps, (bps >= 800 ? "met" : "MISSED")
         printf "- never more than 40 pending at the ledger: at most %s (%s)\n", q, (q != "-" && q <= 40) ? "met" : "MISSED"

@@ -20,12 +20,12 @@
 #                        for 60 s while K = 4 workers drain them; the
 #                        queuer's own overhead per batch (bench/openloop.h)
 #                    W6  100,000 services x 2 batches, K = 8 (W6-k8) and 16 (W6-k16):
-#                        the claim cycle at scale (issue #10)
+#                        the claim cycle at scale (docs/CLAIMS.md)
 #                    G1  W1 through graphile-worker
 #                    W7  500 services x 10 against a ledger taking 40 pending
 #                        (429 until 20) and 1,000 batches/s, K = 4, without and
 #                        with a shared capacity of 36 in flight and 950/s
-#                        (bench/capacity.sh, issue 13)
+#                        (bench/capacity.sh)
 #                    WN, WP, WF  nodes, priority, fairness (bench/scheduling.sh)
 #   --workers      worker counts for every queuer workload (overrides the K above)
 #   --out DIR      where results go (default bench/out/<date>-<time>)
@@ -764,7 +764,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
                 printf "\nW1, side by side: queuer (4 workers) %s batches/s, graphile-worker 0.18 (%s process x %s concurrent jobs, localQueue %s, completeJobBatchDelay %s) %s batches/s: ratio %.1fx\n",
                     q, procs, conc, lq, cb, g, q / g
         }' "$RESULTS"
-    # The issue's targets, checked on the rows they are about.
+    # The targets, each checked on the rows it is about.
     awk -F'\t' -v quick="$QUICK" 'function verdict(ok) { return ok ? "met" : "MISSED" }
         NR > 1 {
             if ($1 == "W1-k4") { w1 = $9; p50 = $10; p99 = $11 }
@@ -777,7 +777,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             }
         }
         END {
-            print "\nTargets (issue #6)" (quick ? ", indicative only: --quick sizes are not the workloads the targets name" : "") ":"
+            print "\nTargets: drain rate, turnaround, commits, requests, memory" (quick ? ", indicative only: --quick sizes are not the workloads the targets name" : "") ":"
             if (w1 != "") printf "- W1 with 4 workers >= 5,000 batches/s: %s (%s)\n", w1, verdict(w1 >= 5000)
             if (w1 != "" && g > 0) printf "- >= 50x graphile-worker: %.1fx (%s)\n", w1 / g, verdict(w1 / g >= 50)
             if (w1 != "") printf "- turnaround overhead p50 <= 5 ms, p99 <= 50 ms (W1, 4 workers): %s / %s ms (%s)\n", p50, p99, verdict(p50 <= 5 && p99 <= 50)
@@ -795,7 +795,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
         }
         END {
             if (w8 == "" && w16 == "" && (w1k1 == "" || w1k4 == "")) exit
-            print "\nTargets (issue #10)" (quick ? ", indicative only: --quick sizes are not the workloads the targets name" : "") ":"
+            print "\nTargets: claims at scale" (quick ? ", indicative only: --quick sizes are not the workloads the targets name" : "") ":"
             if (w8 != "") {
                 printf "- W6, 8 workers, >= 4,000 batches/s: %s (%s)\n", w8, verdict(w8 >= 4000)
                 printf "- claims-transaction serialization failures <= 1 per 100 claims transactions: %s (%s)\n", ser8, verdict(ser8 != "-" && ser8 <= 0.01)
@@ -815,7 +815,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
         }
         END {
             if (w1 == "" && w5run == "") exit
-            print "\nTargets (issue #12)" (quick ? ", indicative only: --quick sizes are not the workloads the targets name" : "") ":"
+            print "\nTargets: scaling with workers, CPU per batch, open-loop overhead" (quick ? ", indicative only: --quick sizes are not the workloads the targets name" : "") ":"
             if (w1 != "") printf "- W1 with 4 workers >= 6,000 batches/s: %s (%s)\n", w1, verdict(w1 >= 6000)
             if (w1 != "" && w1k2 != "" && w1k1 != "") printf "- W1: 4 workers >= 2 workers >= 1 worker: %s / %s / %s (%s)\n", w1, w1k2, w1k1, verdict(w1 >= w1k2 && w1k2 >= w1k1)
             if (w1 != "") printf "- total CPU per batch <= 0.3 ms (W1, 4 workers): %.3f ms = workers %s + PostgreSQL %s + sim %s (%s)\n", cw + cp + cs, cw, cp, cs, verdict(cw + cp + cs <= 0.3)

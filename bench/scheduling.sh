@@ -1,4 +1,4 @@
-# The scheduling workloads of bench/run.sh (issue 14): several ledger
+# The scheduling workloads of bench/run.sh: several ledger
 # nodes, priority and fairness. Sourced by run.sh after its helpers; each
 # run appends "name<TAB>key<TAB>value" lines to $SCHED, which
 # scheduling_report prints as the "Nodes, priority, fairness" section.
@@ -211,7 +211,7 @@ run_fairness() {
 scheduling_report() {
     [ -s "$SCHED" ] || return 0
     echo
-    echo "Nodes, priority, fairness (issue #14; bench/scheduling.sh):"
+    echo "Nodes, priority, fairness (bench/scheduling.sh):"
     echo
     echo "| run | figure | value |"
     echo "|---|---|---|"
@@ -219,7 +219,7 @@ scheduling_report() {
     awk -F'\t' -v quick="$QUICK" 'function verdict(ok) { return ok ? "met" : "MISSED" }
         { v[$1 "." $2] = $3 }
         END {
-            print "\nTargets (issue #14)" (quick ? ", indicative only: --quick sizes" : "") ":"
+            print "\nTargets: nodes, priority, fairness" (quick ? ", indicative only: --quick sizes" : "") ":"
             if (("WN.slow_node_share_pct") in v)
                 printf "- three nodes, one 150 ms slower: slow node %s%% of POSTs (%s); node 2 down 5 s: %s lost, %s order violations, used again after its return: %s POSTs, within %s ms (%s)\n",
                     v["WN.slow_node_share_pct"], verdict(v["WN.slow_node_share_pct"] <= 20),

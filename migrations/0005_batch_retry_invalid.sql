@@ -1,6 +1,6 @@
 -- 0005: an audited way back for a batch marked Invalid by mistake.
 --
--- Until issue 18 any HTTP 400 made a batch final Invalid, including a
+-- Earlier builds made any HTTP 400 a final Invalid, including a
 -- proxy's or a misconfigured TLS port's HTML "Bad Request" that never came
 -- from the ledger; `batch retry` refuses final batches and re-enqueueing
 -- the same id is a duplicate. queuer.batch_retry_invalid() puts such a

@@ -1,4 +1,4 @@
--- 0008: claims at scale (issue #10). The claim cycle's cost follows what
+-- 0008: claims at scale. The claim cycle's cost follows what
 -- changed, not the number of services; docs/CLAIMS.md explains the design
 -- and why it keeps every guarantee of docs/DESIGN.md §4.
 --

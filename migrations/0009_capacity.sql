@@ -1,4 +1,4 @@
--- 0009: shared ledger capacity (issue 13, the go-batcher seed).
+-- 0009: shared ledger capacity.
 --
 -- An operator states what a ledger can take (queuer.capacity_set(), or
 -- `queuer capacity set`): at most max_in_flight cost units in flight and/or

@@ -1,4 +1,4 @@
--- 0010: batch priority and the ledger nodes a worker reports (issue 14).
+-- 0010: batch priority and the ledger nodes a worker reports.
 --
 -- Priority. Every batch has an integer priority, -1000..1000, default 0,
 -- higher first, set when it is enqueued: queuer.enqueue_batch() and

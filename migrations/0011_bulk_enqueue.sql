@@ -1,5 +1,5 @@
 -- 0011: bulk enqueue from a staging table, without checking each payload
--- a second time (issue #12).
+-- a second time.
 --
 -- `queuer enqueue --tsv` checks every line in the client (identifier
 -- formats, hex, and the BatchList with protobuf-c: src/ingest/batchlist.c,

@@ -1,5 +1,4 @@
--- 0012: the bulk path stores each staged row's own priority (issue 14 on
--- top of issue 12's bulk path).
+-- 0012: the bulk path stores each staged row's own priority.
 --
 -- queuer.enqueue_staged() (0011) inserted without naming the priority
 -- column, so its rows took the column's default, the transaction's

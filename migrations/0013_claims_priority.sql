@@ -1,4 +1,4 @@
--- 0013: workers claim services by priority (issue 14).
+-- 0013: workers claim services by priority.
 --
 -- Until now a worker claimed free services with work in the order of a
 -- hash of their id, from a random place (so workers spread out), whatever

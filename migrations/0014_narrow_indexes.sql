@@ -1,4 +1,4 @@
--- 0014: less work for PostgreSQL per batch and per enqueued line (issue 12):
+-- 0014: less work for PostgreSQL per batch and per enqueued line:
 -- narrower index entries, bulk ingest kept in memory, a cheaper owner check.
 --
 -- Every batch costs PostgreSQL index entries keyed by its 128-character id:

@@ -1,4 +1,4 @@
--- 0015: enqueue one batch at a time without scanning (issue 12, W5).
+-- 0015: enqueue one batch at a time without scanning (measured under W5).
 --
 -- Under the W5 open-loop load (an application enqueueing 7 or 8 batches
 -- per call through queuer.enqueue_rows(), 1,500 a second) each call took

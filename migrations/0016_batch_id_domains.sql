@@ -1,5 +1,5 @@
 -- 0016: batch and service ids are checked when they are written, not on
--- every change of a batch's state (issue 12).
+-- every change of a batch's state.
 --
 -- The format checks of 0001 (batches_batch_id_format: 128 lower-case hex
 -- characters; batches_service_id_format: <5>-<5>::<4> letters and digits)

@@ -1,4 +1,4 @@
--- 0017: enqueue locks its services by index (issue 12, W5).
+-- 0017: enqueue locks its services by index (measured under W5).
 --
 -- queuer.enqueue_rows_unchecked() (0015) locked the ingest rows of a
 -- call's services with

@@ -1,5 +1,5 @@
 -- 0018: bulk enqueue reads its services once and checks service ids
--- cheaply (issue 12, bulk ingest).
+-- cheaply.
 --
 -- Measured on bench/bulk_enqueue.sh's load (100,000 lines over 1,000
 -- services) with pg_stat_statements and statement by statement in psql:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The failover suite (issue 17): three workers and a steady feed of batches
+# The failover suite: three workers and a steady feed of batches
 # on a Patroni cluster (scripts/ha.sh: etcd + three PostgreSQL 15 nodes,
 # synchronous replication, leader TTL 10 s), through the multi-host conninfo
 # the workers use as is. Faults, one after the other in one run:

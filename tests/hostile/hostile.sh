@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hostile suite (issue 18): one worker against tests/hostile/ledger.py,
+# The hostile suite: one worker against tests/hostile/ledger.py,
 # a server standing in for the ledger that answers, mode after mode, what a
 # ledger, a proxy in front of it or a broken deployment may send. For each
 # mode a fresh workload is enqueued and the test checks what the worker
@@ -8,14 +8,14 @@
 # in a log line or a stored text.
 #
 #   invalid-jp   status answers Invalid with 280 Japanese characters: the
-#                text is cut on a character boundary and recorded (item 1)
-#   html503-jp   POSTs answered 503 with a large Japanese HTML page (item 1)
+#                text is cut on a character boundary and recorded
+#   html503-jp   POSTs answered 503 with a large Japanese HTML page
 #   proxy400     POSTs answered by a proxy's HTML "400 Bad Request": a failed
-#                attempt logged loudly, never a final Invalid (item 2)
+#                attempt logged loudly, never a final Invalid
 #   echo-token   error bodies echo the Authorization header: the token never
-#                reaches a log line, last_error or the history (item 3)
+#                reaches a log line, last_error or the history
 #   bad-status   batch_statuses answers truncated, nested 100,000 deep, or
-#                over the size cap: counted, logged, noted in last_error (item 4)
+#                over the size cap: counted, logged, noted in last_error
 #   huge-post    a 202 with a 4 MiB body (over the cap): a failed attempt
 set -euo pipefail
 . "$QW_SOURCE_ROOT/tests/scenarios/e2e_common.sh"
@@ -75,7 +75,7 @@ grep -q 'event=admin.listening' "$E2E_DIR/workers/w1.log" ||
     e2e_fail "the worker's admin server did not start"
 LOG=$E2E_DIR/workers/w1.log
 
-# --- item 1: a status message of 280 Japanese characters
+# --- invalid-jp: a status message of 280 Japanese characters
 mode invalid-jp
 load hjpiv 3 2
 final hjpiv 60
@@ -84,7 +84,7 @@ e2e_assert "$(count "SELECT count(*) FROM queuer.batches WHERE service_id LIKE '
     -eq 6 "invalid-jp: every batch Invalid with the (cut) Japanese message"
 e2e_assert "$(grep -c 'event=outcomes.failed' "$LOG" || true)" -eq 0 "invalid-jp: no outcome write failed"
 
-# --- item 1: 503 with a large non-ASCII HTML page
+# --- html503-jp: 503 with a large non-ASCII HTML page
 mode html503-jp
 load h503j 3 2
 final h503j 90
@@ -95,7 +95,7 @@ e2e_assert "$(count "SELECT count(*) FROM queuer.batch_history h JOIN queuer.bat
                         AND h.detail LIKE '%サービスは一時的に利用できません%retry in%'")" \
     -gt 0 "html503-jp: the 503 page is in the history, cut on a character boundary"
 
-# --- item 2: a proxy's HTML 400 is a failed attempt, not a verdict
+# --- proxy400: a proxy's HTML 400 is a failed attempt, not a verdict
 # Right after the 503 phase: the worker logs at most one
 # ledger.request_failed line a second per request type and kind, so the
 # 503s' line must not hide the first 400's.
@@ -107,7 +107,7 @@ e2e_assert "$(count "SELECT count(*) FROM queuer.batches WHERE service_id LIKE '
 grep -q 'level=error .*event=ledger.request_failed request=post kind=http_4xx.*http_status=400' "$LOG" ||
     e2e_fail "proxy400: the proxy's 400 was not logged loudly"
 
-# --- item 3: error bodies echoing the Authorization header
+# --- echo-token: error bodies echoing the Authorization header
 mode echo-token
 load hecho 3 2
 final hecho 90
@@ -119,7 +119,7 @@ e2e_assert "$(count "SELECT count(*) FROM queuer.batch_history h JOIN queuer.bat
                       WHERE b.service_id LIKE 'hecho%' AND h.detail LIKE '%Authorization: ***%'")" \
     -gt 0 "echo-token: the echoed header is recorded, masked"
 
-# --- item 4: malformed, deeply nested and oversized status answers
+# --- bad-status: malformed, deeply nested and oversized status answers
 mode bad-status
 load hbads 2 2
 final hbads 120

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shared ledger capacity (issue 13) against a ledger that refuses above a
+# Shared ledger capacity against a ledger that refuses above a
 # node-wide queue and a node-wide rate: scabbard-sim --global-limit 40
 # --global-resume 20 --rate 300 (the seed's 30/15 queue over the whole
 # node, and a finite rate) and 150 ms per commit, so that both the queue

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scenario: failover at scale (issue #10). 100,000 claimed services and 8
+# Scenario: failover at scale. 100,000 claimed services and 8
 # workers; one is killed with SIGKILL. Its services are taken over by the
 # other seven within lease + 2 cycles of the kill, and never before their
 # effective expiry_1, except those with a batch mid-submission, which are

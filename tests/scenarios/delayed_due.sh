@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18 item 0: a Delayed batch is retried by the worker that holds its
+# Scenario: a Delayed batch is retried by the worker that holds its
 # service when it is due, whatever else that worker is doing (draining
 # surplus claims after a rebalance, pausing for 429s, running the fast path
 # for other services). 4 workers started one after another (so the first

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Several ledger nodes (issue 14): scabbard-sim serves one ledger on three
+# Several ledger nodes: scabbard-sim serves one ledger on three
 # addresses, node 1 answering 150 ms late; two workers with dlt.url listing
 # all three drain 40 services x 100 batches. Mid-run node 0 turns slow (its
 # POSTs are accepted but answered 2 s late) and is taken down for 3 s

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Priority under a saturated ledger (issue 14): one ledger node that takes
+# Priority under a saturated ledger: one ledger node that takes
 # 10 ms to answer a submission, and a worker allowed 2 submissions in
 # flight, so at most about 200 batches/s reach the ledger. What is scarce
 # is, by QW_PRIORITY_SCARCE:
 #   channels  dlt.channels = 2 (POSTs in flight per node);
 #   capacity  a shared capacity of 2 batches in flight (`queuer capacity
-#             set`, issue 13) with 64 channels: the capacity gate admits
+#             set`) with 64 channels: the capacity gate admits
 #             POSTs at the same dispatch point, and the ready queue decides
 #             who gets the freed units (e2e_priority_capacity.sh).
 #   claims    worker.max_claims = 5 with 64 channels: the worker holds 5 of

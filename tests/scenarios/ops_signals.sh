@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Signals of `queuer run` as a service manager sends them (issue 16):
+# Signals of `queuer run` as a service manager sends them:
 #  - SIGHUP re-reads the configuration file (QUEUER_CONFIG) and applies the
 #    reloadable keys at once: log.level (debug lines appear), admin.listen
 #    (the admin server moves to the new port, the old one stops answering),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18 item 8: a second live process with the same worker.instance_id
+# Scenario: a second live process with the same worker.instance_id
 # is refused (it would share claimant and epoch, so fencing could not tell
 # the two apart), while a worker restarted on the same host after a crash
 # (kill -9) takes its id over at once.
