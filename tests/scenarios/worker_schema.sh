@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scenario: `queuer run` refuses to work on a database it does not match
-# (docs/DESIGN.md §3: it refuses a schema older than it was built for): without
+# (docs/DESIGN.md §3: it refuses any schema version but its own): without
 # the queuer schema, with an older one and with a newer one it exits
 # non-zero with a message that says what to do, and leaves no trace (no
 # instance row). On an unreachable database it exits 69 (EX_UNAVAILABLE,
