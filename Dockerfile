@@ -29,7 +29,7 @@ COPY bench bench
 RUN meson setup /build --buildtype=release -Dtests=false \
     && meson compile -C /build \
     && install -d /out \
-    && install -m 0755 /build/src/queuer /build/sim/scabbard-sim \
+    && install -m 0755 /build/queuer /build/sim/scabbard-sim \
                /build/tools/queuer-gen /build/tools/qw-check /out/
 
 FROM ${DEBIAN_SLIM_IMAGE}

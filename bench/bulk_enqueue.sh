@@ -14,7 +14,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 build=${1:-$root/build}
-queuer=$build/src/queuer
+queuer=$build/queuer
 gen=$build/tools/queuer-gen
 services=${SERVICES:-1000}
 batches=${BATCHES:-100}

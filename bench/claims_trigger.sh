@@ -50,13 +50,13 @@ for rep in $(seq "$reps"); do
             db="tb_${variant}_${mix}"
             psql -X -q "$base" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
             ci="${base/dbname=postgres/dbname=$db}"
-            QUEUER_DATABASE_CONNINFO="$ci" "$build/src/queuer" migrate >/dev/null
+            QUEUER_DATABASE_CONNINFO="$ci" "$build/queuer" migrate >/dev/null
             if [ "$variant" = before ]; then
                 psql -X -q "$ci" -c "$old_fn" -c "DROP INDEX queuer.service_id_claims_free_work" \
                     -c "CREATE INDEX service_id_claims_free_work ON queuer.service_id_claims (hashtext(service_id)) WHERE claimant IS NULL AND has_work"
             fi
             t0=$(date +%s%N)
-            QUEUER_DATABASE_CONNINFO="$ci" "$build/src/queuer" enqueue --tsv "$work/$mix.tsv" >/dev/null
+            QUEUER_DATABASE_CONNINFO="$ci" "$build/queuer" enqueue --tsv "$work/$mix.tsv" >/dev/null
             t1=$(date +%s%N)
             psql -X -q "$ci" -c "CREATE TABLE public.todo AS SELECT row_number() OVER (ORDER BY k, batch_id) AS n, batch_id FROM (SELECT batch_id, row_number() OVER (PARTITION BY service_id ORDER BY created_at, batch_id) AS k FROM queuer.batches) o" \
                 -c "CREATE UNIQUE INDEX ON public.todo (n)" -c "CREATE SEQUENCE public.s" \

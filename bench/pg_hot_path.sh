@@ -44,15 +44,15 @@ case ${FAST_PATH:-1} in 0) fast_path=false ;; *) fast_path=true ;; esac
 sql_dir=${SQL_DIR:-$root/sql}
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
-bench_stats_cluster pg_hot_path "$build" src/queuer tools/queuer-gen
+bench_stats_cluster pg_hot_path "$build" queuer tools/queuer-gen
 trap bench_stats_cluster_stop EXIT
 work=$BENCH_WORK
 db=$BENCH_DB
 q() { psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 
-QUEUER_DATABASE_CONNINFO=$db "$build/src/queuer" migrate >/dev/null
+QUEUER_DATABASE_CONNINFO=$db "$build/queuer" migrate >/dev/null
 "$build/tools/queuer-gen" --services "$services" --batches "$batches" --seed 1 >"$work/load.tsv"
-QUEUER_DATABASE_CONNINFO=$db QUEUER_INGEST_HIGH=0 "$build/src/queuer" enqueue --tsv "$work/load.tsv" \
+QUEUER_DATABASE_CONNINFO=$db QUEUER_INGEST_HIGH=0 "$build/queuer" enqueue --tsv "$work/load.tsv" \
     >/dev/null
 q <<SQL
 CREATE EXTENSION pg_stat_statements;

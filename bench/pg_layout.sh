@@ -30,7 +30,7 @@ group=${GROUP:-100}
 steps=${STEPS:-1 2 3 4 5 6 7 8 9}
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
-bench_stats_cluster pg_layout "$build" src/queuer
+bench_stats_cluster pg_layout "$build" queuer
 trap bench_stats_cluster_stop EXIT
 q() { psql -X -q -v ON_ERROR_STOP=1 -d "$BENCH_DB" "$@"; }
 

@@ -152,7 +152,7 @@ build_release() {
     meson compile -C "$BUILD" >>"$LOG" 2>&1 || die "build failed (see $LOG)"
 }
 build_release
-QUEUER_BIN=$BUILD/src/queuer
+QUEUER_BIN=$BUILD/queuer
 SCABBARD_SIM_BIN=$BUILD/sim/scabbard-sim
 QUEUER_GEN_BIN=$BUILD/tools/queuer-gen
 LOADGEN=$BUILD/bench/bench-load

@@ -48,7 +48,7 @@ QWC_WORKER_SECRETS=(QUEUER_DLT_TOKEN)
 . "$QWC_ROOT/tests/lib/cluster.sh"
 
 qwc_bins() {
-    QUEUER_BIN=${QUEUER_BIN:-$QWC_BUILD/src/queuer}
+    QUEUER_BIN=${QUEUER_BIN:-$QWC_BUILD/queuer}
     SCABBARD_SIM_BIN=${SCABBARD_SIM_BIN:-$QWC_BUILD/sim/scabbard-sim}
     export QUEUER_BIN SCABBARD_SIM_BIN
     local b

@@ -59,7 +59,7 @@ if [ ! -f "$QWC_BUILD/build.ninja" ]; then
     meson setup "$QWC_BUILD" --buildtype=release -Dtests=false >/dev/null
 fi
 meson compile -C "$QWC_BUILD" >/dev/null
-echo "built: $("$QWC_BUILD/src/queuer" --version 2>/dev/null || echo queuer)"
+echo "built: $("$QWC_BUILD/queuer" --version 2>/dev/null || echo queuer)"
 
 QUEUER_GEN_BIN=$QWC_BUILD/tools/queuer-gen
 QW_CHECK_BIN=$QWC_BUILD/tools/qw-check

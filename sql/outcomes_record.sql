@@ -14,7 +14,7 @@
 -- batch is marked for submission in the same statement when DESIGN §4
 -- allows it (no status and not submitted, or Unknown/Delayed and due),
 -- so the next POST needs no further round trip or COMMIT. The queuer's
--- cycle (src/worker/serial.c) is the general rule; this is the same rule
+-- cycle (src/queuer/next_batch.c) is the general rule; this is the same rule
 -- for the one service whose in-flight batch just ended.
 --
 -- The claim row's counters (n_open, submitting: maintenance decides soft

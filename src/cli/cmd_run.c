@@ -2,7 +2,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "common/log.h"
-#include "worker/worker.h"
+#include "run/run.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1147,7 +1147,7 @@ const char *qw_config_origin(const struct qw_config *cfg, const char *section, c
     return cfg->origins[k - keys].where;
 }
 
-/* Keys a running worker applies at SIGHUP (see worker/reload.c). */
+/* Keys a running worker applies at SIGHUP (see run/reload.c). */
 static const char *const reloadable_keys[] = {
     "log.level",
     "admin.listen",

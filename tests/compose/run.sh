@@ -46,7 +46,7 @@ set -euo pipefail
 
 root=${QW_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 build=${QW_BUILD_ROOT:-$root/build/ci}
-QUEUER_BIN=${QUEUER_BIN:-$build/src/queuer}
+QUEUER_BIN=${QUEUER_BIN:-$build/queuer}
 QUEUER_GEN_BIN=${QUEUER_GEN_BIN:-$build/tools/queuer-gen}
 T0=$SECONDS
 

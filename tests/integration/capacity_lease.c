@@ -1,5 +1,5 @@
 /*
- * Integration: partition leases of the shared capacity (worker/capacity_lease.c)
+ * Integration: partition leases of the shared capacity (submitter/capacity_lease.c)
  * against a real PostgreSQL, two or three "workers" each with its own
  * connection, lease state and gate, stepped by hand so every interleaving
  * is the one written here:
@@ -20,8 +20,8 @@
  */
 #include "itest.h"
 #include "common/clock.h"
-#include "worker/capacity.h"
-#include "worker/capacity_lease.h"
+#include "submitter/capacity.h"
+#include "submitter/capacity_lease.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

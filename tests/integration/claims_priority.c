@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "worker/claims.h"
+#include "queuer/claims.h"
 
 #include <stdint.h>
 #include <stdio.h>

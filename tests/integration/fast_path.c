@@ -4,8 +4,8 @@
  * submission only where docs/DESIGN.md §5.2 allows it, fenced by the claim.
  */
 #include "itest.h"
-#include "worker/outcome_writer.h"
-#include "worker/queue_txn.h"
+#include "submitter/outcome_writer.h"
+#include "queuer/queue_txn.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -25,7 +25,7 @@ import tempfile
 
 # The layer diagram: a module may include only modules of a lower rank.
 RANK = {'common': 0, 'db': 1, 'dlt': 1, 'config': 2, 'ingest': 2, 'admin': 3,
-        'worker': 4, 'cli': 5}
+        'shared': 4, 'queuer': 5, 'submitter': 5, 'run': 6, 'cli': 7}
 
 
 def module_command(commands, src, module):
@@ -78,14 +78,14 @@ def main():
                 else:
                     want = 'fails'
                     good = not ok and 'No such file or directory' in out
-                print('%-7s #include %-28s %-8s %s' % (module, include, want,
+                print('%-9s #include %-32s %-8s %s' % (module, include, want,
                                                        'ok' if good else 'WRONG'))
                 if not good:
                     bad += 1
                     print(out)
             ok, out = compiles(directory, args, '<libpq-fe.h>', tmp)
             good = ok == (module == 'db')
-            print('%-7s #include %-28s %-8s %s' % (module, '<libpq-fe.h>',
+            print('%-9s #include %-32s %-8s %s' % (module, '<libpq-fe.h>',
                                                    'compiles' if module == 'db' else 'fails',
                                                    'ok' if good else 'WRONG'))
             bad += 0 if good else 1

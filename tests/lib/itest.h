@@ -7,7 +7,7 @@
 #define QW_TESTS_ITEST_H
 
 #include "db/db.h"
-#include "worker/claims.h"
+#include "queuer/claims.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -12,7 +12,7 @@ set -u -o pipefail
 
 root=${QW_SOURCE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 build=${QW_BUILD_ROOT:-$root/build}
-: "${QUEUER_BIN:=$build/src/queuer}"
+: "${QUEUER_BIN:=$build/queuer}"
 [ -x "$QUEUER_BIN" ] || { echo "i5_selftest: missing $QUEUER_BIN (build first)" >&2; exit 2; }
 # shellcheck source=tests/lib/cluster.sh
 . "$root/tests/lib/cluster.sh"

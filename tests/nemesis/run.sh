@@ -96,7 +96,7 @@ if [ -n "$NM_SEED" ] && ! [[ "$NM_SEED" =~ ^[0-9]{1,15}$ ]]; then
 fi
 [ -n "$NM_SEED" ] || NM_SEED=$(((RANDOM << 30) | (RANDOM << 15) | RANDOM))
 
-: "${QUEUER_BIN:=$NM_BUILD_ROOT/src/queuer}"
+: "${QUEUER_BIN:=$NM_BUILD_ROOT/queuer}"
 : "${SCABBARD_SIM_BIN:=$NM_BUILD_ROOT/sim/scabbard-sim}"
 : "${QUEUER_GEN_BIN:=$NM_BUILD_ROOT/tools/queuer-gen}"
 : "${QW_CHECK_BIN:=$NM_BUILD_ROOT/tools/qw-check}"

@@ -37,7 +37,7 @@ set -u -o pipefail
 
 SC_SOURCE_ROOT=${QW_SOURCE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 SC_BUILD_ROOT=${QW_BUILD_ROOT:-$SC_SOURCE_ROOT/build}
-: "${QUEUER_BIN:=$SC_BUILD_ROOT/src/queuer}"
+: "${QUEUER_BIN:=$SC_BUILD_ROOT/queuer}"
 : "${SCABBARD_SIM_BIN:=$SC_BUILD_ROOT/sim/scabbard-sim}"
 : "${QUEUER_GEN_BIN:=$SC_BUILD_ROOT/tools/queuer-gen}"
 export QUEUER_BIN SCABBARD_SIM_BIN QUEUER_GEN_BIN

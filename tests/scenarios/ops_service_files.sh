@@ -13,7 +13,7 @@
 # missing the check says so and the test is skipped (77) when nothing ran.
 set -u -o pipefail
 root=${QW_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-queuer=${QUEUER_BIN:-$root/build/src/queuer}
+queuer=${QUEUER_BIN:-$root/build/queuer}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/qw-service-files.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 ran=0

@@ -3,7 +3,7 @@
 # exactly one live worker, and nothing held by a worker that stopped.
 #
 # The bound. Each worker acquires at most share - held services per cycle
-# (src/worker/claims.c), with its fair share (sql/claims_share.sql)
+# (src/queuer/claims.c), with its fair share (sql/claims_share.sql)
 #     share = ceil(services_with_work / live_instances) + worker.claim_slack,
 # and gives back claims above it that have no batch in flight
 # (sql/claims_release_idle.sql); with every worker live before the work

@@ -1,0 +1,109 @@
+/*
+ * A job: one batch travelling from the queuer thread to the submitter
+ * thread and back. The queuer allocates it and pushes it onto the handoff
+ * queue; from then on the submitter owns it until it pushes it onto the
+ * completion queue with `end` set; the queuer then reads and frees it.
+ * Exactly one thread owns a job at any time, so it needs no lock; the one
+ * thing the queuer writes while the submitter owns the job is the atomic
+ * flag `drain` points to, kept outside the struct so that copies of a job
+ * (the plans' views) never read it non-atomically.
+ */
+#ifndef QW_SHARED_JOB_H
+#define QW_SHARED_JOB_H
+
+#include "common/batch.h"
+#include "shared/prioq.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum qw_job_kind {
+    QW_JOB_SUBMIT = 0, /* marked submitted by the queuer: POST it, then follow it */
+    QW_JOB_ADOPT,      /* found in flight (earlier owner or run): follow its status */
+};
+
+/** How a job ended, told back to the queuer. */
+enum qw_job_end {
+    QW_JOB_END_NONE = 0,    /* still running (never seen by the queuer) */
+    QW_JOB_END_FINAL,       /* Committed, Valid or Invalid recorded: the service moves on */
+    QW_JOB_END_RETRY_LATER, /* Delayed or Unknown recorded: the queuer resubmits when due */
+    QW_JOB_END_LOST,        /* a fenced write matched nothing: the claim was lost */
+    QW_JOB_END_ABANDONED,   /* stopped without a recorded outcome (shutdown, lease) */
+};
+
+/** Submitter-side progress of a job. */
+enum qw_job_state {
+    QW_JOB_WAITING = 0, /* not yet posted (paused, or waiting for a transfer slot) */
+    QW_JOB_POSTING,     /* POST in flight */
+    QW_JOB_RECORDING,   /* outcome waits in the grouped write */
+    QW_JOB_POLLING,     /* status long-poll in flight */
+    QW_JOB_POLL_WAIT,   /* waiting to poll again (after an error or Unknown) */
+};
+
+struct qw_job {
+    enum qw_job_kind kind;              /* what the submitter does with it */
+    char service_id[QW_SERVICE_ID_MAX]; /* "<circuit>::<service>" */
+    char batch_id[QW_BATCH_ID_LEN + 1]; /* header_signature */
+    int64_t epoch;                      /* claim epoch the queuer held when it made the job */
+    int attempts;                       /* POSTs recorded before this one */
+    int priority;                       /* the batch's priority (higher first) */
+    int avoid_node;                     /* node the batch's last POST failed on, -1 = none:
+                                           its next POST prefers another node; handed back
+                                           to the queuer with the job */
+    int64_t deadline_ms;                /* monotonic ms: do not POST after this (lease) */
+    uint8_t *payload;                   /* SUBMIT: BatchList bytes, owned; ADOPT: NULL */
+    bool adopted_submitting;            /* ADOPT: the database showed it being submitted (no
+                                           status): its Pending is still to be recorded */
+    size_t payload_len;                 /* bytes in payload */
+
+    /* submitter-private */
+    enum qw_job_state state;    /* progress */
+    struct qw_prioq_item ready; /* entry in the ready queue while its POST waits for capacity */
+    int node;                   /* node of the request in flight */
+    int poll_avoid;             /* node the last status poll failed on, -1 = none */
+    int poll_wait_s;            /* long-poll wait of the poll in flight, seconds */
+    bool parked;                /* POLL_WAIT with no node up: waits for one to come back */
+    bool post_uncertain;        /* the last POST got no answer (timeout, connection lost):
+                                   it may have reached the ledger, so its status is read
+                                   (on another node) before anything is resubmitted */
+    char post_failure[64];      /* how that POST failed, for the history */
+    int64_t next_at_ms;         /* monotonic ms of the next action when waiting */
+    int64_t unknown_since_ms;   /* monotonic ms Unknown was first seen, 0 = not */
+    int poll_errors;            /* consecutive failed status polls */
+    bool accepted_unrecorded;   /* the ledger took our POST (202) but the database still shows
+                                   it being submitted: Pending is written only if the batch is
+                                   not final by the first status answer (one write saved) */
+    int64_t accepted_ms;        /* monotonic ms of that 202 */
+    int chained;                /* batches of its service this job went on to without the
+                                   queuer (fast path); bounded so the queuer looks again */
+    atomic_bool *drain;         /* set by the queuer while the job is out: its service is
+                                   above the fair share, so no fast path (the job comes back
+                                   once its batch ends, and the claim can be given back);
+                                   allocated with the job by qw_job_new(), NULL = never */
+    int64_t posted_us;          /* monotonic us the POST was started, for latency */
+    int64_t cost;               /* its cost against the shared capacity (dlt.cost); 0 = not
+                                   computed yet */
+    int64_t cap_taken;          /* units of the in-flight capacity it holds, 0 = none */
+    bool cap_waited;            /* it waited for capacity since it last went out (counted once) */
+
+    /* result, set by the submitter before handing the job back */
+    enum qw_job_end end; /* how it ended */
+    struct qw_job *next; /* intrusive list link, owner's use */
+};
+
+/**
+ * Sets the job's payload from a bytea in PostgreSQL's text form ("\\x" and
+ * hex digits), replacing any previous payload. Returns QW_OK, or
+ * QW_ERR_INVALID / QW_ERR_NOMEM (the job then has no payload).
+ */
+int qw_job_set_payload_hex(struct qw_job *job, const char *bytea_text);
+
+/** A zeroed job with its drain flag (clear); NULL when out of memory. */
+struct qw_job *qw_job_new(void);
+
+/** Frees a job and its payload; NULL is ignored. */
+void qw_job_free(struct qw_job *job);
+
+#endif

@@ -1,0 +1,233 @@
+/* The node chooser: node states, latency, and where the next request goes; see nodes.h. */
+#include "submitter/nodes.h"
+
+#include <string.h>
+
+#define EWMA_SHIFT 2 /* weight of a new latency sample: 1 / 2^EWMA_SHIFT */
+
+enum qw_node_result qw_nodes_classify(enum qw_dlt_outcome outcome, enum qw_dlt_transport transport,
+                                      long http_status)
+{
+    if (outcome == QW_DLT_ABANDONED)
+        return QW_NODE_ABANDONED;
+    if (transport != QW_DLT_TRANSPORT_OK || http_status >= 500 || http_status <= 0)
+        return QW_NODE_FAILED;
+    return QW_NODE_ANSWERED;
+}
+
+void qw_nodes_init(struct qw_nodes *set, size_t n, const struct qw_nodes_policy *policy,
+                   int64_t now_ms)
+{
+    memset(set, 0, sizeof(*set));
+    set->n = n < 1 ? 1 : n > QW_NODES_MAX ? QW_NODES_MAX : n;
+    set->policy = *policy;
+    if (set->policy.channels < 1)
+        set->policy.channels = 1;
+    if (set->policy.probe_base_ms < 1)
+        set->policy.probe_base_ms = 1;
+    if (set->policy.probe_max_ms < set->policy.probe_base_ms)
+        set->policy.probe_max_ms = set->policy.probe_base_ms;
+    if (set->policy.explore_ms < 1)
+        set->policy.explore_ms = 1;
+    for (size_t i = 0; i < set->n; i++)
+        set->node[i].state_since_ms = now_ms;
+}
+
+/* The latency estimate of `nd`: its EWMA, else the best measured one, else a default. */
+static int64_t estimate_us(const struct qw_nodes *set, const struct qw_node *nd)
+{
+    if (nd->ewma_us > 0)
+        return nd->ewma_us;
+    int64_t best = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        int64_t e = set->node[i].ewma_us;
+        if (e > 0 && (best == 0 || e < best))
+            best = e;
+    }
+    return best > 0 ? best : QW_NODES_UNMEASURED_US;
+}
+
+/* Whether `a` should be preferred over `b` (both candidates) for a request. */
+static bool better(const struct qw_node *a, int64_t cost_a, const struct qw_node *b, int64_t cost_b)
+{
+    if (cost_a != cost_b)
+        return cost_a < cost_b;
+    return a->used_ms < b->used_ms;
+}
+
+/*
+ * The best node among those `eligible` accepts, by cost; an up node not
+ * measured for explore_ms first. `avoid` only when nothing else qualifies.
+ */
+static int pick(const struct qw_nodes *set, int avoid, int64_t now_ms, bool post)
+{
+    int best = -1, stale = -1;
+    int64_t best_cost = 0;
+    for (int pass = 0; pass < 2 && best < 0 && stale < 0; pass++) {
+        for (size_t i = 0; i < set->n; i++) {
+            const struct qw_node *nd = &set->node[i];
+            if (nd->state != QW_NODE_UP || (post && nd->posts >= set->policy.channels))
+                continue;
+            if (pass == 0 && (int)i == avoid)
+                continue;
+            /* measured once, but neither measured nor tried for explore_ms */
+            bool unmeasured_long = nd->measured_ms > 0 &&
+                                   now_ms - nd->measured_ms >= set->policy.explore_ms &&
+                                   now_ms - nd->used_ms >= set->policy.explore_ms;
+            if (unmeasured_long && (stale < 0 || nd->measured_ms < set->node[stale].measured_ms))
+                stale = (int)i;
+            int64_t est = estimate_us(set, nd);
+            int64_t cost = post ? est * (nd->posts + 1)
+                                : est * (set->policy.channels + nd->polls) / set->policy.channels;
+            if (best < 0 || better(nd, cost, &set->node[best], best_cost)) {
+                best = (int)i;
+                best_cost = cost;
+            }
+        }
+    }
+    return stale >= 0 ? stale : best;
+}
+
+int qw_nodes_pick_post(const struct qw_nodes *set, int avoid, int64_t now_ms)
+{
+    return pick(set, avoid, now_ms, true);
+}
+
+int qw_nodes_pick_poll(const struct qw_nodes *set, int avoid, int64_t now_ms)
+{
+    return pick(set, avoid, now_ms, false);
+}
+
+int qw_nodes_probe_due(const struct qw_nodes *set, int64_t now_ms)
+{
+    int due = -1;
+    for (size_t i = 0; i < set->n; i++) {
+        const struct qw_node *nd = &set->node[i];
+        if (nd->state == QW_NODE_UP || nd->probing || nd->probe_at_ms > now_ms)
+            continue;
+        if (due < 0 || nd->probe_at_ms < set->node[due].probe_at_ms)
+            due = (int)i;
+    }
+    return due;
+}
+
+int64_t qw_nodes_next_probe_ms(const struct qw_nodes *set)
+{
+    int64_t next = INT64_MAX;
+    for (size_t i = 0; i < set->n; i++) {
+        const struct qw_node *nd = &set->node[i];
+        if (nd->state != QW_NODE_UP && !nd->probing && nd->probe_at_ms < next)
+            next = nd->probe_at_ms;
+    }
+    return next;
+}
+
+bool qw_nodes_any_up(const struct qw_nodes *set)
+{
+    for (size_t i = 0; i < set->n; i++) {
+        if (set->node[i].state == QW_NODE_UP)
+            return true;
+    }
+    return false;
+}
+
+void qw_nodes_started(struct qw_nodes *set, int node, enum qw_node_req kind, int64_t now_ms)
+{
+    if (node < 0 || (size_t)node >= set->n)
+        return;
+    struct qw_node *nd = &set->node[node];
+    nd->used_ms = now_ms;
+    if (kind == QW_NODE_REQ_POST) {
+        nd->posts++;
+        nd->posts_total++;
+        return;
+    }
+    nd->polls++;
+    nd->polls_total++;
+    if (kind == QW_NODE_REQ_PROBE)
+        nd->probing = true;
+}
+
+/* The delay before the next probe after `failed` probes in a row failed. */
+static int64_t probe_delay_ms(const struct qw_nodes_policy *p, int failed)
+{
+    int64_t d = p->probe_base_ms;
+    for (int i = 0; i < failed && d < p->probe_max_ms; i++)
+        d *= 2;
+    return d < p->probe_max_ms ? d : p->probe_max_ms;
+}
+
+static void set_state(struct qw_node *nd, enum qw_node_state state, int64_t now_ms)
+{
+    nd->state = state;
+    nd->state_since_ms = now_ms;
+}
+
+enum qw_node_change qw_nodes_finished(struct qw_nodes *set, int node, enum qw_node_req kind,
+                                      enum qw_node_result result, int64_t latency_us,
+                                      int64_t now_ms)
+{
+    if (node < 0 || (size_t)node >= set->n)
+        return QW_NODE_SAME;
+    struct qw_node *nd = &set->node[node];
+    if (kind == QW_NODE_REQ_POST) {
+        if (nd->posts > 0)
+            nd->posts--;
+    } else if (nd->polls > 0) {
+        nd->polls--;
+    }
+    if (kind == QW_NODE_REQ_PROBE)
+        nd->probing = false;
+    if (result == QW_NODE_ABANDONED)
+        return QW_NODE_SAME;
+    if (result == QW_NODE_ANSWERED) {
+        if (latency_us >= 0) {
+            int64_t sample = latency_us > 0 ? latency_us : 1;
+            nd->ewma_us = nd->ewma_us == 0
+                              ? sample
+                              : nd->ewma_us + (sample - nd->ewma_us) / (1 << EWMA_SHIFT);
+            if (nd->ewma_us < 1)
+                nd->ewma_us = 1;
+            nd->measured_ms = now_ms;
+        }
+        nd->failures = 0;
+        nd->probe_failures = 0;
+        if (nd->state == QW_NODE_UP)
+            return QW_NODE_SAME;
+        set_state(nd, QW_NODE_UP, now_ms);
+        return QW_NODE_BECAME_UP;
+    }
+    nd->failures++;
+    nd->failures_total++;
+    if (nd->state == QW_NODE_UP) {
+        if (nd->failures < QW_NODES_SUSPECT_AFTER)
+            return QW_NODE_SAME;
+        set_state(nd, QW_NODE_SUSPECT, now_ms);
+        nd->suspect_total++;
+        nd->probe_failures = 0;
+        nd->probe_at_ms = now_ms + probe_delay_ms(&set->policy, 0);
+        return QW_NODE_BECAME_SUSPECT;
+    }
+    if (kind != QW_NODE_REQ_PROBE)
+        return QW_NODE_SAME; /* a request started before it turned suspect */
+    nd->probe_failures++;
+    nd->probe_at_ms = now_ms + probe_delay_ms(&set->policy, nd->probe_failures);
+    if (nd->state == QW_NODE_SUSPECT && nd->probe_failures >= QW_NODES_DOWN_AFTER) {
+        set_state(nd, QW_NODE_DOWN, now_ms);
+        return QW_NODE_BECAME_DOWN;
+    }
+    return QW_NODE_SAME;
+}
+
+const char *qw_node_state_name(enum qw_node_state state)
+{
+    switch (state) {
+    case QW_NODE_UP:
+        return "up";
+    case QW_NODE_SUSPECT:
+        return "suspect";
+    case QW_NODE_DOWN:
+        return "down";
+    }
+    return "?";
+}

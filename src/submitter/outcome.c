@@ -1,0 +1,296 @@
+/* The submitter's pure decisions about POST answers; see outcome.h. */
+#include "submitter/outcome.h"
+#include "dlt/dlt_text.h"
+#include "submitter/monitor.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void qw_plan_textf(char *dst, size_t cap, const char *fmt, ...)
+{
+    char buf[2 * QW_OUTCOME_TEXT_MAX + QW_DLT_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof(buf))
+        n = (int)sizeof(buf) - 1;
+    qw_dlt_text_sanitize(dst, cap, buf, (size_t)n);
+}
+
+const char *qw_outcome_expect_name(enum qw_outcome_expect e)
+{
+    switch (e) {
+    case QW_EXPECT_POSTING:
+        return "posting";
+    case QW_EXPECT_PENDING:
+        return "pending";
+    case QW_EXPECT_INFLIGHT:
+        return "inflight";
+    }
+    return NULL;
+}
+
+void qw_plan_keep(struct qw_plan *plan, const struct qw_job *job, enum qw_plan_event event,
+                  enum qw_plan_action action)
+{
+    memset(plan, 0, sizeof(*plan));
+    plan->event = event;
+    plan->action = action;
+    plan->accepted_unrecorded = job->accepted_unrecorded;
+    plan->accepted_ms = job->accepted_ms;
+    plan->unknown_since_ms = job->unknown_since_ms;
+    plan->poll_errors = job->poll_errors;
+    plan->post_uncertain = job->post_uncertain;
+    memcpy(plan->post_failure, job->post_failure, sizeof(plan->post_failure));
+}
+
+void qw_plan_record(struct qw_plan *plan, const struct qw_job *job, enum qw_outcome_expect expect,
+                    enum qw_batch_status status, enum qw_outcome_after after)
+{
+    qw_plan_keep(plan, job, QW_EV_NONE, QW_PLAN_RECORD);
+    struct qw_outcome *o = &plan->outcome;
+    o->expect = expect;
+    o->status = status;
+    o->retry_ms = QW_OUTCOME_NO_RETRY;
+    o->after = after;
+}
+
+int64_t qw_plan_lease_deadline(int64_t sent_ms, int64_t lease_left_ms, int lease_ms)
+{
+    return sent_ms + lease_left_ms - lease_ms / 10;
+}
+
+bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx)
+{
+    /* Not while stopping, not for a service being drained, and not forever:
+     * after MAX_CHAINED batches the job goes back to the queuer, which then
+     * applies what only it knows (a fresh lease deadline, a share that
+     * changed while the job was out). */
+    bool drain = job->drain && atomic_load_explicit(job->drain, memory_order_relaxed);
+    return !ctx->stopping && !drain && job->chained < QW_OUTCOME_MAX_CHAINED;
+}
+
+void qw_plan_status(struct qw_plan *plan, const struct qw_job *job, enum qw_batch_status status,
+                    enum qw_outcome_after after, const char *what, int64_t now_ms)
+{
+    enum qw_outcome_expect expect = QW_EXPECT_INFLIGHT;
+    bool unrecorded_post = job->accepted_unrecorded || job->post_uncertain;
+    if (job->kind != QW_JOB_ADOPT)
+        expect = unrecorded_post ? QW_EXPECT_POSTING : QW_EXPECT_PENDING;
+    qw_plan_record(plan, job, expect, status, after);
+    struct qw_outcome *o = &plan->outcome;
+    if (job->accepted_unrecorded) {
+        o->attempts_add = 1;
+        o->posted = true;
+        qw_plan_textf(o->detail, sizeof(o->detail),
+                      "accepted by the ledger (HTTP 202), then %s after %lld ms", what,
+                      (long long)(now_ms - job->accepted_ms));
+    } else if (job->post_uncertain) {
+        o->attempts_add = 1;
+        o->posted = true;
+        qw_plan_textf(o->detail, sizeof(o->detail), "%s; its status read since: %s",
+                      job->post_failure, what);
+    } else {
+        qw_plan_textf(o->detail, sizeof(o->detail), "%s", what);
+    }
+}
+
+void qw_plan_pending(struct qw_plan *plan, const struct qw_job *job, enum qw_outcome_after after,
+                     int64_t now_ms)
+{
+    qw_plan_status(plan, job, QW_STATUS_PENDING, after, "ledger reports Pending", now_ms);
+    plan->outcome.submitted = true;
+}
+
+void qw_plan_requeue(struct qw_plan *plan, const struct qw_job *job, const char *why)
+{
+    qw_plan_record(plan, job, QW_EXPECT_POSTING, QW_STATUS_NONE, QW_AFTER_END_ABANDONED);
+    snprintf(plan->outcome.detail, sizeof(plan->outcome.detail), "handed back before POST: %s",
+             why);
+}
+
+static void plan_accepted(struct qw_job *view, const struct qw_plan_ctx *ctx,
+                          struct qw_ledger_pause *pause, struct qw_plan *plan)
+{
+    pause->pause_count = 0;
+    pause->auth_count = 0;
+    /* Follow it at once; Pending is written only if the first answer says so. */
+    view->accepted_unrecorded = true;
+    view->accepted_ms = ctx->now_ms;
+    if (ctx->stopping) {
+        qw_plan_pending(plan, view, QW_AFTER_END_ABANDONED, ctx->now_ms);
+    } else {
+        qw_plan_keep(plan, view, QW_EV_NONE, QW_PLAN_POLL);
+        plan->wait_s = QW_OUTCOME_FIRST_POLL_WAIT_S;
+    }
+    plan->event = QW_EV_POST_ACCEPTED;
+}
+
+static void plan_backpressure(const struct qw_job *view, const struct qw_dlt_result *r,
+                              const struct qw_plan_ctx *ctx, struct qw_ledger_pause *pause,
+                              struct qw_plan *plan)
+{
+    /* Answers to POSTs sent together arrive together: they grow the pause
+     * once, not once each. */
+    if (ctx->now_ms >= pause->pause_until_ms)
+        pause->pause_count++;
+    int64_t ms = qw_backoff_pause_429(pause->pause_count - 1, ctx->pause_base_ms, ctx->pause_max_ms,
+                                      r->retry_after_ms > 0 ? r->retry_after_ms : 0, ctx->rng);
+    bool grew = ctx->now_ms + ms > pause->pause_until_ms;
+    if (grew)
+        pause->pause_until_ms = ctx->now_ms + ms;
+    qw_plan_record(plan, view, QW_EXPECT_POSTING, QW_STATUS_DELAYED, QW_AFTER_END_RETRY);
+    plan->event = QW_EV_POST_BACKPRESSURE;
+    plan->pause_ms = ms;
+    plan->pause_grew = grew;
+    struct qw_outcome *o = &plan->outcome;
+    o->retry_ms = ms;
+    o->posted = true;
+    snprintf(o->last_error, sizeof(o->last_error), "ledger back pressure (HTTP 429)");
+    snprintf(o->detail, sizeof(o->detail), "HTTP 429: retry in %lld ms", (long long)ms);
+}
+
+static void plan_invalid(const struct qw_job *view, const struct qw_dlt_result *r,
+                         const struct qw_plan_ctx *ctx, struct qw_plan *plan)
+{
+    qw_plan_record(plan, view, QW_EXPECT_POSTING, QW_STATUS_INVALID, QW_AFTER_END_FINAL);
+    plan->event = QW_EV_POST_INVALID;
+    struct qw_outcome *o = &plan->outcome;
+    o->attempts_add = 1;
+    o->posted = true;
+    o->go_on = qw_plan_may_go_on(view, ctx);
+    qw_plan_textf(o->last_error, sizeof(o->last_error), "rejected by the ledger (HTTP 400): %s",
+                  r->message ? r->message : "");
+    qw_plan_textf(o->detail, sizeof(o->detail), "%s", o->last_error);
+}
+
+static void plan_auth(const struct qw_job *view, const struct qw_plan_ctx *ctx,
+                      struct qw_ledger_pause *pause, struct qw_plan *plan)
+{
+    /* Refusals of POSTs sent together count once and are logged once. */
+    bool first = ctx->now_ms >= pause->auth_until_ms;
+    if (first)
+        pause->auth_until_ms =
+            ctx->now_ms + qw_backoff_ceiling_ms(pause->auth_count++, 1000, 60000);
+    qw_plan_keep(plan, view, QW_EV_POST_AUTH, QW_PLAN_POST_AT);
+    plan->pause_grew = first;
+    plan->pause_ms = pause->auth_until_ms - ctx->now_ms;
+    /* Not the batch's fault: no attempt burnt, it waits for the next try. */
+    plan->at_ms = pause->auth_until_ms;
+}
+
+bool qw_plan_post_may_have_landed(const struct qw_dlt_result *r)
+{
+    if (r->kind != QW_DLT_KIND_POST || r->outcome != QW_DLT_RETRY)
+        return false;
+    switch (r->transport) {
+    case QW_DLT_TRANSPORT_TIMEOUT:
+    case QW_DLT_TRANSPORT_DROPPED:
+    case QW_DLT_TRANSPORT_TOO_LARGE:
+    case QW_DLT_TRANSPORT_OTHER:
+        return true;
+    case QW_DLT_TRANSPORT_OK:
+        return r->http_status == 202;
+    case QW_DLT_TRANSPORT_CONNECT:
+    case QW_DLT_TRANSPORT_TLS:
+        return false;
+    }
+    return true;
+}
+
+/* No usable answer: read the batch's status now (wait=0) before deciding. */
+static void plan_uncertain(const struct qw_job *view, const struct qw_dlt_result *r,
+                           const struct qw_plan_ctx *ctx, struct qw_plan *plan)
+{
+    if (ctx->stopping) {
+        /* It stays "being submitted": the next owner adopts it and reads
+         * its status before anything is resubmitted. */
+        qw_plan_keep(plan, view, QW_EV_ABANDONED, QW_PLAN_HAND_BACK);
+        return;
+    }
+    qw_plan_keep(plan, view, QW_EV_POST_UNCERTAIN, QW_PLAN_POLL);
+    plan->wait_s = 0;
+    plan->post_uncertain = true;
+    plan->unknown_since_ms = 0;
+    plan->poll_errors = 0;
+    if (r->transport == QW_DLT_TRANSPORT_OK)
+        qw_plan_textf(plan->post_failure, sizeof(plan->post_failure),
+                      "POST answered HTTP %ld without a usable body", r->http_status);
+    else
+        qw_plan_textf(plan->post_failure, sizeof(plan->post_failure), "POST got no answer (%s)",
+                      qw_dlt_transport_name(r->transport));
+}
+
+static void plan_retry(const struct qw_job *view, const struct qw_dlt_result *r,
+                       const struct qw_plan_ctx *ctx, struct qw_plan *plan)
+{
+    int attempts = view->attempts + 1;
+    bool exhausted = ctx->max_attempts > 0 && attempts >= ctx->max_attempts;
+    qw_plan_record(plan, view, QW_EXPECT_POSTING, QW_STATUS_DELAYED, QW_AFTER_END_RETRY);
+    plan->event = exhausted ? QW_EV_POST_EXHAUSTED : QW_EV_POST_RETRY;
+    struct qw_outcome *o = &plan->outcome;
+    o->attempts_add = 1;
+    o->posted = true;
+    qw_plan_textf(o->last_error, sizeof(o->last_error), "POST failed (%s, HTTP %ld): %s",
+                  qw_dlt_transport_name(r->transport), r->http_status,
+                  r->message ? r->message : "");
+    if (exhausted) {
+        o->retry_ms = QW_OUTCOME_RETRY_NEVER;
+        snprintf(o->detail, sizeof(o->detail),
+                 "gave up after %d attempts (dlt.max_attempts); parked until an operator "
+                 "retries or cancels it",
+                 attempts);
+    } else {
+        o->retry_ms = qw_backoff_exponential_jitter(view->attempts, ctx->retry_base_ms,
+                                                    ctx->retry_max_ms, ctx->rng);
+        char cut[QW_OUTCOME_CUT_MAX];
+        qw_plan_textf(cut, sizeof(cut), "%s", o->last_error);
+        qw_plan_textf(o->detail, sizeof(o->detail), "%s; retry in %lld ms", cut,
+                      (long long)o->retry_ms);
+    }
+}
+
+static void plan_post(const struct qw_job *job, const struct qw_dlt_result *r,
+                      const struct qw_plan_ctx *ctx, struct qw_ledger_pause *pause,
+                      struct qw_plan *plan)
+{
+    struct qw_job view = *job;
+    switch (r->outcome) {
+    case QW_DLT_ACCEPTED:
+        plan_accepted(&view, ctx, pause, plan);
+        return;
+    case QW_DLT_BACKPRESSURE:
+        plan_backpressure(&view, r, ctx, pause, plan);
+        return;
+    case QW_DLT_INVALID:
+        plan_invalid(&view, r, ctx, plan);
+        return;
+    case QW_DLT_AUTH:
+        plan_auth(&view, ctx, pause, plan);
+        return;
+    case QW_DLT_RETRY:
+    case QW_DLT_OK:
+        if (qw_plan_post_may_have_landed(r))
+            plan_uncertain(&view, r, ctx, plan);
+        else
+            plan_retry(&view, r, ctx, plan);
+        return;
+    case QW_DLT_ABANDONED:
+        break;
+    }
+    qw_plan_keep(plan, &view, QW_EV_ABANDONED, QW_PLAN_HAND_BACK);
+}
+
+void qw_outcome_plan(const struct qw_job *job, const struct qw_dlt_result *r,
+                     const struct qw_plan_ctx *ctx, struct qw_ledger_pause *pause,
+                     struct qw_plan *plan)
+{
+    if (r->kind == QW_DLT_KIND_POST)
+        plan_post(job, r, ctx, pause, plan);
+    else
+        qw_monitor_plan(job, r, ctx, plan);
+}
