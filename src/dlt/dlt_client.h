@@ -11,7 +11,7 @@
  * caller's callback once per finished transfer, on the owner thread.
  * Every started transfer ends in exactly one callback: finished,
  * failed, timed out, or abandoned by qw_dlt_cancel_all(). Results are
- * classified by the pure code in dlt_outcome.h.
+ * classified by the pure code in dlt_classify.h.
  *
  * Nodes: the base URL may list several nodes of the same ledger
  * (comma-separated, dlt_url.h); node i is the i-th URL, and the caller
@@ -36,7 +36,7 @@
 
 #include "common/err.h"
 #include "dlt/dlt_json.h"
-#include "dlt/dlt_outcome.h"
+#include "dlt/dlt_classify.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -10,7 +10,7 @@
 #define QW_SHARED_SHARED_H
 
 #include "config/config.h"
-#include "dlt/dlt_outcome.h"
+#include "dlt/dlt_classify.h"
 #include "dlt/dlt_url.h"
 #include "shared/handoff.h"
 #include "shared/ops_stats.h"

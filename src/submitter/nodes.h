@@ -34,7 +34,7 @@
 #ifndef QW_SUBMITTER_NODES_H
 #define QW_SUBMITTER_NODES_H
 
-#include "dlt/dlt_outcome.h"
+#include "dlt/dlt_classify.h"
 #include "dlt/dlt_url.h"
 
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 /* Unit tests for classifying ledger responses (POST and status GET). */
 #include "dlt/dlt_client.h"
-#include "dlt/dlt_outcome.h"
+#include "dlt/dlt_classify.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -4,8 +4,8 @@
  * independent of curl: the client maps its transport errors onto
  * enum qw_dlt_transport first.
  */
-#ifndef QW_DLT_DLT_OUTCOME_H
-#define QW_DLT_DLT_OUTCOME_H
+#ifndef QW_DLT_DLT_CLASSIFY_H
+#define QW_DLT_DLT_CLASSIFY_H
 
 #include "dlt/dlt_json.h"
 

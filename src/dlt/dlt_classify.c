@@ -1,5 +1,5 @@
-/* Classification of ledger responses; see dlt_outcome.h. */
-#include "dlt/dlt_outcome.h"
+/* Classification of ledger responses; see dlt_classify.h. */
+#include "dlt/dlt_classify.h"
 
 #include "common/err.h"
 #include "dlt/dlt_text.h"
