@@ -6,13 +6,14 @@
  * Exactly one thread owns a job at any time, so it needs no lock; the one
  * thing the queuer writes while the submitter owns the job is the atomic
  * flag `drain` points to, kept outside the struct so that copies of a job
- * (the plans' views) never read it non-atomically.
+ * (the plans' views) never read it non-atomically. What only the submitter
+ * knows about a job lives in its own struct (job->sub), which the queuer
+ * never sees.
  */
 #ifndef QW_SHARED_JOB_H
 #define QW_SHARED_JOB_H
 
 #include "common/batch.h"
-#include "shared/prioq.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -33,14 +34,7 @@ enum qw_job_end {
     QW_JOB_END_ABANDONED,   /* stopped without a recorded outcome (shutdown, lease) */
 };
 
-/** Submitter-side progress of a job. */
-enum qw_job_state {
-    QW_JOB_WAITING = 0, /* not yet posted (paused, or waiting for a transfer slot) */
-    QW_JOB_POSTING,     /* POST in flight */
-    QW_JOB_RECORDING,   /* outcome waits in the grouped write */
-    QW_JOB_POLLING,     /* status long-poll in flight */
-    QW_JOB_POLL_WAIT,   /* waiting to poll again (after an error or Unknown) */
-};
+struct qw_submission;
 
 struct qw_job {
     enum qw_job_kind kind;              /* what the submitter does with it */
@@ -57,36 +51,13 @@ struct qw_job {
     bool adopted_submitting;            /* ADOPT: the database showed it being submitted (no
                                            status): its Pending is still to be recorded */
     size_t payload_len;                 /* bytes in payload */
-
-    /* submitter-private */
-    enum qw_job_state state;    /* progress */
-    struct qw_prioq_item ready; /* entry in the ready queue while its POST waits for capacity */
-    int node;                   /* node of the request in flight */
-    int poll_avoid;             /* node the last status poll failed on, -1 = none */
-    int poll_wait_s;            /* long-poll wait of the poll in flight, seconds */
-    bool parked;                /* POLL_WAIT with no node up: waits for one to come back */
-    bool post_uncertain;        /* the last POST got no answer (timeout, connection lost):
-                                   it may have reached the ledger, so its status is read
-                                   (on another node) before anything is resubmitted */
-    char post_failure[64];      /* how that POST failed, for the history */
-    int64_t next_at_ms;         /* monotonic ms of the next action when waiting */
-    int64_t unknown_since_ms;   /* monotonic ms Unknown was first seen, 0 = not */
-    int poll_errors;            /* consecutive failed status polls */
-    bool accepted_unrecorded;   /* the ledger took our POST (202) but the database still shows
-                                   it being submitted: Pending is written only if the batch is
-                                   not final by the first status answer (one write saved) */
-    int64_t accepted_ms;        /* monotonic ms of that 202 */
-    int chained;                /* batches of its service this job went on to without the
-                                   queuer (fast path); bounded so the queuer looks again */
-    atomic_bool *drain;         /* set by the queuer while the job is out: its service is
-                                   above the fair share, so no fast path (the job comes back
-                                   once its batch ends, and the claim can be given back);
-                                   allocated with the job by qw_job_new(), NULL = never */
-    int64_t posted_us;          /* monotonic us the POST was started, for latency */
-    int64_t cost;               /* its cost against the shared capacity (dlt.cost); 0 = not
-                                   computed yet */
-    int64_t cap_taken;          /* units of the in-flight capacity it holds, 0 = none */
-    bool cap_waited;            /* it waited for capacity since it last went out (counted once) */
+    atomic_bool *drain;                 /* set by the queuer while the job is out: its service is
+                                           above the fair share, so no fast path (the job comes back
+                                           once its batch ends, and the claim can be given back);
+                                           allocated with the job by qw_job_new(), NULL = never */
+    struct qw_submission *sub;          /* the submitter's private state while it owns the job
+                                           (submitter/submission.h): allocated when it takes the job,
+                                           freed before it hands it back; NULL while the queuer has it */
 
     /* result, set by the submitter before handing the job back */
     enum qw_job_end end; /* how it ended */

@@ -40,9 +40,10 @@ static void plan_unknown(const struct qw_job *job, const struct qw_plan_ctx *ctx
                          struct qw_plan *plan)
 {
     int64_t t = ctx->now_ms;
-    if (job->unknown_since_ms == 0 || t - job->unknown_since_ms < ctx->unknown_confirm_ms) {
+    if (job->sub->unknown_since_ms == 0 ||
+        t - job->sub->unknown_since_ms < ctx->unknown_confirm_ms) {
         qw_plan_keep(plan, job, QW_EV_UNKNOWN_SEEN, QW_PLAN_POLL_AT);
-        if (job->unknown_since_ms == 0)
+        if (job->sub->unknown_since_ms == 0)
             plan->unknown_since_ms = t;
         plan->at_ms = plan->unknown_since_ms + ctx->unknown_confirm_ms;
         return;
@@ -50,10 +51,10 @@ static void plan_unknown(const struct qw_job *job, const struct qw_plan_ctx *ctx
     char what[160];
     snprintf(what, sizeof(what),
              "ledger reported Unknown for %lld ms (confirmed); resubmission follows",
-             (long long)(t - job->unknown_since_ms));
+             (long long)(t - job->sub->unknown_since_ms));
     qw_plan_status(plan, job, QW_STATUS_UNKNOWN, QW_AFTER_END_RETRY, what, t);
     plan->event = QW_EV_UNKNOWN_CONFIRMED;
-    plan->unknown_ms = t - job->unknown_since_ms;
+    plan->unknown_ms = t - job->sub->unknown_since_ms;
     struct qw_outcome *o = &plan->outcome;
     o->submitted = false;
     o->retry_ms = 0;
@@ -66,7 +67,7 @@ void qw_monitor_plan(const struct qw_job *job, const struct qw_dlt_result *r,
     if (r->outcome == QW_DLT_ABANDONED || ctx->stopping) {
         /* The batch stays Pending (or in flight) for the next owner to follow;
          * an acceptance not yet written is written first. */
-        if (job->accepted_unrecorded) {
+        if (job->sub->accepted_unrecorded) {
             qw_plan_pending(plan, job, QW_AFTER_END_ABANDONED, ctx->now_ms);
             plan->event = QW_EV_ABANDONED;
         } else {
@@ -77,17 +78,19 @@ void qw_monitor_plan(const struct qw_job *job, const struct qw_dlt_result *r,
     if (r->outcome != QW_DLT_OK || r->n_statuses != 1 || !r->statuses[0].reported) {
         qw_plan_keep(plan, job, QW_EV_POLL_FAILED, QW_PLAN_POLL_AT);
         plan->at_ms =
-            ctx->now_ms + qw_backoff_exponential_jitter(job->poll_errors, POLL_ERROR_BASE_MS,
+            ctx->now_ms + qw_backoff_exponential_jitter(job->sub->poll_errors, POLL_ERROR_BASE_MS,
                                                         POLL_ERROR_MAX_MS, ctx->rng);
-        plan->poll_errors = job->poll_errors + 1;
+        plan->poll_errors = job->sub->poll_errors + 1;
         return;
     }
+    struct qw_submission sub = *job->sub;
     struct qw_job view = *job;
-    view.poll_errors = 0;
+    view.sub = &sub;
+    view.sub->poll_errors = 0;
     const struct qw_dlt_status *ds = &r->statuses[0];
     switch (ds->type) {
     case QW_DLT_STATUS_PENDING:
-        view.unknown_since_ms = 0;
+        view.sub->unknown_since_ms = 0;
         if (view.kind == QW_JOB_ADOPT && view.adopted_submitting) {
             /* An earlier owner's POST was accepted but its Pending never
              * written (it died in between): write it now, or the batch looks
@@ -103,7 +106,7 @@ void qw_monitor_plan(const struct qw_job *job, const struct qw_dlt_result *r,
             plan->event = QW_EV_PENDING;
             return;
         }
-        if (view.accepted_unrecorded || view.post_uncertain) {
+        if (view.sub->accepted_unrecorded || view.sub->post_uncertain) {
             qw_plan_pending(plan, &view, QW_AFTER_POLL, ctx->now_ms);
             plan->event = QW_EV_PENDING;
         } else {

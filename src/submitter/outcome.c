@@ -40,12 +40,12 @@ void qw_plan_keep(struct qw_plan *plan, const struct qw_job *job, enum qw_plan_e
     memset(plan, 0, sizeof(*plan));
     plan->event = event;
     plan->action = action;
-    plan->accepted_unrecorded = job->accepted_unrecorded;
-    plan->accepted_ms = job->accepted_ms;
-    plan->unknown_since_ms = job->unknown_since_ms;
-    plan->poll_errors = job->poll_errors;
-    plan->post_uncertain = job->post_uncertain;
-    memcpy(plan->post_failure, job->post_failure, sizeof(plan->post_failure));
+    plan->accepted_unrecorded = job->sub->accepted_unrecorded;
+    plan->accepted_ms = job->sub->accepted_ms;
+    plan->unknown_since_ms = job->sub->unknown_since_ms;
+    plan->poll_errors = job->sub->poll_errors;
+    plan->post_uncertain = job->sub->post_uncertain;
+    memcpy(plan->post_failure, job->sub->post_failure, sizeof(plan->post_failure));
 }
 
 void qw_plan_record(struct qw_plan *plan, const struct qw_job *job, enum qw_outcome_expect expect,
@@ -71,29 +71,29 @@ bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx)
      * applies what only it knows (a fresh lease deadline, a share that
      * changed while the job was out). */
     bool drain = job->drain && atomic_load_explicit(job->drain, memory_order_relaxed);
-    return !ctx->stopping && !drain && job->chained < QW_OUTCOME_MAX_CHAINED;
+    return !ctx->stopping && !drain && job->sub->chained < QW_OUTCOME_MAX_CHAINED;
 }
 
 void qw_plan_status(struct qw_plan *plan, const struct qw_job *job, enum qw_batch_status status,
                     enum qw_outcome_after after, const char *what, int64_t now_ms)
 {
     enum qw_outcome_expect expect = QW_EXPECT_INFLIGHT;
-    bool unrecorded_post = job->accepted_unrecorded || job->post_uncertain;
+    bool unrecorded_post = job->sub->accepted_unrecorded || job->sub->post_uncertain;
     if (job->kind != QW_JOB_ADOPT)
         expect = unrecorded_post ? QW_EXPECT_POSTING : QW_EXPECT_PENDING;
     qw_plan_record(plan, job, expect, status, after);
     struct qw_outcome *o = &plan->outcome;
-    if (job->accepted_unrecorded) {
+    if (job->sub->accepted_unrecorded) {
         o->attempts_add = 1;
         o->posted = true;
         qw_plan_textf(o->detail, sizeof(o->detail),
                       "accepted by the ledger (HTTP 202), then %s after %lld ms", what,
-                      (long long)(now_ms - job->accepted_ms));
-    } else if (job->post_uncertain) {
+                      (long long)(now_ms - job->sub->accepted_ms));
+    } else if (job->sub->post_uncertain) {
         o->attempts_add = 1;
         o->posted = true;
         qw_plan_textf(o->detail, sizeof(o->detail), "%s; its status read since: %s",
-                      job->post_failure, what);
+                      job->sub->post_failure, what);
     } else {
         qw_plan_textf(o->detail, sizeof(o->detail), "%s", what);
     }
@@ -119,8 +119,8 @@ static void plan_accepted(struct qw_job *view, const struct qw_plan_ctx *ctx,
     pause->pause_count = 0;
     pause->auth_count = 0;
     /* Follow it at once; Pending is written only if the first answer says so. */
-    view->accepted_unrecorded = true;
-    view->accepted_ms = ctx->now_ms;
+    view->sub->accepted_unrecorded = true;
+    view->sub->accepted_ms = ctx->now_ms;
     if (ctx->stopping) {
         qw_plan_pending(plan, view, QW_AFTER_END_ABANDONED, ctx->now_ms);
     } else {
@@ -258,7 +258,10 @@ static void plan_post(const struct qw_job *job, const struct qw_dlt_result *r,
                       const struct qw_plan_ctx *ctx, struct qw_ledger_pause *pause,
                       struct qw_plan *plan)
 {
+    /* A copy of the job and its submission, changed as the answer says. */
+    struct qw_submission sub = *job->sub;
     struct qw_job view = *job;
+    view.sub = &sub;
     switch (r->outcome) {
     case QW_DLT_ACCEPTED:
         plan_accepted(&view, ctx, pause, plan);

@@ -16,6 +16,7 @@
 #include "common/backoff.h"
 #include "dlt/dlt_client.h"
 #include "shared/job.h"
+#include "submitter/submission.h"
 #include "common/batch.h"
 
 #include <stdbool.h>
@@ -126,12 +127,12 @@ struct qw_plan {
                                    AUTH: the first refusal of a burst (log it) */
     int64_t unknown_ms;         /* UNKNOWN_CONFIRMED: how long it read Unknown, ms */
     /* The job's new submitter-private state (copied back by the adapter). */
-    bool accepted_unrecorded; /* see struct qw_job */
-    int64_t accepted_ms;      /* see struct qw_job */
-    int64_t unknown_since_ms; /* see struct qw_job */
-    int poll_errors;          /* see struct qw_job */
-    bool post_uncertain;      /* see struct qw_job */
-    char post_failure[64];    /* see struct qw_job */
+    bool accepted_unrecorded; /* see struct qw_submission */
+    int64_t accepted_ms;      /* see struct qw_submission */
+    int64_t unknown_since_ms; /* see struct qw_submission */
+    int poll_errors;          /* see struct qw_submission */
+    bool post_uncertain;      /* see struct qw_submission */
+    char post_failure[64];    /* see struct qw_submission */
 };
 
 /**

@@ -52,10 +52,11 @@
 #include "submitter/capacity.h"
 #include "submitter/capacity_lease.h"
 #include "shared/job.h"
+#include "submitter/submission.h"
 #include "submitter/nodes.h"
 #include "submitter/outcome.h"
 #include "submitter/outcome_writer.h"
-#include "shared/prioq.h"
+#include "submitter/prioq.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -140,21 +141,21 @@ static void flush_outcomes(struct submitter *s);
 /* The job's cost against the shared capacity (dlt.cost), computed once per batch. */
 static int64_t job_cost(struct submitter *s, struct qw_job *job)
 {
-    if (job->cost == 0) {
+    if (job->sub->cost == 0) {
         int64_t txns = 0;
         if (s->cost_kind == QW_COST_TRANSACTIONS && job->payload)
             txns = qw_batchlist_transactions(job->payload, job->payload_len);
-        job->cost = qw_capacity_cost_of(s->cost_kind, job->payload_len, txns);
+        job->sub->cost = qw_capacity_cost_of(s->cost_kind, job->payload_len, txns);
     }
-    return job->cost;
+    return job->sub->cost;
 }
 
 /* The job's batch left the ledger (or never got in): its units are free again. */
 static void capacity_give_back(struct submitter *s, struct qw_job *job)
 {
-    if (job->cap_taken > 0)
-        qw_capacity_give_back(&s->gate, job->cap_taken);
-    job->cap_taken = 0;
+    if (job->sub->cap_taken > 0)
+        qw_capacity_give_back(&s->gate, job->sub->cap_taken);
+    job->sub->cap_taken = 0;
 }
 
 static int64_t now_ms(void)
@@ -165,22 +166,24 @@ static int64_t now_ms(void)
 static void push_timer(struct submitter *s, struct qw_job *job, enum qw_job_state state,
                        int64_t at_ms)
 {
-    job->state = state;
-    job->next_at_ms = at_ms;
+    job->sub->state = state;
+    job->sub->next_at_ms = at_ms;
     job->next = s->timers;
     s->timers = job;
 }
 
 static struct qw_job *job_of_ready(struct qw_prioq_item *it)
 {
-    return (struct qw_job *)(void *)((char *)it - offsetof(struct qw_job, ready));
+    struct qw_submission *sub =
+        (struct qw_submission *)(void *)((char *)it - offsetof(struct qw_submission, ready));
+    return sub->job;
 }
 
 /* The job's POST is due: it waits in the ready queue for capacity. */
 static void make_ready(struct submitter *s, struct qw_job *job, int64_t t)
 {
-    job->state = QW_JOB_WAITING;
-    if (qw_prioq_push(&s->ready, &job->ready, job->priority, t) != 0) {
+    job->sub->state = QW_JOB_WAITING;
+    if (qw_prioq_push(&s->ready, &job->sub->ready, job->priority, t) != 0) {
         push_timer(s, job, QW_JOB_WAITING, t + 5); /* no memory for a new level: retry */
         return;
     }
@@ -188,15 +191,12 @@ static void make_ready(struct submitter *s, struct qw_job *job, int64_t t)
         s->ready_deadline_ms = job->deadline_ms;
 }
 
-/* Hands a finished job back to the queuer. The done queue is sized so it
- * cannot fill; if it ever refuses, the job waits on the overflow list. */
-static void hand_back(struct submitter *s, struct qw_job *job, enum qw_job_end end)
+/* Pushes a job that has ended (its submission freed) onto the done queue.
+ * The queue is sized so it cannot fill; if it ever refuses, the job waits
+ * on the overflow list. */
+static void push_done(struct submitter *s, struct qw_job *job)
 {
-    job->end = end;
     job->next = NULL;
-    capacity_give_back(s, job);
-    if (end == QW_JOB_END_LOST)
-        atomic_fetch_add_explicit(&s->w->stats.lost, 1, memory_order_relaxed);
     if (qw_handoff_push(s->w->done, job) != QW_OK) {
         job->next = s->overflow;
         s->overflow = job;
@@ -206,13 +206,25 @@ static void hand_back(struct submitter *s, struct qw_job *job, enum qw_job_end e
     qw_worker_wake(s->w);
 }
 
+/* Hands a finished job back to the queuer, without its submission. */
+static void hand_back(struct submitter *s, struct qw_job *job, enum qw_job_end end)
+{
+    job->end = end;
+    capacity_give_back(s, job);
+    if (end == QW_JOB_END_LOST)
+        atomic_fetch_add_explicit(&s->w->stats.lost, 1, memory_order_relaxed);
+    free(job->sub);
+    job->sub = NULL;
+    push_done(s, job);
+}
+
 static void retry_overflow(struct submitter *s)
 {
     struct qw_job *list = s->overflow;
     s->overflow = NULL;
     while (list) {
         struct qw_job *next = list->next;
-        hand_back(s, list, list->end);
+        push_done(s, list);
         list = next;
     }
 }
@@ -234,25 +246,25 @@ static void add_outcome(struct submitter *s, struct qw_job *job, const struct qw
     if (s->n_out == 0)
         s->first_out_ms = now_ms();
     s->out[s->n_out++] = (struct qw_outcome_item){.job = job, .outcome = *o, .next_row = -1};
-    job->state = QW_JOB_RECORDING;
+    job->sub->state = QW_JOB_RECORDING;
 }
 
 static void start_poll(struct submitter *s, struct qw_job *job, int wait_s)
 {
     int64_t t = now_ms();
-    int node = qw_nodes_pick_poll(&s->nodes, job->poll_avoid, t);
+    int node = qw_nodes_pick_poll(&s->nodes, job->sub->poll_avoid, t);
     if (node < 0) {
         /* No node is up: wait until a probe finds one (unpark_polls()). */
-        job->parked = true;
+        job->sub->parked = true;
         push_timer(s, job, QW_JOB_POLL_WAIT, INT64_MAX);
         return;
     }
     const char *ids[1] = {job->batch_id};
     int rc = qw_dlt_get_statuses(s->dlt, node, job->service_id, ids, 1, wait_s, job);
     if (rc == QW_OK) {
-        job->state = QW_JOB_POLLING;
-        job->node = node;
-        job->poll_wait_s = wait_s;
+        job->sub->state = QW_JOB_POLLING;
+        job->sub->node = node;
+        job->sub->poll_wait_s = wait_s;
         qw_nodes_started(&s->nodes, node, QW_NODE_REQ_POLL, t);
         return;
     }
@@ -266,9 +278,9 @@ static bool start_post(struct submitter *s, struct qw_job *job, int node, int64_
     int rc = qw_dlt_post(s->dlt, node, job->service_id, job->payload, job->payload_len, job);
     if (rc != QW_OK)
         return false;
-    job->state = QW_JOB_POSTING;
-    job->node = node;
-    job->posted_us = qw_clock_mono_us();
+    job->sub->state = QW_JOB_POSTING;
+    job->sub->node = node;
+    job->sub->posted_us = qw_clock_mono_us();
     s->posting++;
     qw_nodes_started(&s->nodes, node, QW_NODE_REQ_POST, t);
     return true;
@@ -278,9 +290,9 @@ static bool start_post(struct submitter *s, struct qw_job *job, int node, int64_
 static void unpark_polls(struct submitter *s)
 {
     for (struct qw_job *job = s->timers; job; job = job->next) {
-        if (job->parked) {
-            job->parked = false;
-            job->next_at_ms = 0;
+        if (job->sub->parked) {
+            job->sub->parked = false;
+            job->sub->next_at_ms = 0;
         }
     }
 }
@@ -544,12 +556,12 @@ static void count_and_log(struct submitter *s, const struct qw_job *job,
 /* Carries out a plan: the job's new state, then its next step. */
 static void apply_plan(struct submitter *s, struct qw_job *job, const struct qw_plan *p)
 {
-    job->accepted_unrecorded = p->accepted_unrecorded;
-    job->accepted_ms = p->accepted_ms;
-    job->unknown_since_ms = p->unknown_since_ms;
-    job->poll_errors = p->poll_errors;
-    job->post_uncertain = p->post_uncertain;
-    memcpy(job->post_failure, p->post_failure, sizeof(job->post_failure));
+    job->sub->accepted_unrecorded = p->accepted_unrecorded;
+    job->sub->accepted_ms = p->accepted_ms;
+    job->sub->unknown_since_ms = p->unknown_since_ms;
+    job->sub->poll_errors = p->poll_errors;
+    job->sub->post_uncertain = p->post_uncertain;
+    memcpy(job->sub->post_failure, p->post_failure, sizeof(job->sub->post_failure));
     switch (p->action) {
     case QW_PLAN_RECORD:
         add_outcome(s, job, &p->outcome);
@@ -589,14 +601,15 @@ static void on_transfer_done(const struct qw_dlt_result *r, void *arg)
     struct qw_job *job = r->user;
     bool post = r->kind == QW_DLT_KIND_POST;
     /* Latency samples: POSTs, and status GETs that did not long-poll. */
-    int64_t sample = nr == QW_NODE_ANSWERED && (post || job->poll_wait_s == 0) ? r->latency_us : -1;
+    int64_t sample =
+        nr == QW_NODE_ANSWERED && (post || job->sub->poll_wait_s == 0) ? r->latency_us : -1;
     note_node(s, r->node,
               qw_nodes_finished(&s->nodes, r->node, post ? QW_NODE_REQ_POST : QW_NODE_REQ_POLL, nr,
                                 sample, t));
     if (nr == QW_NODE_FAILED)
-        job->poll_avoid = r->node; /* its next status read goes elsewhere */
+        job->sub->poll_avoid = r->node; /* its next status read goes elsewhere */
     else if (nr == QW_NODE_ANSWERED && !post)
-        job->poll_avoid = -1;
+        job->sub->poll_avoid = -1;
     if (post) {
         s->posting--;
         if (r->outcome != QW_DLT_ABANDONED)
@@ -662,8 +675,8 @@ static void apply_outcome(struct submitter *s, const struct qw_outcome_item *ite
             return;
         }
         job->kind = QW_JOB_SUBMIT;
-        job->accepted_unrecorded = false;
-        job->post_uncertain = false;
+        job->sub->accepted_unrecorded = false;
+        job->sub->post_uncertain = false;
         job->adopted_submitting = false;
         start_poll(s, job, s->cfg->dlt_status_wait_s);
         return;
@@ -692,16 +705,16 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
     job->attempts = nb->attempts;
     job->priority = nb->priority;
     job->avoid_node = -1;
-    job->poll_avoid = -1;
+    job->sub->poll_avoid = -1;
     job->kind = QW_JOB_SUBMIT;
-    job->accepted_unrecorded = false;
-    job->post_uncertain = false;
-    job->unknown_since_ms = 0;
-    job->poll_errors = 0;
+    job->sub->accepted_unrecorded = false;
+    job->sub->post_uncertain = false;
+    job->sub->unknown_since_ms = 0;
+    job->sub->poll_errors = 0;
     job->adopted_submitting = false;
-    job->cost = 0;
-    job->cap_waited = false;
-    job->chained++;
+    job->sub->cost = 0;
+    job->sub->cap_waited = false;
+    job->sub->chained++;
     /* The statement checked the claim: it is ours for lease_left_ms more,
      * counted from before the statement was sent (a slow flush must not
      * stretch the lease). */
@@ -822,13 +835,13 @@ static bool capacity_admits(struct submitter *s, struct qw_job *job, int64_t t, 
     int64_t wait_ms;
     enum qw_capacity_verdict v = qw_capacity_try_take(&s->gate, job_cost(s, job), t, &wait_ms);
     if (v == QW_CAP_TAKEN) {
-        job->cap_taken = job->cost;
-        job->cap_waited = false;
+        job->sub->cap_taken = job->sub->cost;
+        job->sub->cap_waited = false;
         return true;
     }
     s->cap_refused = s->cap_refused || v != QW_CAP_WAIT_RATE;
-    if (!job->cap_waited) {
-        job->cap_waited = true;
+    if (!job->sub->cap_waited) {
+        job->sub->cap_waited = true;
         atomic_fetch_add_explicit(&s->w->stats.capacity_waits, 1, memory_order_relaxed);
     }
     /* A freed slot wakes the loop by itself (a transfer ends); a rate or a
@@ -873,7 +886,7 @@ static int64_t capacity_target(struct submitter *s)
          it = qw_prioq_next(&s->ready, it))
         cost += job_cost(s, job_of_ready(it));
     for (struct qw_job *job = s->timers; job; job = job->next)
-        if (job->state == QW_JOB_WAITING)
+        if (job->sub->state == QW_JOB_WAITING)
             cost += job_cost(s, job);
     return cost;
 }
@@ -937,15 +950,15 @@ static int64_t run_timers(struct submitter *s, int64_t t)
     struct qw_job **link = &s->timers;
     while (*link) {
         struct qw_job *job = *link;
-        bool is_post = job->state == QW_JOB_WAITING;
+        bool is_post = job->sub->state == QW_JOB_WAITING;
         if (is_post && (s->stopping || t >= job->deadline_ms)) {
             *link = job->next;
             requeue(s, job, s->stopping ? "worker stopping" : "claim lease may have lapsed");
             continue;
         }
-        if (job->next_at_ms > t) {
-            if (job->next_at_ms < next)
-                next = job->next_at_ms;
+        if (job->sub->next_at_ms > t) {
+            if (job->sub->next_at_ms < next)
+                next = job->sub->next_at_ms;
             link = &job->next;
             continue;
         }
@@ -956,8 +969,9 @@ static int64_t run_timers(struct submitter *s, int64_t t)
             hand_back(s, job, QW_JOB_END_ABANDONED);
         else
             start_poll(s, job,
-                       job->unknown_since_ms || job->post_uncertain ? 0
-                                                                    : s->cfg->dlt_status_wait_s);
+                       job->sub->unknown_since_ms || job->sub->post_uncertain
+                           ? 0
+                           : s->cfg->dlt_status_wait_s);
     }
     return next;
 }
@@ -970,16 +984,18 @@ static void take_jobs(struct submitter *s)
     while ((rc = qw_handoff_pop(s->w->jobs, 0, &item)) == QW_OK) {
         struct qw_job *job = item;
         s->owned++;
-        job->unknown_since_ms = 0;
-        job->poll_errors = 0;
-        job->accepted_unrecorded = false;
-        job->post_uncertain = false;
-        job->parked = false;
-        job->node = -1;
-        job->poll_avoid = -1;
-        job->cost = 0;
-        job->cap_taken = 0;
-        job->cap_waited = false;
+        job->sub = calloc(1, sizeof(*job->sub));
+        if (!job->sub) {
+            /* Nothing was done with it: the queuer offers its batch again. */
+            qw_log_error("submitter.no_memory", "service=%s batch=%.16s", job->service_id,
+                         job->batch_id);
+            job->end = QW_JOB_END_ABANDONED;
+            push_done(s, job);
+            continue;
+        }
+        job->sub->job = job;
+        job->sub->node = -1;
+        job->sub->poll_avoid = -1;
         /* Probes ask about some batch we were given (any answer will do). */
         snprintf(s->probe_service, sizeof(s->probe_service), "%s", job->service_id);
         snprintf(s->probe_batch, sizeof(s->probe_batch), "%s", job->batch_id);
@@ -988,8 +1004,8 @@ static void take_jobs(struct submitter *s)
         } else {
             /* Found in flight at the ledger: it occupies capacity already. */
             if (s->gate.grant.active) {
-                job->cap_taken = job_cost(s, job);
-                qw_capacity_force_take(&s->gate, job->cap_taken);
+                job->sub->cap_taken = job_cost(s, job);
+                qw_capacity_force_take(&s->gate, job->sub->cap_taken);
             }
             push_timer(s, job, QW_JOB_POLL_WAIT, 0);
         }

@@ -576,17 +576,20 @@ static void check_row(const struct row *t)
     };
     atomic_bool drain;
     atomic_init(&drain, t->drain);
-    struct qw_job job = {
-        .kind = t->job_kind,
-        .attempts = t->attempts,
+    struct qw_submission sub = {
         .chained = t->chained,
-        .drain = &drain,
         .accepted_unrecorded = t->accepted_unrecorded,
         .post_uncertain = t->post_uncertain,
         .post_failure = "POST got no answer (dropped)",
-        .adopted_submitting = t->adopted_submitting,
         .accepted_ms = NOW - 30,
         .unknown_since_ms = t->unknown_since_ms,
+    };
+    struct qw_job job = {
+        .kind = t->job_kind,
+        .attempts = t->attempts,
+        .drain = &drain,
+        .adopted_submitting = t->adopted_submitting,
+        .sub = &sub,
     };
     struct qw_dlt_status st = {.reported = t->reported, .type = t->type};
     snprintf(st.message, sizeof(st.message), "bad nonce");
@@ -651,7 +654,8 @@ static void test_pause_grows_once_per_burst(void **state)
     (void)state;
     struct qw_rng rng;
     qw_rng_seed(&rng, 7);
-    struct qw_job job = {.kind = QW_JOB_SUBMIT};
+    struct qw_submission sub = {0};
+    struct qw_job job = {.kind = QW_JOB_SUBMIT, .sub = &sub};
     struct qw_dlt_result r = {
         .kind = POST, .outcome = QW_DLT_BACKPRESSURE, .http_status = 429, .retry_after_ms = -1};
     struct qw_ledger_pause pause = {0};
@@ -679,7 +683,8 @@ static void test_auth_pause_grows(void **state)
     (void)state;
     struct qw_rng rng;
     qw_rng_seed(&rng, 7);
-    struct qw_job job = {.kind = QW_JOB_SUBMIT};
+    struct qw_submission sub = {0};
+    struct qw_job job = {.kind = QW_JOB_SUBMIT, .sub = &sub};
     struct qw_dlt_result r = {
         .kind = POST, .outcome = QW_DLT_AUTH, .http_status = 403, .retry_after_ms = -1};
     struct qw_ledger_pause pause = {0};
@@ -702,7 +707,8 @@ static void test_poll_errors_grow_and_reset(void **state)
     (void)state;
     struct qw_rng rng;
     qw_rng_seed(&rng, 7);
-    struct qw_job job = {.kind = QW_JOB_SUBMIT, .poll_errors = 3, .unknown_since_ms = 55};
+    struct qw_submission sub = {.poll_errors = 3, .unknown_since_ms = 55};
+    struct qw_job job = {.kind = QW_JOB_SUBMIT, .sub = &sub};
     struct qw_dlt_result r = {.kind = STATUS, .outcome = QW_DLT_RETRY, .retry_after_ms = -1};
     struct qw_plan p;
     struct qw_plan_ctx ctx = ctx_at(NOW, &rng);
@@ -723,7 +729,8 @@ static void test_poll_errors_grow_and_reset(void **state)
 static void test_requeue(void **state)
 {
     (void)state;
-    struct qw_job job = {.kind = QW_JOB_SUBMIT};
+    struct qw_submission sub = {0};
+    struct qw_job job = {.kind = QW_JOB_SUBMIT, .sub = &sub};
     struct qw_plan p;
     qw_plan_requeue(&p, &job, "worker stopping");
     assert_int_equal(p.action, QW_PLAN_RECORD);
@@ -777,7 +784,8 @@ static void test_texts_stay_utf8(void **state)
     qw_rng_seed(&rng, 3);
     struct qw_plan_ctx ctx = ctx_at(NOW, &rng);
     struct qw_ledger_pause pause = {0};
-    struct qw_job job = {.kind = QW_JOB_SUBMIT, .attempts = 1};
+    struct qw_submission sub = {0};
+    struct qw_job job = {.kind = QW_JOB_SUBMIT, .attempts = 1, .sub = &sub};
     struct qw_plan p;
     static const enum qw_dlt_outcome posts[] = {QW_DLT_INVALID, QW_DLT_RETRY};
     for (size_t i = 0; i < 2; i++) {

@@ -4,7 +4,7 @@
  * time passed in, then properties checked over long simulated runs
  * (fairness among equals, the bound on how long low priority waits).
  */
-#include "shared/prioq.h"
+#include "submitter/prioq.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -23,8 +23,8 @@
  * (struct qw_prioq_item inside the caller's object); the queue never owns
  * them. Not thread-safe: one owner (the submitter thread).
  */
-#ifndef QW_SHARED_PRIOQ_H
-#define QW_SHARED_PRIOQ_H
+#ifndef QW_SUBMITTER_PRIOQ_H
+#define QW_SUBMITTER_PRIOQ_H
 
 #include <stdbool.h>
 #include <stddef.h>

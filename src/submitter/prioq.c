@@ -1,5 +1,5 @@
 /* The submitter's ready queue: priority with aging, round-robin within a priority; see prioq.h. */
-#include "shared/prioq.h"
+#include "submitter/prioq.h"
 
 #include <stdlib.h>
 #include <string.h>
