@@ -16,7 +16,8 @@
 #ifndef QW_SUBMITTER_MONITOR_H
 #define QW_SUBMITTER_MONITOR_H
 
-#include "submitter/outcome.h"
+#include "dlt/dlt_client.h"
+#include "submitter/plan.h"
 
 /**
  * Plans what to do with the status answer `r` (kind QW_DLT_KIND_STATUS,

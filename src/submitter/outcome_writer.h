@@ -17,7 +17,7 @@
 #include "db/db.h"
 #include "db/pgarray.h"
 #include "shared/job.h"
-#include "submitter/outcome.h"
+#include "submitter/plan.h"
 
 #include <stdbool.h>
 #include <stddef.h>
