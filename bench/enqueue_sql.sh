@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # PostgreSQL's cost of the application's enqueue path, queuer.enqueue_rows()
-# (the SQL function; bulk `queuer enqueue --tsv` is bench/bulk_enqueue.sh):
-# bench-load, W5's open-loop load generator, enqueues RATE batches/s over
-# SERVICES services for LOAD_SECONDS into a private cluster, one call per 5 ms
-# tick, with no workers, so every batch stays waiting and back pressure
-# (high mark 30, the default) counts each service's backlog. Prints what
-# bench-load achieved, the backend's CPU per call and per batch (the
-# postmaster's reaped children, taken once the session ended), and the
-# statements inside the function (pg_stat_statements, track = all).
+# or, with SINGLE=1, queuer.enqueue_batch() (the SQL functions; bulk
+# `queuer enqueue --tsv` is bench/bulk_enqueue.sh): bench-load, W5's
+# open-loop load generator, enqueues RATE batches/s over SERVICES services
+# for LOAD_SECONDS into a private cluster, one call per 5 ms tick (SINGLE=1:
+# one call per batch), with no workers, so every batch stays waiting and
+# back pressure (high mark 30, the default) counts each service's backlog.
+# Prints what bench-load achieved, the CPU per call and per batch of the
+# load's own backend (read from /proc by bench-load) and of all backends
+# (the postmaster's reaped children, taken once the session ended: with the
+# ANALYZE runs and autovacuum), the statements inside the function
+# (pg_stat_statements, track = all) and the functions (track_functions).
 # Not a test; run it through `heavy --exclusive` when the figures are to be
 # compared.
 #
@@ -20,6 +23,9 @@
 #                             database starts with)
 #   SETUP_SQL                 statements run after the migrations, before the
 #                             load (e.g. another version of a function)
+#   SINGLE=1                  one queuer.enqueue_batch() call per batch, each an
+#                             unnamed statement (as most drivers send them)
+#   PREPARED=1                with SINGLE=1: through a prepared statement
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -51,8 +57,11 @@ if [ "$analyze_every" != 0 ]; then
     analyzer=$!
 fi
 c0=$(bench_pg_reaped_ticks "$QW_PG_DIR/data")
+mode=()
+[ "${SINGLE:-0}" != 1 ] || mode+=(--single)
+[ "${SINGLE:-0}" != 1 ] || [ "${PREPARED:-0}" != 1 ] || mode+=(--prepared)
 QUEUER_DATABASE_CONNINFO=$db "$build/bench/bench-load" --rate "$rate" --services "$services" \
-    --seconds "$seconds" --out "$work/enqueue.tsv" >"$work/load.out"
+    --seconds "$seconds" --out "$work/enqueue.tsv" "${mode[@]}" >"$work/load.out"
 sleep 0.3 # the load's backend has exited and been reaped
 c1=$(bench_pg_reaped_ticks "$QW_PG_DIR/data")
 if [ -n "$analyzer" ]; then
@@ -65,21 +74,25 @@ calls=$(bench_kv load_calls "$load")
 batches=$(bench_kv load_batches "$load")
 
 echo "enqueue_sql: $rate batches/s offered over $services services for $seconds s, no workers," \
-     "ANALYZE every ${analyze_every} s (0: once, before the load)"
+     "ANALYZE every ${analyze_every} s (0: once, before the load), calls: ${mode[*]:-rows per tick}"
 echo "bench-load: $load"
 # (the ANALYZE runs are other backends, reaped as well: their share is in
 # the statement table below)
-awk -v t=$((c1 - c0)) -v hz="$BENCH_CLK_TCK" -v c="$calls" -v b="$batches" 'BEGIN {
-    printf "backend CPU: %.2f s = %.3f ms per enqueue call, %.1f us per batch\n",
+own=$(bench_kv load_backend_cpu_s "$load")
+awk -v t=$((c1 - c0)) -v hz="$BENCH_CLK_TCK" -v c="$calls" -v b="$batches" -v own="$own" 'BEGIN {
+    printf "load backend CPU: %.2f s = %.3f ms per enqueue call, %.1f us per batch\n",
+           own, own * 1e3 / c, own * 1e6 / b
+    printf "all backends CPU: %.2f s = %.3f ms per enqueue call, %.1f us per batch\n",
            t / hz, t / hz * 1e3 / c, t / hz * 1e6 / b }'
 q <<'SQL'
 SELECT calls, round(total_exec_time::numeric, 1) AS total_ms,
-       round(mean_exec_time::numeric, 3) AS mean_ms,
+       round(mean_exec_time::numeric, 3) AS mean_ms, plans,
        round((shared_blks_hit + shared_blks_read)::numeric / calls, 1) AS buffers_per_call,
        left(regexp_replace(query, '\s+', ' ', 'g'), 60) AS statement
   FROM pg_stat_statements
  WHERE calls > 1
- ORDER BY total_exec_time DESC LIMIT 8;
-SELECT funcname AS function, calls, round(self_time::numeric, 1) AS self_ms
-  FROM pg_stat_user_functions ORDER BY self_time DESC LIMIT 5;
+ ORDER BY total_exec_time DESC LIMIT 14;
+SELECT funcname AS function, calls, round(self_time::numeric, 1) AS self_ms,
+       round((self_time / nullif(calls, 0))::numeric * 1e3, 1) AS self_us_per_call
+  FROM pg_stat_user_functions WHERE calls > 1 ORDER BY self_time DESC LIMIT 6;
 SQL

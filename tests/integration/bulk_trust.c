@@ -3,16 +3,18 @@
  * payload a second time, and that exemption is confined to it.
  *
  * - a non-superuser enqueuer bulk-loads through the CLI (staging table,
- *   binary COPY, queuer.enqueue_staged()) and the database's payload
- *   trigger runs for none of those rows, while a single enqueue runs it;
+ *   binary COPY, queuer.enqueue_staged()) and the database checks none
+ *   of those payloads, while a single enqueue (queuer.enqueue_batch())
+ *   checks its payload once;
  * - the rules of migration 0007 hold on that path: the enqueuer may not
  *   set the back-pressure marks for its session, and a conflict does not
  *   name the service that holds the batch id;
  * - every other write path is still checked: a role allowed to insert
  *   into queuer.batches directly, with or without any setting of its own,
- *   and queuer.enqueue_rows();
+ *   queuer.enqueue_rows() and queuer.enqueue_batch();
  * - nobody but the schema owner can act as queuer_loader, which owns
- *   nothing but queuer.enqueue_staged(), and that function reads only a
+ *   nothing but queuer.enqueue_staged() and queuer.enqueue_batch() (which
+ *   checks its payload itself), and the first reads only a
  *   plain staging table (no view, rule, row security or domain of the
  *   caller's runs as queuer_loader);
  * - a non-superuser schema owner can apply the migration.
@@ -100,22 +102,26 @@ static char *tsv_lines(int first, int n)
     return t;
 }
 
-/* Calls of queuer.batches_check_payload() recorded in the database's statistics. */
-static int64_t trigger_calls(struct qw_db *db)
+/*
+ * Payload checks recorded in the database's statistics: calls of
+ * queuer.batchlist_defect(), which the payload trigger and
+ * queuer.enqueue_batch() run for every payload they check.
+ */
+static int64_t check_calls(struct qw_db *db)
 {
     itest_exec(db, "SELECT pg_stat_clear_snapshot()");
     return itest_scalar(db, "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
-                            "WHERE schemaname = 'queuer' AND funcname = 'batches_check_payload'");
+                            "WHERE schemaname = 'queuer' AND funcname = 'batchlist_defect'");
 }
 
-/* Waits (up to 10 s) until the trigger's call count reaches `want`; returns the last count. */
-static int64_t trigger_calls_reach(struct qw_db *db, int64_t want)
+/* Waits (up to 10 s) until the check's call count reaches `want`; returns the last count. */
+static int64_t check_calls_reach(struct qw_db *db, int64_t want)
 {
-    int64_t got = trigger_calls(db);
+    int64_t got = check_calls(db);
     for (int i = 0; i < 100 && got < want; i++) {
         struct timespec nap = {0, 100 * 1000 * 1000};
         nanosleep(&nap, NULL);
-        got = trigger_calls(db);
+        got = check_calls(db);
     }
     return got;
 }
@@ -188,10 +194,10 @@ static void test_bulk_load_skips_the_trigger(void **state)
     /* The single enqueue's check is counted; the bulk load added none
        (its backend exited before the single enqueue started; a second
        look after a pause catches a late flush). */
-    assert_int_equal(trigger_calls_reach(admin, 1), 1);
+    assert_int_equal(check_calls_reach(admin, 1), 1);
     struct timespec pause = {1, 0};
     nanosleep(&pause, NULL);
-    assert_int_equal(trigger_calls(admin), 1);
+    assert_int_equal(check_calls(admin), 1);
 
     /* The same load again: every line is an idempotent duplicate. */
     rc = itest_run(argv, env, lines, &out, NULL);
@@ -260,15 +266,22 @@ static void test_other_paths_stay_checked(void **state)
              SVC_B, BAD_PAYLOAD);
     assert_int_equal(itest_scalar(admin, rows), 1);
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batches"), 0);
+    /* So does queuer.enqueue_batch(), though it runs as queuer_loader. */
+    char one[512];
+    snprintf(one, sizeof(one), "SELECT queuer.enqueue_batch('%s', repeat('c', 128), %s)", SVC_B,
+             BAD_PAYLOAD);
+    expect_state(admin, one, "QU400");
+    assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batches"), 0);
 
-    /* queuer_loader logs in nowhere and owns only the bulk function. */
+    /* queuer_loader logs in nowhere and owns only the two enqueue functions. */
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM pg_roles "
                                          "WHERE rolname = 'queuer_loader' AND NOT rolcanlogin"),
                      1);
-    char *owned = itest_string(admin, "SELECT string_agg(p.oid::regprocedure::text, ',') "
-                                      "FROM pg_proc p WHERE p.proowner = "
+    char *owned = itest_string(admin, "SELECT string_agg(p.oid::regprocedure::text, ',' "
+                                      "ORDER BY p.proname) FROM pg_proc p WHERE p.proowner = "
                                       "'queuer_loader'::regrole");
-    assert_string_equal(owned, "queuer.enqueue_staged(integer,integer,boolean)");
+    assert_string_equal(owned, "queuer.enqueue_batch(text,text,bytea,integer),"
+                               "queuer.enqueue_staged(integer,integer,boolean)");
     free(owned);
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM pg_class c "
                                          "WHERE c.relowner = 'queuer_loader'::regrole"),
