@@ -1,5 +1,5 @@
 /*
- * The node's own capacity, over all services (issue 13): a rate of batches
+ * The node's own capacity, over all services: a rate of batches
  * accepted per second as a token bucket. A Splinter node has a finite rate;
  * above it the simulator answers 429 with an empty body, as for a full
  * queue. Pure: time is passed in (microseconds), no locking (the ledger's

@@ -1,5 +1,5 @@
 /*
- * `queuer capacity set|show|clear`: a ledger's shared capacity (issue 13).
+ * `queuer capacity set|show|clear`: a ledger's shared capacity.
  * set and clear call queuer.capacity_set() / queuer.capacity_clear()
  * (migration 0009), which check the values and cut the partitions; show
  * reads queuer.capacity and the overview views. The workers pick a change

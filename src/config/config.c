@@ -1057,7 +1057,7 @@ static int check_rules(const struct qw_config *cfg, const struct qw_config_origi
     }
     /* A POST must end before a claim past its soft expiry can be taken over
      * (expiry_2 - expiry_1), or a batch could reach the ledger after its
-     * service moved on (issue 18). */
+     * service moved on. */
     const struct key *timeout = key_at(F(dlt_request_timeout_ms));
     const struct key *hard = key_at(F(worker_hard_expiry_ms));
     if (timeout && hard &&

@@ -73,7 +73,7 @@ static void make_instance_id(const struct qw_config *cfg, char *out, size_t len)
 }
 
 /*
- * Registers the instance, refusing a live twin (issue 18): when the id is
+ * Registers the instance, refusing a live twin: when the id is
  * held by a registration with a fresh heartbeat, it is taken over only if
  * that registration is this host's and its process is gone (a restart
  * after a crash, or a container restarted with the same pid).

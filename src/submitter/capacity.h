@@ -1,5 +1,5 @@
 /*
- * Shared ledger capacity, the pure part (issue 13, the go-batcher seed):
+ * Shared ledger capacity, the pure part:
  * what a batch costs, the gate the submitter asks before it starts a POST
  * (a counter for the capacity in flight, a token bucket for the rate, both
  * sized by what this worker holds, shrunk for a while after a 429), and

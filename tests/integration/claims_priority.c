@@ -1,5 +1,5 @@
 /*
- * Integration: workers claim services by priority (issue 14, migration
+ * Integration: workers claim services by priority (migration
  * 0013, docs/CLAIMS.md "Claiming order"). With fewer claims to give than
  * free services with work, the claims cycle takes the highest head
  * priority first, one priority at a time from a random place within it;

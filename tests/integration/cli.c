@@ -1,5 +1,5 @@
 /*
- * Integration: the first hour of a user of the `queuer` CLI (issue 16),
+ * Integration: the first hour of a user of the `queuer` CLI,
  * through the built binary against a real database.
  *
  *  - every --help names the exit codes, the environment and the common

@@ -510,7 +510,7 @@ static void assert_line_order(struct qw_db *db, const char *service, int skip, c
 }
 
 /*
- * Priorities (issue 14): --priority for a single batch and as the default
+ * Priorities: --priority for a single batch and as the default
  * of a load, the fourth TSV column per line, enqueue_batch()'s parameter;
  * a load mixing priorities keeps each service's line order (it is stored
  * with each line's own priority); out-of-range values are refused.

@@ -279,7 +279,7 @@ static void test_writer_round_trips_text(void **state)
 }
 
 /*
- * Item 1 of issue 18: one outcome the database refuses (here a retry delay
+ * A refused outcome is isolated: one outcome the database refuses (here a retry delay
  * beyond what an interval holds, SQLSTATE 22008) must not hold back the
  * group: it is isolated and recorded in a plain form, the others are
  * written, and the write succeeds.
@@ -326,7 +326,7 @@ static void test_refused_outcome_is_isolated(void **state)
 }
 
 /*
- * Issue 18 item 10: the fence locks only claims that are ours at the
+ * The outcome fence locks only claims that are ours at the
  * outcome's epoch. A claim row another worker holds and has locked right
  * now (its claims transaction) must not fail the whole group with NOWAIT.
  */
@@ -379,7 +379,7 @@ static void test_foreign_locked_claim_does_not_fail_the_group(void **state)
 }
 
 /*
- * Issue 18 item 9: a write retried after its connection dropped finds the
+ * A lost COMMIT answer is recovered: a write retried after its connection dropped finds the
  * state it set itself; re-read by key and epoch, it counts as written
  * instead of a lost claim.
  */

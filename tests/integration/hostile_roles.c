@@ -1,7 +1,7 @@
 /*
  * Integration, hostile cases: what a login role in queuer_worker or
  * queuer_enqueuer must not be able to do even with the privileges it needs
- * (issue 18, items 14 and 16). A worker cannot forge operator history rows
+ * (docs/RELIABILITY.md, hostile input). A worker cannot forge operator history rows
  * or rows for a claim it does not hold, cannot move claim_epoch except one
  * step up with a change of hands; the real worker statements still work as
  * that role. An enqueuer cannot learn which service holds a batch id it

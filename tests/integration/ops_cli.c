@@ -314,7 +314,7 @@ static void test_batch_retry(void **state)
 }
 
 /*
- * Issue 18 item 2: a batch marked Invalid by mistake (a proxy's HTML 400)
+ * `batch retry --invalid`: a batch marked Invalid by mistake (a proxy's HTML 400)
  * goes back to its service's queue, audited, only with --invalid and a
  * reason; other states are refused.
  */

@@ -1,7 +1,7 @@
 /*
  * Integration: soft expiry never frees a claim whose service has a batch
  * mid-submission, whatever the isolation levels of the statements racing
- * (issue 18 item 6). Marks and outcomes run at READ COMMITTED, maintenance
+ * (the claim row's `submitting` flag). Marks and outcomes run at READ COMMITTED, maintenance
  * SERIALIZABLE; SSI does not see the READ COMMITTED writes, so the old
  * maintenance, deciding from a NOT EXISTS over batches in its snapshot,
  * freed the claim when its snapshot predated the mark's COMMIT and its row

@@ -92,7 +92,7 @@ static const struct ready_case ready_cases[] = {
     {1, 100, QW_ERR_DB_CONN, 5000, 0, "stopping"},
 };
 
-/* Issue 18 item 1: not ready while outcomes cannot be written (a short blip is tolerated). */
+/* Not ready while outcomes cannot be written (a short blip is tolerated). */
 static void test_readiness_outcomes_failing(void **state)
 {
     (void)state;

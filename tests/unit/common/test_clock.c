@@ -1,6 +1,6 @@
 /*
  * Unit test of the local clock (src/common/clock.c): lease deadlines use a
- * clock that keeps counting through a suspend (issue 18 item 10), i.e.
+ * clock that keeps counting through a suspend, i.e.
  * CLOCK_BOOTTIME. (On a machine that never slept, CLOCK_MONOTONIC reads
  * the same, so this pins the contract rather than reproducing a suspend.)
  */

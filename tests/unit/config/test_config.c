@@ -359,7 +359,7 @@ static const struct file_error_case file_errors[] = {
      ":1: dlt.retry_max_ms = 30000 must be >= dlt.retry_base_ms = 40000", NULL},
     {"dlt = { pause_max_ms = 99; };\n",
      ":1: dlt.pause_max_ms = 99 must be >= dlt.pause_base_ms = 100", NULL},
-    /* issue 18 item 8: a POST must end before a claim past its soft expiry can be taken */
+    /* a POST must end before a claim past its soft expiry can be taken */
     {"worker = {\n  lease_ms = 3000;\n  hard_expiry_ms = 9000;\n};\ndlt = {\n"
      "  request_timeout_ms = 6000;\n};\n",
      ":6: dlt.request_timeout_ms = 6000 must be < worker.hard_expiry_ms - worker.lease_ms = "
@@ -610,7 +610,7 @@ static void test_rule_blames_env_over_default(void **state)
     remove_temp(path);
 }
 
-/* Issue 16: a value from the environment is blamed on its variable, not on a file line. */
+/* A value from the environment is blamed on its variable, not on a file line. */
 static void test_rule_blames_env_over_file(void **state)
 {
     (void)state;

@@ -298,7 +298,7 @@ static void test_status_transport_errors(void **state)
     }
 }
 
-/* Issue 18 item 4: every failed exchange has a kind for /metrics and the log. */
+/* Every failed exchange has a kind for /metrics and the log. */
 static void test_failure_kinds(void **state)
 {
     (void)state;

@@ -157,7 +157,7 @@ static void test_accepted_and_headers(void **state)
         assert_int_equal(req.body[i], (unsigned char)i);
 }
 
-/* Issue 18 item 3: a ledger or proxy echoing our credentials never gets them into a message. */
+/* A ledger or proxy echoing our credentials never gets them into a message. */
 static void test_token_redacted(void **state)
 {
     struct fixture *f = *state;

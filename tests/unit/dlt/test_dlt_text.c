@@ -79,7 +79,7 @@ static void test_long_input_fills_cap(void **state)
     assert_int_equal(strlen(out), 511);
 }
 
-/* Issue 18 item 3: the token and any Authorization header value are masked in place. */
+/* The token and any Authorization header value are masked in place. */
 static void test_mask_secret(void **state)
 {
     (void)state;

@@ -362,7 +362,7 @@ static const struct row rows[] = {
      .submitted = true,
      .retry_lo = NR,
      .retry_hi = NR},
-    /* issue 18 item 5: an adopted batch the database shows mid-submission gets its Pending */
+    /* an adopted batch the database shows mid-submission gets its Pending */
     {.name = "Pending of an adopted batch still submitting is recorded",
      .kind = STATUS,
      .outcome = QW_DLT_OK,
@@ -743,7 +743,7 @@ static void test_requeue(void **state)
     assert_null(qw_outcome_expect_name((enum qw_outcome_expect)9));
 }
 
-/* Issue 18 item 7: the fast path's lease deadline counts from before the statement. */
+/* The fast path's lease deadline counts from before the statement. */
 static void test_lease_deadline(void **state)
 {
     (void)state;
@@ -773,7 +773,7 @@ static bool utf8_valid(const char *s)
     return true;
 }
 
-/* Item 1 of issue 18: ledger text is cut on character boundaries, never inside one. */
+/* Ledger text is cut on character boundaries, never inside one. */
 static void test_texts_stay_utf8(void **state)
 {
     (void)state;
