@@ -36,14 +36,14 @@ seconds=${LOAD_SECONDS:-6}
 analyze_every=${ANALYZE_EVERY_S:-1}
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
-bench_stats_cluster enqueue_sql "$build" src/queuer bench/bench-load
+bench_stats_cluster enqueue_sql "$build" queuer bench/bench-load
 analyzer=
 trap '[ -z "$analyzer" ] || kill "$analyzer" 2>/dev/null; bench_stats_cluster_stop' EXIT
 work=$BENCH_WORK
 db=$BENCH_DB
 q() { psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 
-QUEUER_DATABASE_CONNINFO=$db "$build/src/queuer" migrate >/dev/null
+QUEUER_DATABASE_CONNINFO=$db "$build/queuer" migrate >/dev/null
 q -c "CREATE EXTENSION pg_stat_statements"
 [ -z "${SETUP_SQL:-}" ] || q -c "$SETUP_SQL" >/dev/null
 q -c "ANALYZE"
