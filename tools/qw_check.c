@@ -19,6 +19,7 @@
 #include "common/err.h"
 #include "config/config.h"
 #include "db/db.h"
+#include "db/txn.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -210,7 +211,7 @@ static int read_database(struct qw_db *db, struct qw_check *c)
     struct qw_error err;
     qw_error_clear(&err);
     struct qw_db_res *res = NULL;
-    int rc = qw_db_exec(db, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &err);
+    int rc = qw_txn_begin_snapshot(db, &err);
     if (rc == QW_OK)
         rc = qw_db_query_sql(db, sql_batches, 0, NULL, &res, &err);
     if (rc == QW_OK) {
@@ -233,7 +234,7 @@ static int read_database(struct qw_db *db, struct qw_check *c)
         qw_db_res_free(res);
     }
     if (rc == QW_OK)
-        rc = qw_db_exec(db, "COMMIT", &err);
+        rc = qw_txn_commit(db, &err);
     if (rc != QW_OK) {
         fprintf(stderr, "qw-check: reading the database: %s\n", err.msg);
         return EXIT_TROUBLE;

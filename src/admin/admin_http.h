@@ -63,8 +63,8 @@ struct qw_admin_http;
  * Returns QW_OK with *out set, QW_ERR_CONFIG for a bad address,
  * QW_ERR_IO when the address cannot be bound (e.g. in use).
  */
-int qw_admin_http_start(struct qw_admin_http **out, const char *listen,
-                        const struct qw_admin_hooks *hooks, struct qw_error *err);
+QW_MUST_CHECK int qw_admin_http_start(struct qw_admin_http **out, const char *listen,
+                                      const struct qw_admin_hooks *hooks, struct qw_error *err);
 
 /** The port the server listens on (useful when started on port 0). */
 int qw_admin_http_port(const struct qw_admin_http *h);

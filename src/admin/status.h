@@ -100,8 +100,8 @@ struct qw_status_report {
  * `db` (the caller's connection). On failure `r` is left empty and `err`
  * says why. Free with qw_status_free().
  */
-int qw_status_load(struct qw_db *db, int max_instances, int max_stuck, struct qw_status_report *r,
-                   struct qw_error *err);
+QW_MUST_CHECK int qw_status_load(struct qw_db *db, int max_instances, int max_stuck,
+                                 struct qw_status_report *r, struct qw_error *err);
 
 /** Releases what qw_status_load() allocated; the struct may be reused. */
 void qw_status_free(struct qw_status_report *r);

@@ -67,6 +67,7 @@ struct args {
     const char *payload_file;    /* --payload-file, "-" = stdin */
     const char *tsv;             /* --tsv, "-" = stdin */
     const char *priority;        /* --priority, or NULL (0) */
+    int priority_value;          /* --priority as parsed, 0 without it */
     int skip_invalid;            /* bool: --skip-invalid */
     int json;                    /* bool: --json */
 };
@@ -125,9 +126,8 @@ static int parse_args(int argc, char **argv, struct args *a)
         qw_cli_err("--skip-invalid applies to --tsv only");
         return QW_EXIT_USAGE;
     }
-    int priority;
-    if (a->priority &&
-        qw_tsv_parse_priority(a->priority, strlen(a->priority), &priority, NULL) != QW_OK) {
+    if (a->priority && qw_tsv_parse_priority(a->priority, strlen(a->priority), &a->priority_value,
+                                             NULL) != QW_OK) {
         qw_cli_err("--priority must be an integer from %d to %d, not '%s'", QW_PRIORITY_MIN,
                    QW_PRIORITY_MAX, a->priority);
         return QW_EXIT_USAGE;
@@ -322,9 +322,8 @@ int qw_cmd_enqueue(int argc, char **argv)
         .ingest_low = cfg.ingest_low,
         .max_payload_bytes = (size_t)cfg.ingest_max_payload_bytes,
         .skip_invalid = a.skip_invalid,
+        .priority = a.priority_value,
     };
-    if (a.priority)
-        qw_tsv_parse_priority(a.priority, strlen(a.priority), &opts.priority, NULL);
 
     /* Input problems are reported before the database is contacted. */
     FILE *in = NULL;

@@ -5,6 +5,8 @@
 #ifndef QW_COMMON_DURATION_H
 #define QW_COMMON_DURATION_H
 
+#include "common/err.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,7 +19,7 @@
  * QW_DURATION_MAX_S. On success returns QW_OK and sets *out_s; otherwise
  * QW_ERR_INVALID with a one-line reason in `why` (may be NULL).
  */
-int qw_duration_parse(const char *text, int64_t *out_s, char *why, size_t why_len);
+QW_MUST_CHECK int qw_duration_parse(const char *text, int64_t *out_s, char *why, size_t why_len);
 
 /**
  * Writes `s` seconds compactly into `buf`: the two largest non-zero units,

@@ -16,6 +16,8 @@
 #ifndef QW_COMMON_LOG_H
 #define QW_COMMON_LOG_H
 
+#include "common/err.h"
+
 #include <stdio.h>
 #include <stddef.h>
 
@@ -36,7 +38,7 @@ void qw_log_set_level(enum qw_log_level min_level);
 const char *qw_log_level_name(void);
 
 /** Parses "debug" | "info" | "warn" | "error"; returns 0 or QW_ERR_INVALID. */
-int qw_log_level_parse(const char *text, enum qw_log_level *out);
+QW_MUST_CHECK int qw_log_level_parse(const char *text, enum qw_log_level *out);
 
 /** Names the calling thread in its log lines; `name` must outlive the thread. */
 void qw_log_set_thread(const char *name);

@@ -5,6 +5,8 @@
 #ifndef QW_COMMON_NUMBER_H
 #define QW_COMMON_NUMBER_H
 
+#include "common/err.h"
+
 #include <stddef.h>
 
 /**
@@ -15,7 +17,7 @@
  * QW_ERR_INVALID, leaves *out alone and writes "NAME must be MIN..MAX"
  * into `why` (may be NULL).
  */
-int qw_number_parse(const char *name, const char *text, long min, long max, long *out, char *why,
-                    size_t why_len);
+QW_MUST_CHECK int qw_number_parse(const char *name, const char *text, long min, long max, long *out,
+                                  char *why, size_t why_len);
 
 #endif

@@ -5,6 +5,7 @@
 #ifndef QW_COMMON_TABLE_H
 #define QW_COMMON_TABLE_H
 
+#include "common/err.h"
 #include "common/strbuf.h"
 
 #include <stddef.h>
@@ -19,7 +20,7 @@ struct qw_table {
 };
 
 /** Allocates an empty table; returns QW_OK or QW_ERR_NOMEM. Free with qw_table_free(). */
-int qw_table_init(struct qw_table *t, size_t rows, int cols);
+QW_MUST_CHECK int qw_table_init(struct qw_table *t, size_t rows, int cols);
 
 /**
  * Sets a cell: copied with control characters written out

@@ -117,16 +117,16 @@ int qw_config_defaults(struct qw_config *cfg);
  * then checks cross-key rules (low < high, hard >= lease, ...). On failure
  * `err->msg` names the file:line or variable and the rule; `cfg` is freed.
  */
-int qw_config_load(struct qw_config *cfg, const char *path, char *const *envp,
-                   struct qw_error *err);
+QW_MUST_CHECK int qw_config_load(struct qw_config *cfg, const char *path, char *const *envp,
+                                 struct qw_error *err);
 
 /**
  * Like qw_config_load() with the sources of `src`: the file, then `envp`,
  * then src->database (origin "--database"). Warnings (a QUEUER_* variable
  * that looks like a misspelt key) go to src->warn.
  */
-int qw_config_load_from(struct qw_config *cfg, const struct qw_config_source *src,
-                        char *const *envp, struct qw_error *err);
+QW_MUST_CHECK int qw_config_load_from(struct qw_config *cfg, const struct qw_config_source *src,
+                                      char *const *envp, struct qw_error *err);
 
 /**
  * Where the value of key `section`.`name` came from: "FILE:LINE", a

@@ -50,7 +50,8 @@ struct qw_db_opts {
  * Opens a connection. `opts` strings are copied. On failure *out is NULL
  * and `err` says why (QW_ERR_DB_CONN or QW_ERR_NOMEM).
  */
-int qw_db_connect(struct qw_db **out, const struct qw_db_opts *opts, struct qw_error *err);
+QW_MUST_CHECK int qw_db_connect(struct qw_db **out, const struct qw_db_opts *opts,
+                                struct qw_error *err);
 
 /** Closes the connection and frees everything; NULL is ignored. */
 void qw_db_close(struct qw_db *db);
@@ -73,7 +74,7 @@ int qw_db_timeout(const struct qw_db *db);
  * trip (libpq's pipeline mode), or at once with `unprepared`. Whatever
  * the next call is (a query, qw_db_exec(), COMMIT), BEGIN goes first.
  */
-int qw_db_begin(struct qw_db *db, const char *sql, struct qw_error *err);
+QW_MUST_CHECK int qw_db_begin(struct qw_db *db, const char *sql, struct qw_error *err);
 
 /**
  * Runs `sql` with the simple query protocol (several statements allowed, no
@@ -86,15 +87,17 @@ int qw_db_exec(struct qw_db *db, const char *sql, struct qw_error *err);
  * entries are SQL NULL). On success *res (if res is not NULL) holds the
  * rows and must be freed with qw_db_res_free().
  */
-int qw_db_query(struct qw_db *db, const char *name, int nparams, const char *const *params,
-                struct qw_db_res **res, struct qw_error *err);
+QW_MUST_CHECK int qw_db_query(struct qw_db *db, const char *name, int nparams,
+                              const char *const *params, struct qw_db_res **res,
+                              struct qw_error *err);
 
 /**
  * Like qw_db_query() for ad-hoc SQL text (migrations, tests). Parameters
  * are always passed as $n, never formatted into `sql`.
  */
-int qw_db_query_sql(struct qw_db *db, const char *sql, int nparams, const char *const *params,
-                    struct qw_db_res **res, struct qw_error *err);
+QW_MUST_CHECK int qw_db_query_sql(struct qw_db *db, const char *sql, int nparams,
+                                  const char *const *params, struct qw_db_res **res,
+                                  struct qw_error *err);
 
 /** Rows in a result. */
 int qw_db_res_rows(const struct qw_db_res *res);
@@ -108,14 +111,15 @@ int64_t qw_db_res_int(const struct qw_db_res *res, int row, int col);
 void qw_db_res_free(struct qw_db_res *res);
 
 /** Starts `COPY ... FROM STDIN` given as `sql`. */
-int qw_db_copy_begin(struct qw_db *db, const char *sql, struct qw_error *err);
+QW_MUST_CHECK int qw_db_copy_begin(struct qw_db *db, const char *sql, struct qw_error *err);
 /** Sends `len` bytes of COPY text data. */
-int qw_db_copy_put(struct qw_db *db, const char *data, size_t len, struct qw_error *err);
+QW_MUST_CHECK int qw_db_copy_put(struct qw_db *db, const char *data, size_t len,
+                                 struct qw_error *err);
 /** Ends the COPY; `errmsg` non-NULL aborts it with that message. */
-int qw_db_copy_end(struct qw_db *db, const char *errmsg, struct qw_error *err);
+QW_MUST_CHECK int qw_db_copy_end(struct qw_db *db, const char *errmsg, struct qw_error *err);
 
 /** LISTENs on `channel` now and again after every reconnect (max 4 channels). */
-int qw_db_listen(struct qw_db *db, const char *channel, struct qw_error *err);
+QW_MUST_CHECK int qw_db_listen(struct qw_db *db, const char *channel, struct qw_error *err);
 
 /** Called for each notification received: channel and payload, valid during the call. */
 typedef void qw_db_notify_fn(const char *channel, const char *payload, void *arg);
@@ -127,7 +131,7 @@ typedef void qw_db_notify_fn(const char *channel, const char *payload, void *arg
  * Returns 1 when a notification arrived, 2 when `wake_fd` is readable,
  * 0 on timeout, negative on a connection error.
  */
-int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd, qw_db_notify_fn *cb, void *arg,
-                      struct qw_error *err);
+QW_MUST_CHECK int qw_db_wait_notify(struct qw_db *db, int timeout_ms, int wake_fd,
+                                    qw_db_notify_fn *cb, void *arg, struct qw_error *err);
 
 #endif

@@ -1,6 +1,7 @@
 /* Applies the embedded migrations under an advisory lock; see migrate.h. */
 #include "db/migrate.h"
 #include "common/embedded.h"
+#include "db/txn.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,7 @@ static int current_version(struct qw_db *db, int *version, struct qw_error *err)
 
 static int apply_one(struct qw_db *db, const struct qw_embedded *m, struct qw_error *err)
 {
-    int rc = qw_db_exec(db, "BEGIN", err);
+    int rc = qw_txn_begin(db, err);
     if (rc != QW_OK)
         return rc;
     rc = qw_db_exec(db, m->text, err);
@@ -64,9 +65,8 @@ static int apply_one(struct qw_db *db, const struct qw_embedded *m, struct qw_er
                              2, params, NULL, err);
     }
     if (rc == QW_OK)
-        return qw_db_exec(db, "COMMIT", err);
-    struct qw_error ignored;
-    qw_db_exec(db, "ROLLBACK", &ignored);
+        return qw_txn_commit(db, err);
+    qw_txn_rollback(db);
     char why[sizeof(err->msg)];
     snprintf(why, sizeof(why), "%s", err->msg);
     snprintf(err->msg, sizeof(err->msg), "migration %s failed: %.400s", m->name, why);
@@ -131,9 +131,12 @@ int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_err
         fprintf(report,
                 count ? "schema is now at version %d\n" : "schema is up to date (version %d)\n",
                 qw_migrate_latest());
-    struct qw_error ignored;
-    if (qw_db_ok(db))
-        qw_db_exec(db, "SELECT pg_advisory_unlock(" QW_MIGRATE_LOCK_KEY ")", &ignored);
+    if (qw_db_ok(db)) {
+        struct qw_error ignored;
+        int unlocked =
+            qw_db_exec(db, "SELECT pg_advisory_unlock(" QW_MIGRATE_LOCK_KEY ")", &ignored);
+        (void)unlocked; /* best effort: the end of the session releases the lock too */
+    }
     if (applied)
         *applied = count;
     return rc;

@@ -7,6 +7,7 @@
 #ifndef QW_DB_MIGRATE_H
 #define QW_DB_MIGRATE_H
 
+#include "common/err.h"
 #include "db/db.h"
 
 #include <stdio.h>
@@ -18,7 +19,8 @@ int qw_migrate_latest(void);
  * Applies pending migrations, printing one line per applied migration to
  * `report` (may be NULL). *applied (may be NULL) gets how many ran.
  */
-int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_error *err);
+QW_MUST_CHECK int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied,
+                                   struct qw_error *err);
 
 /** One migration as `queuer migrate --status` shows it. */
 struct qw_migration_info {
@@ -34,13 +36,13 @@ struct qw_migration_info {
  * lock, nothing created). *out is malloc'd (caller frees); *db_version gets
  * the schema version (0 = no schema).
  */
-int qw_migrate_list(struct qw_db *db, struct qw_migration_info **out, size_t *n, int *db_version,
-                    struct qw_error *err);
+QW_MUST_CHECK int qw_migrate_list(struct qw_db *db, struct qw_migration_info **out, size_t *n,
+                                  int *db_version, struct qw_error *err);
 
 /**
  * Reads the schema version into *version (0 = no schema). Returns
  * QW_ERR_SCHEMA with an explanation when it is not qw_migrate_latest().
  */
-int qw_migrate_check(struct qw_db *db, int *version, struct qw_error *err);
+QW_MUST_CHECK int qw_migrate_check(struct qw_db *db, int *version, struct qw_error *err);
 
 #endif

@@ -94,6 +94,7 @@ void qw_outage_note_success(struct qw_outage *o, int64_t now_ms);
  * when qw_outage_retry_due()) succeeded; otherwise QW_ERR_DB_CONN, the
  * failure noted (quietly while the outage goes on).
  */
-int qw_outage_reconnect(struct qw_outage *o, struct qw_db *db, int64_t now_ms, struct qw_rng *rng);
+QW_MUST_CHECK int qw_outage_reconnect(struct qw_outage *o, struct qw_db *db, int64_t now_ms,
+                                      struct qw_rng *rng);
 
 #endif

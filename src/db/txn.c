@@ -1,4 +1,4 @@
-/* Retrying SERIALIZABLE transactions; see txn.h. */
+/* Retrying SERIALIZABLE transactions, and transactions run once; see txn.h. */
 #include "db/txn.h"
 
 #include "common/clock.h"
@@ -270,4 +270,49 @@ int qw_txn_run(const struct qw_txn_ops *ops, void *conn, const struct qw_txn_pol
         if (rc != QW_OK)
             return rc;
     }
+}
+
+/* --- transactions run once ------------------------------------------------ */
+
+#define TXN_SAVEPOINT "qw_step" /* the one savepoint name the program uses */
+
+int qw_txn_begin(struct qw_db *db, struct qw_error *err)
+{
+    return qw_db_exec(db, "BEGIN", err);
+}
+
+int qw_txn_begin_snapshot(struct qw_db *db, struct qw_error *err)
+{
+    return qw_db_exec(db, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", err);
+}
+
+int qw_txn_commit(struct qw_db *db, struct qw_error *err)
+{
+    return qw_db_exec(db, "COMMIT", err);
+}
+
+void qw_txn_rollback(struct qw_db *db)
+{
+    if (!qw_db_ok(db))
+        return;
+    struct qw_error ignored;
+    qw_error_clear(&ignored);
+    int rc = qw_db_exec(db, "ROLLBACK", &ignored);
+    (void)rc; /* a ROLLBACK that fails leaves nothing to undo: the server ends the
+                 transaction with the session */
+}
+
+int qw_txn_savepoint(struct qw_db *db, struct qw_error *err)
+{
+    return qw_db_exec(db, "SAVEPOINT " TXN_SAVEPOINT, err);
+}
+
+int qw_txn_savepoint_release(struct qw_db *db, struct qw_error *err)
+{
+    return qw_db_exec(db, "RELEASE SAVEPOINT " TXN_SAVEPOINT, err);
+}
+
+int qw_txn_savepoint_rollback(struct qw_db *db, struct qw_error *err)
+{
+    return qw_db_exec(db, "ROLLBACK TO SAVEPOINT " TXN_SAVEPOINT, err);
 }

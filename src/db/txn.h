@@ -1,7 +1,10 @@
 /*
  * The retrying SERIALIZABLE transaction (docs/DESIGN.md §4.4): run a body between
  * BEGIN and COMMIT, and re-run the whole of it on 40001/40P01 with capped
- * full-jitter backoff, bounded in attempts and in time.
+ * full-jitter backoff, bounded in attempts and in time. Below it, the
+ * statements of a transaction run once (qw_txn_begin() and the rest, at the
+ * end of this file): every BEGIN, COMMIT, ROLLBACK and savepoint the program
+ * sends is written in txn.c.
  *
  * Rules the helper enforces, in the spirit of pgbench's retry logic
  * (classify first, then decide):
@@ -100,7 +103,52 @@ struct qw_txn_stats {
  * Thread-safety: uses only `conn` (owned by the calling thread) and the
  * policy's rng, which must not be shared between threads.
  */
-int qw_txn_run(const struct qw_txn_ops *ops, void *conn, const struct qw_txn_policy *policy,
-               qw_txn_body_fn body, void *arg, struct qw_txn_stats *stats, struct qw_error *err);
+QW_MUST_CHECK int qw_txn_run(const struct qw_txn_ops *ops, void *conn,
+                             const struct qw_txn_policy *policy, qw_txn_body_fn body, void *arg,
+                             struct qw_txn_stats *stats, struct qw_error *err);
+
+/*
+ * Transactions run once, without the retry loop: for work that a caller
+ * does not re-run on a serialization failure (a migration, an enqueue, the
+ * outcome writer's one-by-one fallback, a consistent read). Each function
+ * sends one statement on `db`; errors are the database's (db.h), with
+ * detail in `err`. The caller owns the connection and the transaction.
+ */
+struct qw_db;
+
+/** Starts a transaction (BEGIN, the server's default isolation). Returns QW_OK or an error. */
+QW_MUST_CHECK int qw_txn_begin(struct qw_db *db, struct qw_error *err);
+
+/**
+ * Starts a read-only transaction that sees one snapshot of the database
+ * throughout (REPEATABLE READ READ ONLY). Returns QW_OK or an error.
+ */
+QW_MUST_CHECK int qw_txn_begin_snapshot(struct qw_db *db, struct qw_error *err);
+
+/**
+ * Commits the open transaction. Returns QW_OK, or an error after which the
+ * transaction is over (a lost connection leaves its outcome unknown).
+ */
+QW_MUST_CHECK int qw_txn_commit(struct qw_db *db, struct qw_error *err);
+
+/**
+ * Rolls the open transaction back after a failure, when the connection is
+ * still usable; its own failure is ignored (the server ends the transaction
+ * with the session), so the caller's first error stays the one reported.
+ */
+void qw_txn_rollback(struct qw_db *db);
+
+/**
+ * Marks a savepoint, so that one failing statement can be undone without
+ * ending the transaction. One at a time: the next call replaces it.
+ * Returns QW_OK or an error.
+ */
+QW_MUST_CHECK int qw_txn_savepoint(struct qw_db *db, struct qw_error *err);
+
+/** Keeps what was done since the savepoint and forgets it. Returns QW_OK or an error. */
+QW_MUST_CHECK int qw_txn_savepoint_release(struct qw_db *db, struct qw_error *err);
+
+/** Undoes what was done since the savepoint; the transaction goes on. Returns QW_OK or an error. */
+QW_MUST_CHECK int qw_txn_savepoint_rollback(struct qw_db *db, struct qw_error *err);
 
 #endif

@@ -93,7 +93,7 @@ typedef void qw_dlt_done_fn(const struct qw_dlt_result *result, void *arg);
  * QW_ERR_IO when libcurl cannot initialise, or QW_ERR_CONFIG when the
  * libcurl found at run time is older than 7.68 (no curl_multi_wakeup).
  */
-int qw_dlt_global_init(void);
+QW_MUST_CHECK int qw_dlt_global_init(void);
 
 /** Releases libcurl's global state; call once at exit after every client is freed. */
 void qw_dlt_global_cleanup(void);
@@ -105,8 +105,8 @@ void qw_dlt_global_cleanup(void);
  * QW_ERR_IO (libcurl refused a setting); `err` (may be NULL) says which.
  * The calling thread becomes the owner.
  */
-int qw_dlt_client_new(struct qw_dlt_client **out, const struct qw_dlt_opts *opts,
-                      struct qw_error *err);
+QW_MUST_CHECK int qw_dlt_client_new(struct qw_dlt_client **out, const struct qw_dlt_opts *opts,
+                                    struct qw_error *err);
 
 /**
  * Frees the client. Transfers still in flight are dropped WITHOUT
@@ -127,8 +127,8 @@ void qw_dlt_client_free(struct qw_dlt_client *c);
  * QW_ERR_IO (libcurl refused). Owner thread only; may be called from
  * inside the callback.
  */
-int qw_dlt_post(struct qw_dlt_client *c, int node, const char *service_id, const void *payload,
-                size_t len, void *user);
+QW_MUST_CHECK int qw_dlt_post(struct qw_dlt_client *c, int node, const char *service_id,
+                              const void *payload, size_t len, void *user);
 
 /**
  * Starts `GET .../batch_statuses?ids=...&wait=wait_s` on node `node` for the `n` batch
@@ -138,8 +138,8 @@ int qw_dlt_post(struct qw_dlt_client *c, int node, const char *service_id, const
  * Returns as qw_dlt_post(); QW_ERR_INVALID also for bad ids or wait_s
  * outside 0..QW_DLT_MAX_WAIT_S.
  */
-int qw_dlt_get_statuses(struct qw_dlt_client *c, int node, const char *service_id,
-                        const char *const *ids, size_t n, int wait_s, void *user);
+QW_MUST_CHECK int qw_dlt_get_statuses(struct qw_dlt_client *c, int node, const char *service_id,
+                                      const char *const *ids, size_t n, int wait_s, void *user);
 
 /**
  * Drives the transfers: makes progress on every one, calls `cb(result,
@@ -158,15 +158,15 @@ int qw_dlt_get_statuses(struct qw_dlt_client *c, int node, const char *service_i
  * Returns the number of callbacks made (>= 0), QW_ERR_INVALID when called
  * from inside a callback, or QW_ERR_IO when libcurl's multi handle failed.
  */
-int qw_dlt_run(struct qw_dlt_client *c, int timeout_ms, int wake_fd, qw_dlt_done_fn *cb,
-               void *cb_arg);
+QW_MUST_CHECK int qw_dlt_run(struct qw_dlt_client *c, int timeout_ms, int wake_fd,
+                             qw_dlt_done_fn *cb, void *cb_arg);
 
 /**
  * Makes a qw_dlt_run() that is waiting (or the next one) return early.
  * The only function that may be called from any thread; the client must
  * stay alive until it returns. Returns QW_OK or QW_ERR_IO.
  */
-int qw_dlt_wakeup(struct qw_dlt_client *c);
+QW_MUST_CHECK int qw_dlt_wakeup(struct qw_dlt_client *c);
 
 /** Number of transfers started and not yet reported. Owner thread only. */
 int qw_dlt_in_flight(const struct qw_dlt_client *c);
@@ -183,6 +183,6 @@ const char *qw_dlt_node_url(const struct qw_dlt_client *c, int node);
  * Transfers the callback starts are not abandoned. Returns the number of
  * callbacks made, or QW_ERR_INVALID when called from inside a callback.
  */
-int qw_dlt_cancel_all(struct qw_dlt_client *c, qw_dlt_done_fn *cb, void *cb_arg);
+QW_MUST_CHECK int qw_dlt_cancel_all(struct qw_dlt_client *c, qw_dlt_done_fn *cb, void *cb_arg);
 
 #endif

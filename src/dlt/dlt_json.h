@@ -8,6 +8,7 @@
 #ifndef QW_DLT_DLT_JSON_H
 #define QW_DLT_DLT_JSON_H
 
+#include "common/err.h"
 #include "dlt/dlt_url.h"
 
 #include <stdbool.h>
@@ -66,8 +67,9 @@ bool qw_dlt_status_type_final(enum qw_dlt_status_type type);
  * reported twice. On error every out[i] is "not reported", counts are
  * zero, and `err` (capacity `err_cap`, may be NULL) says what was wrong.
  */
-int qw_dlt_json_parse_statuses(const char *body, size_t len, const char *const *ids, size_t n,
-                               struct qw_dlt_status *out, struct qw_dlt_status_counts *counts,
-                               char *err, size_t err_cap);
+QW_MUST_CHECK int qw_dlt_json_parse_statuses(const char *body, size_t len, const char *const *ids,
+                                             size_t n, struct qw_dlt_status *out,
+                                             struct qw_dlt_status_counts *counts, char *err,
+                                             size_t err_cap);
 
 #endif

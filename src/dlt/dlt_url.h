@@ -3,6 +3,7 @@
 #define QW_DLT_DLT_URL_H
 
 #include "common/batch.h"
+#include "common/err.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,7 +22,7 @@ struct qw_dlt_service_ref {
  * `[A-Za-z0-9]{5}-[A-Za-z0-9]{5}`, service `[A-Za-z0-9]{4}`, nothing else).
  * `out` may be NULL to validate only. Returns QW_OK or QW_ERR_INVALID.
  */
-int qw_dlt_service_id_parse(const char *service_id, struct qw_dlt_service_ref *out);
+QW_MUST_CHECK int qw_dlt_service_id_parse(const char *service_id, struct qw_dlt_service_ref *out);
 
 /** True when `id` is exactly 128 lower-case hex characters (a batch header_signature). */
 bool qw_dlt_batch_id_valid(const char *id);
@@ -56,7 +57,8 @@ struct qw_dlt_url_list {
  * QW_ERR_INVALID with a static reason in *why (may be NULL; `out` then
  * holds nothing), or QW_ERR_NOMEM.
  */
-int qw_dlt_url_list_parse(const char *list, struct qw_dlt_url_list *out, const char **why);
+QW_MUST_CHECK int qw_dlt_url_list_parse(const char *list, struct qw_dlt_url_list *out,
+                                        const char **why);
 
 /** NULL when qw_dlt_url_list_parse() accepts `list`, else its reason ("must ..."). */
 const char *qw_dlt_url_list_check(const char *list);
@@ -70,7 +72,8 @@ void qw_dlt_url_list_free(struct qw_dlt_url_list *list);
  * when an input is malformed or the URL would not fit; on error `buf`
  * (when cap > 0) holds "".
  */
-int qw_dlt_url_batches(char *buf, size_t cap, const char *base, const char *service_id);
+QW_MUST_CHECK int qw_dlt_url_batches(char *buf, size_t cap, const char *base,
+                                     const char *service_id);
 
 /**
  * Writes `{base}/scabbard/{circuit}/{service}/batch_statuses?ids=a,b&wait=N`
@@ -79,7 +82,8 @@ int qw_dlt_url_batches(char *buf, size_t cap, const char *base, const char *serv
  * Returns QW_OK, or QW_ERR_INVALID when an input is malformed or the URL
  * would not fit; on error `buf` (when cap > 0) holds "".
  */
-int qw_dlt_url_statuses(char *buf, size_t cap, const char *base, const char *service_id,
-                        const char *const *ids, size_t n, int wait_s);
+QW_MUST_CHECK int qw_dlt_url_statuses(char *buf, size_t cap, const char *base,
+                                      const char *service_id, const char *const *ids, size_t n,
+                                      int wait_s);
 
 #endif

@@ -43,8 +43,9 @@ enum qw_batchlist_defect {
  * out of memory (*defect is then QW_BATCHLIST_OK: no verdict). Allocates
  * only temporarily; pure and thread-safe.
  */
-int qw_batchlist_check(const uint8_t *payload, size_t len, const char *batch_id, size_t max_bytes,
-                       enum qw_batchlist_defect *defect, struct qw_error *err);
+QW_MUST_CHECK int qw_batchlist_check(const uint8_t *payload, size_t len, const char *batch_id,
+                                     size_t max_bytes, enum qw_batchlist_defect *defect,
+                                     struct qw_error *err);
 
 /**
  * The number of transactions in the Batches of the BatchList `payload`
@@ -77,6 +78,7 @@ void qw_batchlist_sample_id(uint64_t seed, char out[129]);
  * Returns QW_OK, QW_ERR_INVALID when `batch_id` is not a valid batch id,
  * or QW_ERR_NOMEM. Thread-safe.
  */
-int qw_batchlist_sample(const char *batch_id, uint64_t seed, uint8_t **out, size_t *out_len);
+QW_MUST_CHECK int qw_batchlist_sample(const char *batch_id, uint64_t seed, uint8_t **out,
+                                      size_t *out_len);
 
 #endif

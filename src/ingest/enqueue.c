@@ -17,6 +17,7 @@
 
 #include "common/hex.h"
 #include "db/db.h"
+#include "db/txn.h"
 #include "ingest/batchlist.h"
 #include "ingest/tsv.h"
 #include "ingest/validate.h"
@@ -147,15 +148,6 @@ static int overrides_marks(const struct qw_enqueue_opts *opts)
     return opts->ingest_high >= 0 || opts->ingest_low >= 0;
 }
 
-/* Rolls back after a failure; keeps the first error in `err`. */
-static void rollback(struct qw_db *db)
-{
-    struct qw_error ignored;
-    qw_error_clear(&ignored);
-    if (qw_db_ok(db))
-        qw_db_exec(db, "ROLLBACK", &ignored);
-}
-
 int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const char *service_id,
                    const char *batch_id, const uint8_t *payload, size_t len,
                    enum qw_enqueue_outcome *outcome, struct qw_error *err)
@@ -189,7 +181,7 @@ int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const c
     snprintf(prio, sizeof(prio), "%d", opts->priority);
     const char *params[4] = {service_id, batch_id, hex, prio};
     if (in_txn) {
-        rc = qw_db_exec(db, "BEGIN", err);
+        rc = qw_txn_begin(db, err);
         if (rc == QW_OK)
             rc = set_marks(db, opts, err);
         if (rc != QW_OK)
@@ -197,7 +189,7 @@ int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const c
     }
     rc = qw_db_query_sql(db, SQL_ENQUEUE_ONE, 4, params, &res, err);
     if (rc == QW_OK && in_txn)
-        rc = qw_db_exec(db, "COMMIT", err);
+        rc = qw_txn_commit(db, err);
     if (rc == QW_OK) {
         const char *word = qw_db_res_rows(res) == 1 ? qw_db_res_get(res, 0, 0) : "";
         *outcome = strcmp(word, "duplicate") == 0 ? QW_ENQ_DUPLICATE : QW_ENQ_ENQUEUED;
@@ -208,7 +200,7 @@ out:
         if (rc == QW_ERR_INVALID && strcmp(err ? err->sqlstate : "", "QU413") == 0)
             *outcome = QW_ENQ_TOO_LARGE;
         if (in_txn)
-            rollback(db);
+            qw_txn_rollback(db);
     }
     qw_db_res_free(res);
     free(hex);
@@ -367,9 +359,10 @@ static void doom(struct bulk *b)
         struct qw_error ignored;
         qw_error_clear(&ignored);
         b->copying = 0;
-        qw_db_copy_end(b->db, "load abandoned: invalid input", &ignored);
+        int ended = qw_db_copy_end(b->db, "load abandoned: invalid input", &ignored);
+        (void)ended; /* the rollback below ends the load either way */
     }
-    rollback(b->db);
+    qw_txn_rollback(b->db);
 }
 
 /* Makes room for `need` more bytes of COPY data: sends what is pending, grows the buffer. */
@@ -523,7 +516,7 @@ static int enqueue_staged(struct bulk *b, struct qw_error *err)
 /* Starts the transaction, the staging table and its COPY. */
 static int bulk_start(struct bulk *b, struct qw_error *err)
 {
-    int rc = qw_db_exec(b->db, "BEGIN", err);
+    int rc = qw_txn_begin(b->db, err);
     if (rc == QW_OK)
         rc = set_marks(b->db, b->opts, err);
     if (rc == QW_OK)
@@ -666,9 +659,10 @@ int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *
             if (b.copying) {
                 struct qw_error ignored;
                 qw_error_clear(&ignored);
-                qw_db_copy_end(db, "load abandoned", &ignored);
+                int ended = qw_db_copy_end(db, "load abandoned", &ignored);
+                (void)ended; /* the rollback below ends the load either way */
             }
-            rollback(db);
+            qw_txn_rollback(db);
         }
         goto out;
     }
@@ -676,7 +670,7 @@ int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *
     long refused = report->invalid + report->conflicts + report->backpressure;
     if (!opts->skip_invalid && refused > 0) {
         if (!b.doomed)
-            rollback(db);
+            qw_txn_rollback(db);
         report->enqueued = 0;
         /* "1 invalid line; ...", "2 invalid lines; ..." */
         if (report->invalid > 0)
@@ -695,7 +689,7 @@ int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *
                               report->backpressure, report->backpressure == 1 ? "" : "s");
         goto out;
     }
-    rc = qw_db_exec(db, "COMMIT", err);
+    rc = qw_txn_commit(db, err);
     if (rc == QW_OK) {
         report->committed = 1;
     } else {

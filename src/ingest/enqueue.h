@@ -85,9 +85,10 @@ const char *qw_enqueue_outcome_name(enum qw_enqueue_outcome outcome);
  * QW_ERR_BACKPRESSURE (err->msg says below which backlog enqueues resume),
  * QW_ERR_DB_CONN / QW_ERR_TIMEOUT / QW_ERR_DB; *outcome then says which.
  */
-int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const char *service_id,
-                   const char *batch_id, const uint8_t *payload, size_t len,
-                   enum qw_enqueue_outcome *outcome, struct qw_error *err);
+QW_MUST_CHECK int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts,
+                                 const char *service_id, const char *batch_id,
+                                 const uint8_t *payload, size_t len,
+                                 enum qw_enqueue_outcome *outcome, struct qw_error *err);
 
 /**
  * Loads the TSV stream `in` (read to EOF; not closed) in one transaction,
@@ -104,8 +105,8 @@ int qw_enqueue_one(struct qw_db *db, const struct qw_enqueue_opts *opts, const c
  * QW_ERR_NOMEM, and database errors; QW_ERR_OUTCOME_UNKNOWN when the
  * connection was lost during COMMIT (re-run the load: it is idempotent).
  */
-int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *in,
-                    qw_enqueue_issue_fn on_issue, void *ctx, struct qw_enqueue_report *report,
-                    struct qw_error *err);
+QW_MUST_CHECK int qw_enqueue_bulk(struct qw_db *db, const struct qw_enqueue_opts *opts, FILE *in,
+                                  qw_enqueue_issue_fn on_issue, void *ctx,
+                                  struct qw_enqueue_report *report, struct qw_error *err);
 
 #endif

@@ -48,7 +48,8 @@ struct qw_tsv_record {
  * QW_PRIORITY_MAX) of `len` bytes. Returns QW_OK or QW_ERR_INVALID with
  * the reason in `err` (may be NULL).
  */
-int qw_tsv_parse_priority(const char *text, size_t len, int *out, struct qw_error *err);
+QW_MUST_CHECK int qw_tsv_parse_priority(const char *text, size_t len, int *out,
+                                        struct qw_error *err);
 
 /**
  * Parses the `len` bytes of `line` (with or without its "\n" or "\r\n";
@@ -58,8 +59,8 @@ int qw_tsv_parse_priority(const char *text, size_t len, int *out, struct qw_erro
  * longer than `max_payload_bytes` is rejected here, before decoding.
  * Does not modify or keep `line`. Pure and thread-safe.
  */
-int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes, struct qw_tsv_record *rec,
-                 struct qw_error *err);
+QW_MUST_CHECK int qw_tsv_parse(const char *line, size_t len, size_t max_payload_bytes,
+                               struct qw_tsv_record *rec, struct qw_error *err);
 
 /**
  * Decodes rec->payload_hex into `out` (capacity `cap` >= payload_hex_len/2)

@@ -23,7 +23,7 @@
  * `err->msg` naming the first defect and its 1-based character position.
  * Pure and thread-safe; `err` may be NULL.
  */
-int qw_validate_service_id(const char *s, size_t len, struct qw_error *err);
+QW_MUST_CHECK int qw_validate_service_id(const char *s, size_t len, struct qw_error *err);
 
 /**
  * Checks that the `len` bytes at `s` form a batch_id (128 lower-case hex
@@ -31,7 +31,7 @@ int qw_validate_service_id(const char *s, size_t len, struct qw_error *err);
  * defect (length, or the first bad character and its position; upper-case
  * hex is called out as such). Pure and thread-safe; `err` may be NULL.
  */
-int qw_validate_batch_id(const char *s, size_t len, struct qw_error *err);
+QW_MUST_CHECK int qw_validate_batch_id(const char *s, size_t len, struct qw_error *err);
 
 /**
  * Renders up to `len` bytes of untrusted `s` for a message: printable ASCII

@@ -71,7 +71,8 @@ static void apply_key(void *ctx, const char *section, const char *name, enum qw_
     int rc = QW_OK;
     if (strcmp(full, "log.level") == 0) {
         enum qw_log_level level = QW_LOG_INFO;
-        qw_log_level_parse(str, &level);
+        if (qw_log_level_parse(str, &level) != QW_OK)
+            level = QW_LOG_INFO; /* config.c accepts only the four names */
         qw_log_set_level(level);
     } else if (strcmp(full, "admin.listen") == 0) {
         rc = restart_admin(r->w, str);

@@ -166,7 +166,8 @@ int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *re
     }
     make_instance_id(cfg, w->instance_id, sizeof(w->instance_id));
     enum qw_log_level level = QW_LOG_INFO;
-    qw_log_level_parse(cfg->log_level, &level);
+    if (qw_log_level_parse(cfg->log_level, &level) != QW_OK)
+        level = QW_LOG_INFO; /* config.c accepts only the four names */
     qw_log_init(level, w->instance_id);
     qw_log_set_thread("queuer");
 

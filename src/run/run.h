@@ -47,7 +47,7 @@ struct qw_worker_reload {
  * shuts down as described above. `reload` (copied; may be NULL) says how
  * SIGHUP re-reads the configuration. Returns QW_OK after a clean stop.
  */
-int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *reload,
-                  struct qw_error *err);
+QW_MUST_CHECK int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *reload,
+                                struct qw_error *err);
 
 #endif

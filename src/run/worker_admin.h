@@ -27,9 +27,9 @@ struct qw_worker_admin;
  * Call from the thread that starts the worker, before other threads read
  * `out`.
  */
-int qw_worker_admin_start(const struct qw_config *cfg, struct qw_worker *w,
-                          struct qw_ops_stats *ops, struct qw_worker_admin **out,
-                          struct qw_error *err);
+QW_MUST_CHECK int qw_worker_admin_start(const struct qw_config *cfg, struct qw_worker *w,
+                                        struct qw_ops_stats *ops, struct qw_worker_admin **out,
+                                        struct qw_error *err);
 
 /** Stops the server and frees it; NULL is ignored. */
 void qw_worker_admin_stop(struct qw_worker_admin *a);

@@ -37,7 +37,7 @@ struct qw_handoff;
  * is NULL and `err` says why: QW_ERR_INVALID (capacity 0), QW_ERR_NOMEM,
  * or QW_ERR_IO (eventfd or pthread setup failed).
  */
-int qw_handoff_create(struct qw_handoff **out, size_t capacity, struct qw_error *err);
+QW_MUST_CHECK int qw_handoff_create(struct qw_handoff **out, size_t capacity, struct qw_error *err);
 
 /**
  * Frees the queue. No thread may use it any more. Items still queued are
@@ -52,7 +52,7 @@ void qw_handoff_destroy(struct qw_handoff *h, void (*free_item)(void *item));
  * full, or QW_ERR_SHUTDOWN after close(); in both failure cases the caller
  * keeps the item. Thread-safe.
  */
-int qw_handoff_push(struct qw_handoff *h, void *item);
+QW_MUST_CHECK int qw_handoff_push(struct qw_handoff *h, void *item);
 
 /**
  * Removes the oldest item into *item, waiting up to `timeout_ms` for one
@@ -61,7 +61,7 @@ int qw_handoff_push(struct qw_handoff *h, void *item);
  * arrived in time, or QW_ERR_SHUTDOWN when the queue is closed and empty.
  * Thread-safe.
  */
-int qw_handoff_pop(struct qw_handoff *h, int timeout_ms, void **item);
+QW_MUST_CHECK int qw_handoff_pop(struct qw_handoff *h, int timeout_ms, void **item);
 
 /**
  * Closes the queue: later pushes fail with QW_ERR_SHUTDOWN, waiting pops

@@ -14,6 +14,7 @@
 #define QW_SHARED_JOB_H
 
 #include "common/batch.h"
+#include "common/err.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -69,7 +70,7 @@ struct qw_job {
  * hex digits), replacing any previous payload. Returns QW_OK, or
  * QW_ERR_INVALID / QW_ERR_NOMEM (the job then has no payload).
  */
-int qw_job_set_payload_hex(struct qw_job *job, const char *bytea_text);
+QW_MUST_CHECK int qw_job_set_payload_hex(struct qw_job *job, const char *bytea_text);
 
 /** A zeroed job with its drain flag (clear); NULL when out of memory. */
 struct qw_job *qw_job_new(void);

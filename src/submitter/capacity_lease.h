@@ -87,9 +87,9 @@ void qw_capacity_lease_free(struct qw_capacity_lease *l);
  * its old deadline, so nothing is used beyond a lease that was not renewed.
  * Returns QW_OK or the failure (detail in `err`).
  */
-int qw_capacity_lease_step(struct qw_capacity_lease *l, struct qw_db *db,
-                           const struct qw_txn_policy *policy, int64_t target,
-                           struct qw_capacity_gate *gate, struct qw_error *err);
+QW_MUST_CHECK int qw_capacity_lease_step(struct qw_capacity_lease *l, struct qw_db *db,
+                                         const struct qw_txn_policy *policy, int64_t target,
+                                         struct qw_capacity_gate *gate, struct qw_error *err);
 
 /** Held totals of the last step, for metrics: units in flight and per second, partitions. */
 void qw_capacity_lease_totals(const struct qw_capacity_lease *l, int64_t *in_flight,
@@ -99,7 +99,7 @@ void qw_capacity_lease_totals(const struct qw_capacity_lease *l, int64_t *in_fli
  * A stopping worker gives back every partition it holds and stops counting
  * as live (one statement). *released (may be NULL) gets how many.
  */
-int qw_capacity_lease_release_all(struct qw_db *db, const char *instance_id, int *released,
-                                  struct qw_error *err);
+QW_MUST_CHECK int qw_capacity_lease_release_all(struct qw_db *db, const char *instance_id,
+                                                int *released, struct qw_error *err);
 
 #endif

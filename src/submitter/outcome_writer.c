@@ -1,6 +1,7 @@
 /* The grouped, fenced outcome write; see outcome_writer.h. */
 #include "submitter/outcome_writer.h"
 
+#include "db/txn.h"
 #include "dlt/dlt_text.h"
 
 #include <stdio.h>
@@ -154,19 +155,19 @@ static int write_isolated(struct qw_outcome_writer *w, struct qw_db *db, const c
     if (!w->isolated)
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
     w->n_isolated = n;
-    int rc = qw_db_exec(db, "BEGIN", err);
+    int rc = qw_txn_begin(db, err);
     for (size_t i = 0; rc == QW_OK && i < n; i++) {
         struct qw_outcome_item *item = &items[i];
         for (int form = 0; rc == QW_OK && form < 2; form++) {
             struct qw_error why;
             qw_error_clear(&why);
-            rc = qw_db_exec(db, "SAVEPOINT outcome", err);
+            rc = qw_txn_savepoint(db, err);
             if (rc != QW_OK)
                 break;
             int q = send(w, db, instance_id, item, 1, &w->isolated[i], &why);
             if (q == QW_OK) {
                 collect(w->isolated[i], item, 1);
-                rc = qw_db_exec(db, "RELEASE SAVEPOINT outcome", err);
+                rc = qw_txn_savepoint_release(db, err);
                 break;
             }
             if (transient(q)) {
@@ -174,7 +175,7 @@ static int write_isolated(struct qw_outcome_writer *w, struct qw_db *db, const c
                 rc = q;
                 break;
             }
-            rc = qw_db_exec(db, "ROLLBACK TO SAVEPOINT outcome", err);
+            rc = qw_txn_savepoint_rollback(db, err);
             if (form == 0) {
                 item->isolated = true;
                 snprintf(item->sqlstate, sizeof(item->sqlstate), "%s", why.sqlstate);
@@ -185,12 +186,9 @@ static int write_isolated(struct qw_outcome_writer *w, struct qw_db *db, const c
         }
     }
     if (rc == QW_OK)
-        rc = qw_db_exec(db, "COMMIT", err);
-    if (rc != QW_OK) {
-        struct qw_error ignored;
-        if (qw_db_ok(db))
-            (void)qw_db_exec(db, "ROLLBACK", &ignored);
-    }
+        rc = qw_txn_commit(db, err);
+    if (rc != QW_OK)
+        qw_txn_rollback(db);
     return rc;
 }
 

@@ -176,7 +176,8 @@ static void submitter_loop(struct submitter *s)
         int64_t t = now_ms();
         if (s->stopping && (s->posting == 0 || t >= s->grace_deadline_ms)) {
             /* POSTs are done (or out of time): abandon polls, record, hand back. */
-            qw_dlt_cancel_all(s->dlt, qw_submitter_on_transfer_done, s);
+            if (qw_dlt_cancel_all(s->dlt, qw_submitter_on_transfer_done, s) < 0)
+                qw_log_error("submitter.cancel_failed", "posting=%d", s->posting);
             qw_submitter_sweep_ready(s, t);
             run_timers(s, t);
             struct qw_job *job;

@@ -16,6 +16,6 @@
  * starts the thread. On failure nothing is started and `err` says why.
  * The thread ends after `w->jobs` is closed and every job was handed back.
  */
-int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *err);
+QW_MUST_CHECK int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *err);
 
 #endif
