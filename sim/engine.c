@@ -3,6 +3,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "history.h"
 #include "render.h"
 #include "simclock.h"
 
@@ -19,21 +20,35 @@ struct svc_waiters {
     struct svc_waiters *next_dirty; /* next in the engine's dirty list */
 };
 
+/* A commit on its way to the nodes that did not take the batch. */
+struct propagation {
+    int64_t due_us;             /* when the other nodes learn it */
+    struct qw_sim_service *svc; /* its service (lives as long as the ledger) */
+    int origin;                 /* the node that took it (knows already) */
+    enum qw_sim_status status;  /* Committed or Invalid */
+    char *id;                   /* batch id, malloc'd */
+};
+
 struct qw_sim_engine {
-    pthread_mutex_t mu;            /* guards everything below */
-    pthread_cond_t tick;           /* wakes the ticker (CLOCK_MONOTONIC) */
-    pthread_t ticker;              /* the ticker thread */
-    bool ticker_started;           /* `ticker` must be joined */
-    bool stop_ticker;              /* ticker exits */
-    bool shutting_down;            /* waits wake at once */
-    int64_t ticker_due_us;         /* when the ticker next wakes by itself */
-    struct qw_sim_ledger *ledger;  /* the state machine */
-    struct qw_sim_evlog *log;      /* borrowed, may be NULL */
-    struct qw_sim_stats *stats;    /* borrowed */
-    struct qw_sim_waiter **timers; /* min-heap of armed waiters on deadline */
-    size_t n_timers;               /* entries in `timers` */
-    size_t cap_timers;             /* allocated entries */
-    struct svc_waiters *dirty;     /* services whose long polls need a check */
+    pthread_mutex_t mu;              /* guards everything below */
+    struct qw_sim_engine_config cfg; /* copy */
+    struct qw_sim_history **hist;    /* per_node: one history per node */
+    struct propagation *props;       /* min-heap on due_us */
+    size_t n_props;                  /* entries in props */
+    size_t cap_props;                /* allocated entries */
+    pthread_cond_t tick;             /* wakes the ticker (CLOCK_MONOTONIC) */
+    pthread_t ticker;                /* the ticker thread */
+    bool ticker_started;             /* `ticker` must be joined */
+    bool stop_ticker;                /* ticker exits */
+    bool shutting_down;              /* waits wake at once */
+    int64_t ticker_due_us;           /* when the ticker next wakes by itself */
+    struct qw_sim_ledger *ledger;    /* the state machine */
+    struct qw_sim_evlog *log;        /* borrowed, may be NULL */
+    struct qw_sim_stats *stats;      /* borrowed */
+    struct qw_sim_waiter **timers;   /* min-heap of armed waiters on deadline */
+    size_t n_timers;                 /* entries in `timers` */
+    size_t cap_timers;               /* allocated entries */
+    struct svc_waiters *dirty;       /* services whose long polls need a check */
 };
 
 /* ---- deadline heap ----------------------------------------------------- */
@@ -93,6 +108,87 @@ static void timers_remove(struct qw_sim_engine *e, struct qw_sim_waiter *w)
     }
 }
 
+/* ---- propagation heap (mutex held) ------------------------------------ */
+
+static void props_swap(struct qw_sim_engine *e, size_t a, size_t b)
+{
+    struct propagation t = e->props[a];
+    e->props[a] = e->props[b];
+    e->props[b] = t;
+}
+
+static void props_push(struct qw_sim_engine *e, const struct propagation *p)
+{
+    if (e->n_props == e->cap_props) {
+        size_t cap = e->cap_props ? e->cap_props * 2 : 256;
+        struct propagation *n = realloc(e->props, cap * sizeof(*n));
+        if (!n) {
+            free(p->id); /* out of memory: the other nodes never learn this one */
+            return;
+        }
+        e->props = n;
+        e->cap_props = cap;
+    }
+    size_t i = e->n_props++;
+    e->props[i] = *p;
+    while (i > 0 && e->props[i].due_us < e->props[(i - 1) / 2].due_us) {
+        props_swap(e, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+static void props_pop(struct qw_sim_engine *e)
+{
+    free(e->props[0].id);
+    e->props[0] = e->props[--e->n_props];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= e->n_props)
+            break;
+        if (c + 1 < e->n_props && e->props[c + 1].due_us < e->props[c].due_us)
+            c++;
+        if (e->props[c].due_us >= e->props[i].due_us)
+            break;
+        props_swap(e, c, i);
+        i = c;
+    }
+}
+
+static void props_clear(struct qw_sim_engine *e)
+{
+    for (size_t i = 0; i < e->n_props; i++)
+        free(e->props[i].id);
+    e->n_props = 0;
+}
+
+/* What node `node` answers for `id` of `svc` (NULL = a service nobody posted to). */
+static void view(const struct qw_sim_engine *e, int node, const struct qw_sim_service *svc,
+                 const char *id, struct qw_sim_status_view *v)
+{
+    qw_sim_ledger_peek(e->ledger, svc, id, v);
+    if (e->cfg.per_node) {
+        int64_t changed = 0;
+        enum qw_sim_status st =
+            svc ? qw_sim_history_get(e->hist[node], svc->index, id, &changed) : QW_SIM_UNKNOWN;
+        if (st != v->status || st == QW_SIM_UNKNOWN) {
+            const char *txn = v->txn_id, *message = v->message;
+            memset(v, 0, sizeof(*v));
+            v->status = st;
+            v->changed_us = changed;
+            if (st == QW_SIM_INVALID) {
+                v->txn_id = txn ? txn : id;
+                v->message = message ? message : "invalid";
+            }
+        } else {
+            v->changed_us = changed;
+        }
+        v->settled = st != QW_SIM_PENDING && st != QW_SIM_VALID;
+    }
+    if (v->status == QW_SIM_UNKNOWN)
+        v->settled = e->cfg.unknown_settles;
+}
+
 /* ---- waiters (mutex held) ---------------------------------------------- */
 
 static void unlink_waiter(struct qw_sim_engine *e, struct qw_sim_waiter *w)
@@ -124,32 +220,82 @@ static bool waiter_ready(const struct qw_sim_engine *e, const struct qw_sim_wait
 {
     for (size_t i = 0; i < w->n_ids; i++) {
         struct qw_sim_status_view v;
-        qw_sim_ledger_peek(e->ledger, w->svc, w->ids[i], &v);
+        view(e, w->node, w->svc, w->ids[i], &v);
         if (!v.settled)
             return false;
     }
     return true;
 }
 
-static void check_service(struct qw_sim_engine *e, struct svc_waiters *sw)
+/* The first look of a long poll armed at `start_us` at or after `t_us` (scabbard's handler
+ * looks every wait_poll_us from the request on). */
+static int64_t next_look(const struct qw_sim_engine *e, int64_t start_us, int64_t t_us)
+{
+    int64_t p = e->cfg.wait_poll_us;
+    if (p <= 0 || t_us <= start_us)
+        return t_us;
+    return start_us + (t_us - start_us + p - 1) / p * p;
+}
+
+static void check_service(struct qw_sim_engine *e, struct svc_waiters *sw, int64_t now_us)
 {
     struct qw_sim_waiter *w = sw->head;
     while (w) {
         struct qw_sim_waiter *next = w->svc_next;
-        if (waiter_ready(e, w))
-            wake_waiter(e, w, QW_SIM_WAKE_READY);
+        if (waiter_ready(e, w)) {
+            int64_t look = next_look(e, w->start_us, now_us);
+            if (look <= now_us) {
+                wake_waiter(e, w, QW_SIM_WAKE_READY);
+            } else if (look < w->deadline_us) {
+                w->deadline_us = look; /* answered at its next look */
+                timers_fix(e, w->heap_pos);
+            }
+        }
         w = next;
     }
 }
 
-static void check_dirty(struct qw_sim_engine *e)
+static void check_dirty(struct qw_sim_engine *e, int64_t now_us)
 {
     while (e->dirty) {
         struct svc_waiters *sw = e->dirty;
         e->dirty = sw->next_dirty;
         sw->dirty = false;
         sw->next_dirty = NULL;
-        check_service(e, sw);
+        check_service(e, sw, now_us);
+    }
+}
+
+/* Marks the long polls of `svc` for a check. */
+static void mark_dirty(struct qw_sim_engine *e, const struct qw_sim_service *svc)
+{
+    struct svc_waiters *sw = svc->user;
+    if (sw && sw->head && !sw->dirty) {
+        sw->dirty = true;
+        sw->next_dirty = e->dirty;
+        e->dirty = sw;
+    }
+}
+
+/* Records in node `node`'s history; a failed allocation leaves the node not knowing. */
+static void hist_put(struct qw_sim_engine *e, int node, const struct qw_sim_service *svc,
+                     const char *id, enum qw_sim_status status, int64_t at_us)
+{
+    if (qw_sim_history_put(e->hist[node], svc->index, id, status, at_us) != QW_OK)
+        qw_log_warn("sim.history.no_memory", "node=%d service=%s", node, svc->key);
+}
+
+/* The other nodes learn the commits whose propagation is due. */
+static void propagate(struct qw_sim_engine *e, int64_t now_us)
+{
+    while (e->n_props > 0 && e->props[0].due_us <= now_us) {
+        const struct propagation *p = &e->props[0];
+        for (size_t n = 0; n < e->cfg.nodes; n++) {
+            if ((int)n != p->origin)
+                hist_put(e, (int)n, p->svc, p->id, p->status, p->due_us);
+        }
+        mark_dirty(e, p->svc);
+        props_pop(e);
     }
 }
 
@@ -159,12 +305,21 @@ static void expire_timers(struct qw_sim_engine *e, int64_t now_us)
         wake_waiter(e, e->timers[0], QW_SIM_WAKE_TIMEOUT);
 }
 
-/* Wakes the ticker if something is now due before it would wake. */
-static void kick(struct qw_sim_engine *e)
+/* The earliest of the next status change, propagation and waiter deadline. */
+static int64_t next_due(const struct qw_sim_engine *e)
 {
     int64_t due = qw_sim_ledger_next_due_us(e->ledger);
     if (e->n_timers > 0 && e->timers[0]->deadline_us < due)
         due = e->timers[0]->deadline_us;
+    if (e->n_props > 0 && e->props[0].due_us < due)
+        due = e->props[0].due_us;
+    return due;
+}
+
+/* Wakes the ticker if something is now due before it would wake. */
+static void kick(struct qw_sim_engine *e)
+{
+    int64_t due = next_due(e);
     if (due < e->ticker_due_us) {
         e->ticker_due_us = due;
         pthread_cond_signal(&e->tick);
@@ -172,20 +327,28 @@ static void kick(struct qw_sim_engine *e)
 }
 
 /* Ledger change callback (mutex held). */
-static void on_change(void *ctx, const struct qw_sim_service *svc, const char *batch_id,
+static void on_change(void *ctx, const struct qw_sim_service *svc, const char *batch_id, int origin,
                       enum qw_sim_status from, enum qw_sim_status to, int64_t at_us)
 {
     struct qw_sim_engine *e = ctx;
+    bool final = to == QW_SIM_COMMITTED || to == QW_SIM_INVALID;
     if (to == QW_SIM_COMMITTED)
         atomic_fetch_add(&e->stats->committed, 1);
     else if (to == QW_SIM_INVALID)
         atomic_fetch_add(&e->stats->invalid, 1);
-    struct svc_waiters *sw = svc->user;
-    if (sw && sw->head && !sw->dirty) {
-        sw->dirty = true;
-        sw->next_dirty = e->dirty;
-        e->dirty = sw;
+    if (e->cfg.per_node) {
+        hist_put(e, origin, svc, batch_id, to, at_us);
+        if (final && e->cfg.nodes > 1) {
+            struct propagation p = {.due_us = at_us + e->cfg.propagation_us,
+                                    .svc = (struct qw_sim_service *)svc,
+                                    .origin = origin,
+                                    .status = to,
+                                    .id = strdup(batch_id)};
+            if (p.id)
+                props_push(e, &p);
+        }
     }
+    mark_dirty(e, svc);
     if (qw_sim_evlog_enabled(e->log)) {
         struct qw_sim_event ev;
         qw_sim_event_begin(&ev, "status");
@@ -198,11 +361,12 @@ static void on_change(void *ctx, const struct qw_sim_service *svc, const char *b
     }
 }
 
-/* Advances the ledger to now and wakes long polls that became ready. */
+/* Advances the ledger and the propagation to now and wakes long polls that became ready. */
 static void advance(struct qw_sim_engine *e, int64_t now_us)
 {
-    if (qw_sim_ledger_advance(e->ledger, now_us) > 0)
-        check_dirty(e);
+    qw_sim_ledger_advance(e->ledger, now_us);
+    propagate(e, now_us);
+    check_dirty(e, now_us);
 }
 
 /* ---- ticker ------------------------------------------------------------ */
@@ -216,9 +380,7 @@ static void *ticker_main(void *arg)
         int64_t now = qw_sim_clock_now_us();
         advance(e, now);
         expire_timers(e, now);
-        int64_t due = qw_sim_ledger_next_due_us(e->ledger);
-        if (e->n_timers > 0 && e->timers[0]->deadline_us < due)
-            due = e->timers[0]->deadline_us;
+        int64_t due = next_due(e);
         /* Wake at least once a second even when idle; costs nothing and
          * bounds the effect of any missed signal. */
         if (due > now + 1000000)
@@ -235,18 +397,36 @@ static void *ticker_main(void *arg)
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-int qw_sim_engine_start(const struct qw_sim_ledger_config *cfg, struct qw_sim_evlog *log,
+int qw_sim_engine_start(const struct qw_sim_engine_config *cfg, struct qw_sim_evlog *log,
                         struct qw_sim_stats *stats, struct qw_sim_engine **out)
 {
     *out = NULL;
+    if (cfg->nodes < 1)
+        return QW_ERR_INVALID;
     struct qw_sim_engine *e = calloc(1, sizeof(*e));
     if (!e)
         return QW_ERR_NOMEM;
+    e->cfg = *cfg;
     e->log = log;
     e->stats = stats;
     e->ticker_due_us = INT64_MAX;
-    int rc = qw_sim_ledger_new(cfg, on_change, e, &e->ledger);
+    struct qw_sim_ledger_config lc = cfg->ledger;
+    int rc = QW_OK;
+    if (cfg->per_node) {
+        /* The ledger keeps every final status (duplicates are recognised as
+         * long as the ledger lives); what a node can tell is its history's. */
+        lc.status_memory = 0;
+        e->hist = calloc(cfg->nodes, sizeof(*e->hist));
+        rc = e->hist ? QW_OK : QW_ERR_NOMEM;
+        for (size_t i = 0; rc == QW_OK && i < cfg->nodes; i++)
+            rc = qw_sim_history_new(cfg->ledger.status_memory, &e->hist[i]);
+    }
+    if (rc == QW_OK)
+        rc = qw_sim_ledger_new(&lc, on_change, e, &e->ledger);
     if (rc != QW_OK) {
+        for (size_t i = 0; e->hist && i < cfg->nodes; i++)
+            qw_sim_history_free(e->hist[i]);
+        free(e->hist);
         free(e);
         return rc;
     }
@@ -301,6 +481,11 @@ void qw_sim_engine_free(struct qw_sim_engine *e)
     }
     qw_sim_ledger_foreach_service(e->ledger, free_service_ext, NULL);
     qw_sim_ledger_free(e->ledger);
+    for (size_t i = 0; e->hist && i < e->cfg.nodes; i++)
+        qw_sim_history_free(e->hist[i]);
+    free(e->hist);
+    props_clear(e);
+    free(e->props);
     free(e->timers);
     pthread_cond_destroy(&e->tick);
     pthread_mutex_destroy(&e->mu);
@@ -325,8 +510,8 @@ static const char *refusal_name(enum qw_sim_accept_result r)
     return NULL;
 }
 
-static void post_line(struct qw_sim_engine *e, const char *service_key, const char *batch, int code,
-                      const char *fate, const bool *dup, const bool *accepted,
+static void post_line(struct qw_sim_engine *e, int node, const char *service_key, const char *batch,
+                      int code, const char *fate, const bool *dup, const bool *accepted,
                       const struct qw_sim_post_note *note, const char *refused)
 {
     struct qw_sim_event ev;
@@ -348,10 +533,11 @@ static void post_line(struct qw_sim_engine *e, const char *service_key, const ch
         qw_sim_event_int(&ev, "slow_ms", note->slow_ms);
     if (refused)
         qw_sim_event_str(&ev, "refused", refused);
+    qw_sim_event_int(&ev, "node", node);
     qw_sim_evlog_emit(e->log, &ev);
 }
 
-int qw_sim_engine_submit(struct qw_sim_engine *e, const char *service_key,
+int qw_sim_engine_submit(struct qw_sim_engine *e, int node, const char *service_key,
                          const struct qw_sim_submission *subs, size_t n,
                          const struct qw_sim_post_note *note, enum qw_sim_accept_result *result)
 {
@@ -365,7 +551,7 @@ int qw_sim_engine_submit(struct qw_sim_engine *e, const char *service_key,
     int rc = QW_ERR_NOMEM;
     struct qw_sim_service *svc = qw_sim_ledger_service(e->ledger, service_key, true);
     if (svc)
-        rc = qw_sim_ledger_accept(e->ledger, svc, subs, n, now, dup, result);
+        rc = qw_sim_ledger_accept(e->ledger, svc, subs, n, now, node, dup, result);
     if (rc == QW_OK) {
         bool accepted = *result == QW_SIM_ACCEPTED;
         if (!accepted)
@@ -378,12 +564,22 @@ int qw_sim_engine_submit(struct qw_sim_engine *e, const char *service_key,
             } else if (accepted) {
                 atomic_fetch_add(&e->stats->accepted, 1);
             }
+            if (accepted && e->cfg.per_node) {
+                /* The node records what it is given (a duplicate: as the
+                 * ledger has it now). */
+                struct qw_sim_status_view v;
+                qw_sim_ledger_peek(e->ledger, svc, subs[i].batch_id, &v);
+                hist_put(e, node, svc, subs[i].batch_id,
+                         v.status == QW_SIM_UNKNOWN ? QW_SIM_PENDING : v.status, now);
+                mark_dirty(e, svc);
+            }
             if (qw_sim_evlog_enabled(e->log)) {
                 const char *fate = note ? note->fate : NULL;
-                post_line(e, service_key, subs[i].batch_id, accepted ? 202 : 429, fate, &dup[i],
-                          fate ? &accepted : NULL, note, refusal_name(*result));
+                post_line(e, node, service_key, subs[i].batch_id, accepted ? 202 : 429, fate,
+                          &dup[i], fate ? &accepted : NULL, note, refusal_name(*result));
             }
         }
+        check_dirty(e, now);
         kick(e);
     }
     pthread_mutex_unlock(&e->mu);
@@ -392,7 +588,7 @@ int qw_sim_engine_submit(struct qw_sim_engine *e, const char *service_key,
     return rc;
 }
 
-void qw_sim_engine_log_post(struct qw_sim_engine *e, const char *service_key,
+void qw_sim_engine_log_post(struct qw_sim_engine *e, int node, const char *service_key,
                             const struct qw_sim_submission *subs, size_t n, int code,
                             const char *fate, const struct qw_sim_post_note *note)
 {
@@ -400,13 +596,14 @@ void qw_sim_engine_log_post(struct qw_sim_engine *e, const char *service_key,
         return;
     bool not_accepted = false;
     if (n == 0)
-        post_line(e, service_key, NULL, code, fate, NULL, fate ? &not_accepted : NULL, note, NULL);
+        post_line(e, node, service_key, NULL, code, fate, NULL, fate ? &not_accepted : NULL, note,
+                  NULL);
     for (size_t i = 0; i < n; i++)
-        post_line(e, service_key, subs[i].batch_id, code, fate, NULL, fate ? &not_accepted : NULL,
-                  note, NULL);
+        post_line(e, node, service_key, subs[i].batch_id, code, fate, NULL,
+                  fate ? &not_accepted : NULL, note, NULL);
 }
 
-char *qw_sim_engine_render_statuses(struct qw_sim_engine *e, const char *service_key,
+char *qw_sim_engine_render_statuses(struct qw_sim_engine *e, int node, const char *service_key,
                                     const char *const *ids, size_t n, bool *settled)
 {
     struct qw_sim_status_view small[16];
@@ -419,7 +616,7 @@ char *qw_sim_engine_render_statuses(struct qw_sim_engine *e, const char *service
     struct qw_sim_service *svc = qw_sim_ledger_service(e->ledger, service_key, false);
     *settled = true;
     for (size_t i = 0; i < n; i++) {
-        qw_sim_ledger_peek(e->ledger, svc, ids[i], &views[i]);
+        view(e, node, svc, ids[i], &views[i]);
         *settled = *settled && views[i].settled;
     }
     char *body = qw_sim_render_statuses(ids, views, n, now);
@@ -429,8 +626,8 @@ char *qw_sim_engine_render_statuses(struct qw_sim_engine *e, const char *service
     return body;
 }
 
-void qw_sim_engine_log_get(struct qw_sim_engine *e, const char *service_key, size_t n_ids, int code,
-                           const char *fate, int64_t waited_ms)
+void qw_sim_engine_log_get(struct qw_sim_engine *e, int node, const char *service_key, size_t n_ids,
+                           int code, const char *fate, int64_t waited_ms)
 {
     if (!qw_sim_evlog_enabled(e->log))
         return;
@@ -444,6 +641,7 @@ void qw_sim_engine_log_get(struct qw_sim_engine *e, const char *service_key, siz
         qw_sim_event_int(&ev, "code", code);
     if (waited_ms > 0)
         qw_sim_event_int(&ev, "waited_ms", waited_ms);
+    qw_sim_event_int(&ev, "node", node);
     qw_sim_evlog_emit(e->log, &ev);
 }
 
@@ -455,9 +653,12 @@ void qw_sim_engine_wait(struct qw_sim_engine *e, struct qw_sim_waiter *w)
     pthread_mutex_lock(&e->mu);
     int64_t now = qw_sim_clock_now_us();
     advance(e, now);
+    w->start_us = now;
     enum qw_sim_wake_reason at_once = QW_SIM_WAKE_NONE;
     if (e->shutting_down)
         at_once = QW_SIM_WAKE_SHUTDOWN;
+    if (w->n_ids > 0 && w->deadline_us != INT64_MAX)
+        w->deadline_us = next_look(e, now, w->deadline_us); /* it ends at a look */
     if (!at_once && w->n_ids > 0) {
         w->svc = qw_sim_ledger_service(e->ledger, w->service_key, true);
         if (!w->svc || waiter_ready(e, w))
@@ -527,6 +728,9 @@ void qw_sim_engine_restart(struct qw_sim_engine *e, const char *why)
     int64_t now = qw_sim_clock_now_us();
     advance(e, now);
     qw_sim_ledger_restart(e->ledger, now);
+    for (size_t i = 0; e->hist && i < e->cfg.nodes; i++)
+        qw_sim_history_clear(e->hist[i]);
+    props_clear(e);
     atomic_fetch_add(&e->stats->restarts, 1);
     if (qw_sim_evlog_enabled(e->log)) {
         struct qw_sim_event ev;
@@ -538,6 +742,31 @@ void qw_sim_engine_restart(struct qw_sim_engine *e, const char *why)
     qw_sim_ledger_foreach_service(e->ledger, wake_service_polls, e);
     pthread_mutex_unlock(&e->mu);
     qw_log_info("sim.restart", "why=%s", why);
+}
+
+void qw_sim_engine_restart_node(struct qw_sim_engine *e, int node)
+{
+    if (!e->cfg.per_node) {
+        qw_sim_engine_restart(e, "node");
+        return;
+    }
+    pthread_mutex_lock(&e->mu);
+    int64_t now = qw_sim_clock_now_us();
+    advance(e, now);
+    qw_sim_history_clear(e->hist[node]);
+    size_t dropped = qw_sim_ledger_drop_origin(e->ledger, node, now);
+    atomic_fetch_add(&e->stats->restarts, 1);
+    if (qw_sim_evlog_enabled(e->log)) {
+        struct qw_sim_event ev;
+        qw_sim_event_begin(&ev, "restart");
+        qw_sim_event_str(&ev, "why", "node");
+        qw_sim_event_int(&ev, "node", node);
+        qw_sim_event_int(&ev, "dropped", (long long)dropped);
+        qw_sim_evlog_emit(e->log, &ev);
+    }
+    kick(e);
+    pthread_mutex_unlock(&e->mu);
+    qw_log_info("sim.node.restart", "node=%d queued_batches_lost=%zu", node, dropped);
 }
 
 void qw_sim_engine_set_paused(struct qw_sim_engine *e, bool paused)

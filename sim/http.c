@@ -3,7 +3,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "nodes.h"
+#include "node.h"
 #include "payload.h"
 #include "render.h"
 #include "routes.h"
@@ -22,19 +22,19 @@
 #define BODY_MAX (8u * 1024 * 1024)
 
 struct qw_sim_http {
-    struct MHD_Daemon *daemon;         /* the server */
-    struct qw_sim_engine *engine;      /* borrowed */
-    struct qw_sim_stats *stats;        /* borrowed */
-    char *token;                       /* required bearer token, NULL = none */
-    int64_t hang_max_us;               /* how long a hung request is held */
-    pthread_mutex_t fault_mu;          /* guards the four fields below */
-    struct qw_sim_fault_config faults; /* current fault settings */
-    struct qw_sim_prng prng;           /* fault decisions */
-    uint64_t seed;                     /* last seed */
-    int64_t faults_since_us;           /* when the settings last changed (storm phase) */
-    struct qw_sim_node *node;          /* the node served, or NULL */
-    struct qw_sim_nodes *nodes;        /* all nodes (control routes), or NULL */
-    atomic_bool retired;               /* the node went down: drop every request */
+    struct MHD_Daemon *daemon;          /* the server */
+    struct qw_sim_engine *engine;       /* borrowed */
+    struct qw_sim_stats *stats;         /* borrowed */
+    char *token;                        /* required bearer token, NULL = none */
+    int64_t hang_max_us;                /* how long a hung request is held */
+    pthread_mutex_t fault_mu;           /* guards the four fields below */
+    struct qw_sim_fault_config faults;  /* current fault settings */
+    struct qw_sim_prng prng;            /* fault decisions */
+    uint64_t seed;                      /* last seed */
+    int64_t faults_since_us;            /* when the settings last changed (storm phase) */
+    struct qw_sim_node *node;           /* the node served, or NULL */
+    struct qw_sim_http_control control; /* the /_sim/nodes routes */
+    atomic_bool retired;                /* the node went down: drop every request */
 };
 
 /* What a suspended request waits for. */
@@ -70,6 +70,12 @@ struct request {
     const char *held_header;            /* its extra header (static) or NULL */
     const char *held_value;             /* that header's value (static) */
 };
+
+/* The index of the node the layer serves (0 without a node). */
+static int node_index(const struct qw_sim_http *h)
+{
+    return h->node ? h->node->index : 0;
+}
 
 /* The extra latency of the request's node, ms (0 = none). */
 static int64_t node_latency_ms(const struct request *r)
@@ -168,6 +174,7 @@ static enum MHD_Result suspend(struct request *r, enum suspend_kind kind, int64_
     r->waiter.arg = r;
     r->waiter.deadline_us = deadline_us;
     if (kind == SUSPEND_POLL) {
+        r->waiter.node = node_index(r->h);
         r->waiter.service_key = r->route.service_key;
         r->waiter.ids = (const char *const *)r->ids.ids;
         r->waiter.n_ids = r->ids.n;
@@ -259,9 +266,11 @@ static enum MHD_Result handle_submit(struct request *r)
         note.fate = r->fault.action == QW_SIM_FAULT_DROP ? "drop" : "hang";
         enum qw_sim_accept_result res;
         if (r->fault.accept_first && prc == QW_OK)
-            qw_sim_engine_submit(h->engine, svc, payload.subs, payload.n, &note, &res);
+            qw_sim_engine_submit(h->engine, node_index(h), svc, payload.subs, payload.n, &note,
+                                 &res);
         else
-            qw_sim_engine_log_post(h->engine, svc, payload.subs, payload.n, 0, note.fate, &note);
+            qw_sim_engine_log_post(h->engine, node_index(h), svc, payload.subs, payload.n, 0,
+                                   note.fate, &note);
         count_post(r, 0, note.fate);
         if (r->fault.action == QW_SIM_FAULT_DROP)
             ret = MHD_NO;
@@ -272,8 +281,8 @@ static enum MHD_Result handle_submit(struct request *r)
     case QW_SIM_FAULT_5XX:
     case QW_SIM_FAULT_429:
         note.fault = r->fault.action == QW_SIM_FAULT_5XX ? "5xx" : r->fault.burst ? "burst" : "429";
-        qw_sim_engine_log_post(h->engine, svc, payload.subs, payload.n, r->fault.http_status, NULL,
-                               &note);
+        qw_sim_engine_log_post(h->engine, node_index(h), svc, payload.subs, payload.n,
+                               r->fault.http_status, NULL, &note);
         count_post(r, r->fault.http_status, NULL);
         if (r->fault.action == QW_SIM_FAULT_429)
             ret = respond(r, 429, NULL, 0, NULL, NULL);
@@ -287,14 +296,16 @@ static enum MHD_Result handle_submit(struct request *r)
 
     if (prc != QW_OK) {
         unsigned code = r->too_large ? 413 : prc == QW_ERR_NOMEM ? 500 : 400;
-        qw_sim_engine_log_post(h->engine, svc, payload.subs, payload.n, (int)code, NULL, &note);
+        qw_sim_engine_log_post(h->engine, node_index(h), svc, payload.subs, payload.n, (int)code,
+                               NULL, &note);
         count_post(r, (int)code, NULL);
         ret = respond_message(r, code, why);
         goto out;
     }
     enum qw_sim_accept_result res;
     note.malformed = r->fault.malformed;
-    if (qw_sim_engine_submit(h->engine, svc, payload.subs, payload.n, &note, &res) != QW_OK) {
+    if (qw_sim_engine_submit(h->engine, node_index(h), svc, payload.subs, payload.n, &note, &res) !=
+        QW_OK) {
         count_post(r, 500, NULL);
         ret = respond_message(r, 500, "out of memory");
         goto out;
@@ -318,7 +329,8 @@ static enum MHD_Result answer_statuses(struct request *r, char *body, int64_t wa
 {
     atomic_fetch_add(&r->h->stats->gets, 1);
     atomic_fetch_add(&r->h->stats->statuses_served, r->ids.n);
-    qw_sim_engine_log_get(r->h->engine, r->route.service_key, r->ids.n, 200, NULL, waited_ms);
+    qw_sim_engine_log_get(r->h->engine, node_index(r->h), r->route.service_key, r->ids.n, 200, NULL,
+                          waited_ms);
     return respond_maybe_garbled(r, 200, body);
 }
 
@@ -347,15 +359,15 @@ static enum MHD_Result handle_statuses(struct request *r)
     switch (r->fault.action) {
     case QW_SIM_FAULT_DROP:
         atomic_fetch_add(&h->stats->gets, 1);
-        qw_sim_engine_log_get(h->engine, svc, n_hint, 0, "drop", 0);
+        qw_sim_engine_log_get(h->engine, node_index(h), svc, n_hint, 0, "drop", 0);
         return MHD_NO;
     case QW_SIM_FAULT_HANG:
         atomic_fetch_add(&h->stats->gets, 1);
-        qw_sim_engine_log_get(h->engine, svc, n_hint, 0, "hang", 0);
+        qw_sim_engine_log_get(h->engine, node_index(h), svc, n_hint, 0, "hang", 0);
         return suspend(r, SUSPEND_HANG, qw_sim_clock_now_us() + h->hang_max_us);
     case QW_SIM_FAULT_5XX:
         atomic_fetch_add(&h->stats->gets, 1);
-        qw_sim_engine_log_get(h->engine, svc, n_hint, r->fault.http_status, NULL, 0);
+        qw_sim_engine_log_get(h->engine, node_index(h), svc, n_hint, r->fault.http_status, NULL, 0);
         return respond_message(r, (unsigned)r->fault.http_status,
                                "simulated server error (fault injection)");
     case QW_SIM_FAULT_429:
@@ -364,18 +376,16 @@ static enum MHD_Result handle_statuses(struct request *r)
     }
 
     char why[160];
-    int64_t wait_ms;
-    if (qw_sim_ids_parse(ids_text, &r->ids, why, sizeof(why)) != QW_OK ||
-        (qw_sim_wait_parse(MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "wait"),
-                           &wait_ms) != QW_OK &&
-         snprintf(why, sizeof(why), "wait must be a number of seconds") > 0)) {
+    int64_t wait_ms =
+        qw_sim_wait_parse(MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "wait"));
+    if (qw_sim_ids_parse(ids_text, &r->ids, why, sizeof(why)) != QW_OK) {
         atomic_fetch_add(&h->stats->gets, 1);
-        qw_sim_engine_log_get(h->engine, svc, n_hint, 400, NULL, 0);
+        qw_sim_engine_log_get(h->engine, node_index(h), svc, n_hint, 400, NULL, 0);
         return respond_message(r, 400, why);
     }
     bool settled;
-    char *body = qw_sim_engine_render_statuses(h->engine, svc, (const char *const *)r->ids.ids,
-                                               r->ids.n, &settled);
+    char *body = qw_sim_engine_render_statuses(h->engine, node_index(h), svc,
+                                               (const char *const *)r->ids.ids, r->ids.n, &settled);
     if (settled || wait_ms == 0 || !body)
         return answer_statuses(r, body, 0);
     free(body);
@@ -446,20 +456,21 @@ static enum MHD_Result handle_control(struct request *r)
     case QW_SIM_ROUTE_FAULTS:
         return handle_faults_post(r);
     case QW_SIM_ROUTE_NODES:
-        return respond_json(r, 200, h->nodes ? qw_sim_nodes_render(h->nodes) : strdup("[]"));
+        return respond_json(r, 200,
+                            h->control.render ? h->control.render(h->control.ctx) : strdup("[]"));
     case QW_SIM_ROUTE_NODE: {
         char why[160] = "no such node";
         json_error_t jerr;
         json_t *change = r->body ? json_loadb(r->body, r->body_len, 0, &jerr) : NULL;
-        int rc = h->nodes && change
-                     ? qw_sim_nodes_apply(h->nodes, r->route.node, change, why, sizeof(why))
+        int rc = h->control.apply && change
+                     ? h->control.apply(h->control.ctx, r->route.node, change, why, sizeof(why))
                      : QW_ERR_INVALID;
         if (!change)
             snprintf(why, sizeof(why), "body must be a JSON object");
         json_decref(change);
         if (rc != QW_OK)
             return respond_message(r, rc == QW_ERR_NOMEM ? 500 : 400, why);
-        return respond_json(r, 200, qw_sim_nodes_render(h->nodes));
+        return respond_json(r, 200, h->control.render(h->control.ctx));
     }
     case QW_SIM_ROUTE_STATS: {
         json_t *o = qw_sim_stats_to_json(h->stats);
@@ -483,14 +494,15 @@ static enum MHD_Result dispatch(struct request *r, const char *method)
     bool is_post = strcmp(method, "POST") == 0;
     if (r->route.kind == QW_SIM_ROUTE_NOT_FOUND) {
         if (is_post) {
-            qw_sim_engine_log_post(r->h->engine, NULL, NULL, 0, 404, NULL, NULL);
+            qw_sim_engine_log_post(r->h->engine, node_index(r->h), NULL, NULL, 0, 404, NULL, NULL);
             count_post(r, 404, NULL);
         }
         return respond_message(r, 404, "not found");
     }
     if (!r->route.method_allowed) {
         if (r->route.kind == QW_SIM_ROUTE_BATCHES) {
-            qw_sim_engine_log_post(r->h->engine, r->route.service_key, NULL, 0, 405, NULL, NULL);
+            qw_sim_engine_log_post(r->h->engine, node_index(r->h), r->route.service_key, NULL, 0,
+                                   405, NULL, NULL);
             count_post(r, 405, NULL);
         }
         return respond_message_hdr(r, 405, "method not allowed", MHD_HTTP_HEADER_ALLOW,
@@ -506,8 +518,8 @@ static enum MHD_Result dispatch(struct request *r, const char *method)
             if (!r->too_large)
                 qw_sim_payload_decode((const uint8_t *)r->body, r->body_len, &payload, ignored,
                                       sizeof(ignored));
-            qw_sim_engine_log_post(r->h->engine, r->route.service_key, payload.subs, payload.n,
-                                   (int)denied, NULL, NULL);
+            qw_sim_engine_log_post(r->h->engine, node_index(r->h), r->route.service_key,
+                                   payload.subs, payload.n, (int)denied, NULL, NULL);
             qw_sim_payload_free(&payload);
             count_post(r, (int)denied, NULL);
         }
@@ -518,6 +530,15 @@ static enum MHD_Result dispatch(struct request *r, const char *method)
         if (r->route.kind == QW_SIM_ROUTE_FAULTS && !is_post)
             return respond_json(r, 200, faults_body(r->h));
         return handle_control(r);
+    }
+    if (r->h->node && !qw_sim_node_hosts(r->h->node, r->route.service_key)) {
+        /* The service does not run on this node: splinterd has no such endpoint. */
+        if (r->route.kind == QW_SIM_ROUTE_BATCHES) {
+            qw_sim_engine_log_post(r->h->engine, node_index(r->h), r->route.service_key, NULL, 0,
+                                   404, NULL, NULL);
+            count_post(r, 404, NULL);
+        }
+        return respond_message(r, 404, "no such service on this node");
     }
     if (r->route.kind == QW_SIM_ROUTE_BATCHES)
         return handle_submit(r);
@@ -573,7 +594,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         case SUSPEND_POLL: {
             bool settled;
             char *body =
-                qw_sim_engine_render_statuses(r->h->engine, r->route.service_key,
+                qw_sim_engine_render_statuses(r->h->engine, node_index(r->h), r->route.service_key,
                                               (const char *const *)r->ids.ids, r->ids.n, &settled);
             return answer_statuses(r, body, (qw_sim_clock_now_us() - r->poll_start_us) / 1000);
         }
@@ -640,7 +661,7 @@ int qw_sim_http_start(const struct qw_sim_http_config *cfg, struct qw_sim_http *
     h->seed = cfg->seed;
     h->faults_since_us = qw_sim_clock_now_us();
     h->node = cfg->node;
-    h->nodes = cfg->nodes;
+    h->control = cfg->control;
     qw_sim_prng_seed(&h->prng, cfg->seed);
     pthread_mutex_init(&h->fault_mu, NULL);
     if (cfg->token && !(h->token = strdup(cfg->token))) {

@@ -7,9 +7,9 @@
  * Threads: libmicrohttpd's pool (`threads`) runs every handler. The fault
  * settings and PRNG sit behind their own mutex (never held with another).
  *
- * Nodes (nodes.h): one HTTP layer serves one node's address; several share
- * the engine. A node's extra latency delays its answers: a status query is
- * answered that much later, a submission is taken by the ledger when it
+ * Nodes (node.h): one HTTP layer serves one node's address; several share
+ * the engine. A node answers 404 for a service it does not run. A node's extra latency delays its
+ * answers: a status query is answered that much later, a submission is taken by the ledger when it
  * arrives and answered that much later (so a node that goes down meanwhile
  * leaves it accepted with its answer lost). A layer that is retired (its
  * node went down) accepts no connection and drops every request.
@@ -21,22 +21,30 @@
 #include "faults.h"
 #include "stats.h"
 
+#include <jansson.h>
 #include <stdint.h>
 
 struct qw_sim_node;
-struct qw_sim_nodes;
+
+/** The /_sim/nodes control routes, served by whoever owns the nodes (nodes.h). */
+struct qw_sim_http_control {
+    char *(*render)(void *ctx); /* the nodes as a malloc'd JSON array; NULL on failure */
+    int (*apply)(void *ctx, int index, json_t *change, char *why,
+                 size_t why_len); /* QW_OK, QW_ERR_INVALID (why set), QW_ERR_IO, QW_ERR_NOMEM */
+    void *ctx;                    /* passed to both */
+};
 
 struct qw_sim_http_config {
-    int listen_fd;                     /* bound, listening socket; the daemon owns it */
-    int threads;                       /* handler threads, >= 1 */
-    const char *token;                 /* required bearer token, NULL = none (copied) */
-    int64_t hang_max_ms;               /* hung connections are closed after this, ms */
-    struct qw_sim_engine *engine;      /* borrowed; outlives the HTTP layer */
-    struct qw_sim_stats *stats;        /* borrowed; outlives the HTTP layer */
-    struct qw_sim_fault_config faults; /* initial fault settings */
-    uint64_t seed;                     /* fault PRNG seed */
-    struct qw_sim_node *node;          /* the node served (latency, counters); NULL = none */
-    struct qw_sim_nodes *nodes;        /* for the /_sim/nodes routes; NULL = none */
+    int listen_fd;                      /* bound, listening socket; the daemon owns it */
+    int threads;                        /* handler threads, >= 1 */
+    const char *token;                  /* required bearer token, NULL = none (copied) */
+    int64_t hang_max_ms;                /* hung connections are closed after this, ms */
+    struct qw_sim_engine *engine;       /* borrowed; outlives the HTTP layer */
+    struct qw_sim_stats *stats;         /* borrowed; outlives the HTTP layer */
+    struct qw_sim_fault_config faults;  /* initial fault settings */
+    uint64_t seed;                      /* fault PRNG seed */
+    struct qw_sim_node *node;           /* the node served (latency, counters); NULL = none */
+    struct qw_sim_http_control control; /* the /_sim/nodes routes; render NULL = none */
 };
 
 struct qw_sim_http;

@@ -14,6 +14,7 @@ struct qw_sim_batch {
     uint64_t hash;                  /* hash of (service index, id) */
     enum qw_sim_status status;      /* current status, never Unknown */
     bool invalid;                   /* ends Invalid instead of Committed */
+    int origin;                     /* node that took it */
     int64_t valid_at_us;            /* Pending -> Valid time, 0 without a valid step */
     int64_t final_at_us;            /* -> Committed/Invalid time */
     int64_t changed_us;             /* time of the last status change */
@@ -323,7 +324,7 @@ static void notify(struct qw_sim_ledger *l, const struct qw_sim_batch *b, enum q
                    int64_t at_us)
 {
     if (l->on_change)
-        l->on_change(l->ctx, b->svc, b->id, from, b->status, at_us);
+        l->on_change(l->ctx, b->svc, b->id, b->origin, from, b->status, at_us);
 }
 
 static void remember(struct qw_sim_ledger *l, struct qw_sim_service *svc, struct qw_sim_batch *b)
@@ -414,7 +415,7 @@ static bool hysteresis(bool *throttled, size_t queued, size_t high, size_t low)
 }
 
 static int enqueue(struct qw_sim_ledger *l, struct qw_sim_service *svc,
-                   const struct qw_sim_submission *sub)
+                   const struct qw_sim_submission *sub, int origin)
 {
     if (l->n_batches >= l->n_buckets && table_grow(l) != QW_OK)
         return QW_ERR_NOMEM;
@@ -424,6 +425,7 @@ static int enqueue(struct qw_sim_ledger *l, struct qw_sim_service *svc,
         return QW_ERR_NOMEM;
     memcpy(b->id, sub->batch_id, len + 1);
     b->svc = svc;
+    b->origin = origin;
     b->hash = batch_hash(svc->index, b->id);
     b->status = QW_SIM_PENDING;
     b->changed_us = l->now_us;
@@ -455,19 +457,19 @@ static int enqueue(struct qw_sim_ledger *l, struct qw_sim_service *svc,
 }
 
 int qw_sim_ledger_accept(struct qw_sim_ledger *l, struct qw_sim_service *svc,
-                         const struct qw_sim_submission *subs, size_t n, int64_t now_us, bool *dup,
-                         enum qw_sim_accept_result *result)
+                         const struct qw_sim_submission *subs, size_t n, int64_t now_us, int origin,
+                         bool *dup, enum qw_sim_accept_result *result)
 {
     qw_sim_ledger_advance(l, now_us);
-    bool global_on = l->cfg.global_high > 0;
+    bool global_on = l->cfg.global_high > 0 && !l->cfg.never_refuse;
     /* Both states are updated before deciding, so each reflects the queue
      * it watches whichever refuses first. */
-    bool svc_refuses =
-        hysteresis(&svc->throttled, svc->queued, l->cfg.queue_high, l->cfg.queue_low);
+    bool svc_refuses = !l->cfg.never_refuse && hysteresis(&svc->throttled, svc->queued,
+                                                          l->cfg.queue_high, l->cfg.queue_low);
     bool global_refuses = global_on && hysteresis(&l->throttled, l->queued_total,
                                                   l->cfg.global_high, l->cfg.global_low);
-    bool rate_refuses =
-        !svc_refuses && !global_refuses && !qw_sim_rate_take(&l->rate, (int64_t)n, l->now_us);
+    bool rate_refuses = !l->cfg.never_refuse && !svc_refuses && !global_refuses &&
+                        !qw_sim_rate_take(&l->rate, (int64_t)n, l->now_us);
     if (svc_refuses || global_refuses || rate_refuses) {
         *result = svc_refuses      ? QW_SIM_REFUSED_SERVICE
                   : global_refuses ? QW_SIM_REFUSED_GLOBAL
@@ -483,7 +485,7 @@ int qw_sim_ledger_accept(struct qw_sim_ledger *l, struct qw_sim_service *svc,
             dup[i] = known;
         if (known)
             continue;
-        int rc = enqueue(l, svc, &subs[i]);
+        int rc = enqueue(l, svc, &subs[i], origin);
         if (rc != QW_OK)
             return rc;
     }
@@ -540,6 +542,46 @@ void qw_sim_ledger_restart(struct qw_sim_ledger *l, int64_t now_us)
     l->heap_len = 0;
     l->queued_total = 0;
     l->throttled = false;
+}
+
+size_t qw_sim_ledger_drop_origin(struct qw_sim_ledger *l, int origin, int64_t now_us)
+{
+    qw_sim_ledger_advance(l, now_us);
+    size_t dropped = 0;
+    for (size_t i = 0; i < l->n_services; i++) {
+        struct qw_sim_service *svc = l->services[i];
+        struct qw_sim_batch *keep_head = NULL, *keep_tail = NULL;
+        struct qw_sim_batch *b = svc->queue_head;
+        bool head_changed = false;
+        while (b) {
+            struct qw_sim_batch *next = b->list_next;
+            if (b->origin == origin) {
+                head_changed = head_changed || b == svc->queue_head;
+                table_remove(l, b);
+                batch_free(b);
+                svc->queued--;
+                l->queued_total--;
+                dropped++;
+            } else {
+                b->list_next = NULL;
+                if (keep_tail)
+                    keep_tail->list_next = b;
+                else
+                    keep_head = b;
+                keep_tail = b;
+            }
+            b = next;
+        }
+        svc->queue_head = keep_head;
+        svc->queue_tail = keep_tail;
+        if (!head_changed)
+            continue;
+        if (!keep_head)
+            heap_remove(l, svc);
+        else
+            heap_fix(l, svc->heap_pos);
+    }
+    return dropped;
 }
 
 void qw_sim_ledger_set_paused(struct qw_sim_ledger *l, bool paused, int64_t now_us)

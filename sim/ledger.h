@@ -18,7 +18,10 @@
  * - a known id (queued or still remembered) is a duplicate: accepted again,
  *   status unchanged;
  * - each service remembers its last `status_memory` finalized batches
- *   (0 = all); queued batches are always remembered.
+ *   (0 = all); queued batches are always remembered;
+ * - each queued batch remembers the node that took it (its origin), so a
+ *   node restart can take back what that node had queued and not yet
+ *   committed.
  *
  * Thread-safety: none; the owner serialises all calls on one ledger.
  */
@@ -53,6 +56,8 @@ struct qw_sim_ledger_config {
     int64_t rate;               /* batches accepted per second over all services, 0 = no
                                    limit (sim/capacity.h) */
     int64_t rate_burst;         /* most batches accepted at once, 0 = a tenth of `rate` */
+    bool never_refuse;          /* scabbard protocol version 1: no back pressure, no rate
+                                   (nothing is refused) */
 };
 
 struct qw_sim_ledger;
@@ -99,12 +104,13 @@ struct qw_sim_status_view {
 };
 
 /**
- * Called for every status change, in time order, with the time the change
- * was due (`at_us`). The batch and service stay valid during the call only.
- * It must not call back into the ledger.
+ * Called for every status change, in time order, with the node that took
+ * the batch (`origin`) and the time the change was due (`at_us`). The batch
+ * and service stay valid during the call only. It must not call back into
+ * the ledger.
  */
 typedef void (*qw_sim_ledger_change_fn)(void *ctx, const struct qw_sim_service *svc,
-                                        const char *batch_id, enum qw_sim_status from,
+                                        const char *batch_id, int origin, enum qw_sim_status from,
                                         enum qw_sim_status to, int64_t at_us);
 
 /**
@@ -137,15 +143,17 @@ struct qw_sim_service *qw_sim_ledger_service(struct qw_sim_ledger *l, const char
 size_t qw_sim_ledger_advance(struct qw_sim_ledger *l, int64_t now_us);
 
 /**
- * Offers `n` batches to `svc` at `now_us` (after advancing). Unless back
- * pressure refuses the whole list, each batch is queued or, when its id is
- * already known to the service, counted as a duplicate and left alone;
- * `dup` (n entries, may be NULL) says which. Returns QW_OK or QW_ERR_NOMEM
- * (batches before the failing one stay queued); `*result` tells the outcome.
+ * Offers `n` batches to `svc` at `now_us` (after advancing), taken by node
+ * `origin`. Unless back pressure refuses the whole list (the check runs
+ * once, before any batch is queued, so one list may take the queue past
+ * its limit), each batch is queued or, when its id is already known to the
+ * service, counted as a duplicate and left alone; `dup` (n entries, may be
+ * NULL) says which. Returns QW_OK or QW_ERR_NOMEM (batches before the
+ * failing one stay queued); `*result` tells the outcome.
  */
 int qw_sim_ledger_accept(struct qw_sim_ledger *l, struct qw_sim_service *svc,
-                         const struct qw_sim_submission *subs, size_t n, int64_t now_us, bool *dup,
-                         enum qw_sim_accept_result *result);
+                         const struct qw_sim_submission *subs, size_t n, int64_t now_us, int origin,
+                         bool *dup, enum qw_sim_accept_result *result);
 
 /**
  * Looks up `batch_id` in `svc` (NULL = unknown service) at `now_us` (after
@@ -167,6 +175,14 @@ void qw_sim_ledger_peek(const struct qw_sim_ledger *l, const struct qw_sim_servi
  * No change callbacks are made.
  */
 void qw_sim_ledger_restart(struct qw_sim_ledger *l, int64_t now_us);
+
+/**
+ * Takes back every queued batch that node `origin` took (that node
+ * restarted: its queue was in its memory). The service's other batches keep
+ * their schedule. No change callbacks are made. Returns how many batches
+ * were dropped.
+ */
+size_t qw_sim_ledger_drop_origin(struct qw_sim_ledger *l, int origin, int64_t now_us);
 
 /**
  * Stops (`paused` true) or restarts the commit clock at `now_us`. While

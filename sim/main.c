@@ -160,7 +160,15 @@ int main(int argc, char **argv)
                      strerror(errno));
         goto out;
     }
-    rc = qw_sim_engine_start(&opt.ledger, evlog, &stats, &engine);
+    struct qw_sim_engine_config ec = {
+        .ledger = opt.ledger,
+        .nodes = opt.n_listen,
+        .per_node = opt.history == QW_SIM_HISTORY_PER_NODE,
+        .propagation_us = opt.propagation_ms * 1000,
+        .unknown_settles = opt.unknown_answers,
+        .wait_poll_us = opt.wait_poll_ms * 1000,
+    };
+    rc = qw_sim_engine_start(&ec, evlog, &stats, &engine);
     if (rc != QW_OK) {
         qw_log_error("sim.engine.start_failed", "error=\"%s\"", qw_strerror(rc));
         goto out;
@@ -173,13 +181,17 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < opt.n_listen; i++)
         qw_log_info("sim.listening",
-                    "node=%zu host=%s port=%d latency_ms=%lld seed=%llu queue_high=%zu "
-                    "queue_low=%zu commit_delay_ms=%lld valid_step=%d status_memory=%zu auth=%s "
-                    "threads=%d",
+                    "node=%zu host=%s port=%d latency_ms=%lld hosts=%zu seed=%llu protocol=%d "
+                    "queue_high=%zu queue_low=%zu commit_delay_ms=%lld valid_step=%d "
+                    "history=%s status_memory=%zu propagation_ms=%lld unknown_wait=%s "
+                    "wait_poll_ms=%lld auth=%s threads=%d",
                     i, opt.listen[i].host, ports[i], (long long)opt.listen[i].latency_ms,
-                    (unsigned long long)opt.seed, opt.ledger.queue_high, opt.ledger.queue_low,
+                    opt.listen[i].n_hosts, (unsigned long long)opt.seed, opt.protocol,
+                    opt.ledger.queue_high, opt.ledger.queue_low,
                     (long long)(opt.ledger.commit_delay_us / 1000), opt.ledger.valid_step,
-                    opt.ledger.status_memory, token ? "bearer" : "none", opt.threads);
+                    ec.per_node ? "per-node" : "shared", opt.ledger.status_memory,
+                    (long long)opt.propagation_ms, ec.unknown_settles ? "answer" : "hang",
+                    (long long)opt.wait_poll_ms, token ? "bearer" : "none", opt.threads);
     if (opt.port_file && write_port_file(opt.port_file, ports, opt.n_listen) != QW_OK) {
         qw_log_error("sim.port_file.failed", "path=%s error=\"%s\"", opt.port_file,
                      strerror(errno));

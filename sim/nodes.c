@@ -4,6 +4,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "engine.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -60,6 +61,16 @@ static int open_listener(const char *host, int port, int *bound_port)
     return fd;
 }
 
+static char *control_render(void *ctx)
+{
+    return qw_sim_nodes_render(ctx);
+}
+
+static int control_apply(void *ctx, int index, json_t *change, char *why, size_t why_len)
+{
+    return qw_sim_nodes_apply(ctx, index, change, why, why_len);
+}
+
 /* Starts a layer for node `nd` on its address (its port once bound); set mutex held or no
  * other thread yet. */
 static int node_serve(struct qw_sim_nodes *ns, struct qw_sim_node *nd)
@@ -70,7 +81,8 @@ static int node_serve(struct qw_sim_nodes *ns, struct qw_sim_node *nd)
     if (cfg.listen_fd < 0)
         return QW_ERR_IO;
     cfg.node = nd;
-    cfg.nodes = ns;
+    cfg.control =
+        (struct qw_sim_http_control){.render = control_render, .apply = control_apply, .ctx = ns};
     int rc = qw_sim_http_start(&cfg, &nd->http); /* closes the socket on failure */
     if (rc != QW_OK)
         return rc;
@@ -111,6 +123,8 @@ int qw_sim_nodes_start(const struct qw_sim_options *o, const struct qw_sim_http_
         snprintf(nd->host, sizeof(nd->host), "%s", o->listen[i].host);
         nd->port = o->listen[i].port;
         atomic_store(&nd->latency_ms, o->listen[i].latency_ms);
+        memcpy(nd->hosts, o->listen[i].hosts, sizeof(nd->hosts));
+        nd->n_hosts = o->listen[i].n_hosts;
         rc = node_serve(ns, nd);
         ports[i] = nd->port;
     }
@@ -138,12 +152,13 @@ int qw_sim_nodes_apply(struct qw_sim_nodes *ns, int index, json_t *change, char 
     json_object_foreach(change, key, value)
     {
         bool ok = (strcmp(key, "up") == 0 && json_is_boolean(value)) ||
+                  (strcmp(key, "restart") == 0 && json_is_true(value)) ||
                   (strcmp(key, "latency_ms") == 0 && json_is_integer(value) &&
                    json_integer_value(value) >= 0 && json_integer_value(value) <= 600000);
         if (!ok) {
             snprintf(why, why_len,
-                     "unknown key or bad value \"%.40s\": give \"up\" (true/false) and/or "
-                     "\"latency_ms\" (0..600000)",
+                     "unknown key or bad value \"%.40s\": give \"up\" (true/false), "
+                     "\"restart\" (true) and/or \"latency_ms\" (0..600000)",
                      key);
             return QW_ERR_INVALID;
         }
@@ -156,7 +171,19 @@ int qw_sim_nodes_apply(struct qw_sim_nodes *ns, int index, json_t *change, char 
         atomic_store(&nd->latency_ms, (long long)json_integer_value(latency));
     json_t *up = json_object_get(change, "up");
     bool want_up = up && json_is_true(up);
-    if (up && want_up != atomic_load(&nd->up)) {
+    if (json_object_get(change, "restart") && atomic_load(&nd->up)) {
+        /* Its process goes: connections cut, memory lost, and it is back. */
+        rc = node_down(ns, nd);
+        if (rc == QW_OK) {
+            qw_sim_engine_restart_node(ns->base.engine, index);
+            atomic_fetch_add(&nd->restarts, 1);
+            rc = node_serve(ns, nd);
+        }
+    } else if (json_object_get(change, "restart")) {
+        qw_sim_engine_restart_node(ns->base.engine, index);
+        atomic_fetch_add(&nd->restarts, 1);
+    }
+    if (rc == QW_OK && up && want_up != atomic_load(&nd->up)) {
         rc = want_up ? node_serve(ns, nd) : node_down(ns, nd);
         if (rc == QW_ERR_IO)
             snprintf(why, why_len, "cannot listen on port %d again", nd->port);
@@ -165,8 +192,9 @@ int qw_sim_nodes_apply(struct qw_sim_nodes *ns, int index, json_t *change, char 
     }
     int port = nd->port;
     pthread_mutex_unlock(&ns->mu);
-    qw_log_info("sim.node.changed", "node=%d up=%d latency_ms=%lld port=%d rc=%d", index,
-                (int)atomic_load(&nd->up), (long long)atomic_load(&nd->latency_ms), port, rc);
+    qw_log_info("sim.node.changed", "node=%d up=%d latency_ms=%lld restarts=%lld port=%d rc=%d",
+                index, (int)atomic_load(&nd->up), (long long)atomic_load(&nd->latency_ms),
+                (long long)atomic_load(&nd->restarts), port, rc);
     return rc;
 }
 
@@ -176,11 +204,15 @@ char *qw_sim_nodes_render(struct qw_sim_nodes *ns)
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < ns->n; i++) {
         const struct qw_sim_node *nd = &ns->node[i];
+        json_t *hosts = json_array();
+        for (size_t k = 0; hosts && k < nd->n_hosts; k++)
+            json_array_append_new(hosts, json_string(nd->hosts[k]));
         json_t *o = json_pack(
-            "{s:i, s:i, s:b, s:I, s:I, s:I, s:I}", "node", nd->index, "port", nd->port, "up",
-            (int)atomic_load(&nd->up), "latency_ms", (json_int_t)atomic_load(&nd->latency_ms),
+            "{s:i, s:i, s:b, s:I, s:I, s:I, s:I, s:I, s:o*}", "node", nd->index, "port", nd->port,
+            "up", (int)atomic_load(&nd->up), "latency_ms", (json_int_t)atomic_load(&nd->latency_ms),
             "posts", (json_int_t)atomic_load(&nd->posts), "gets",
-            (json_int_t)atomic_load(&nd->gets), "downs", (json_int_t)atomic_load(&nd->downs));
+            (json_int_t)atomic_load(&nd->gets), "downs", (json_int_t)atomic_load(&nd->downs),
+            "restarts", (json_int_t)atomic_load(&nd->restarts), "hosts", hosts);
         if (!o || json_array_append_new(arr, o) != 0) {
             json_decref(arr);
             arr = NULL;

@@ -10,10 +10,16 @@
  * clients see connections refused or closed. Up: a new layer listens on
  * the same port again. The ledger is untouched either way.
  *
+ * Restart: the node goes down and comes back up at once, having
+ * forgotten its batch history and the batches it had queued
+ * (qw_sim_engine_restart_node()).
+ *
  * Control: GET /_sim/nodes lists the nodes; POST /_sim/nodes/N with
- * {"up": bool, "latency_ms": MS} changes node N (either key may be left
- * out). A node that is down answers nothing, so send these to another
- * node's address.
+ * {"up": bool, "latency_ms": MS, "restart": true} changes node N (any key
+ * may be left out). A node that is down answers nothing, so send these to
+ * another node's address. The HTTP layer reaches these through the hooks
+ * in its config (struct qw_sim_http_control), so it needs no part of this
+ * header.
  *
  * Threads: changes are serialised by the set's mutex; the counters and the
  * latency are atomics read by the HTTP handlers.
@@ -22,6 +28,7 @@
 #define QW_SIM_NODES_H
 
 #include "http.h"
+#include "node.h"
 #include "options.h"
 
 #include <jansson.h>
@@ -30,19 +37,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/** One node. */
-struct qw_sim_node {
-    int index;                /* 0-based, in --listen order */
-    char host[256];           /* address it binds */
-    int port;                 /* port it listens on (kept when it comes back up) */
-    atomic_llong latency_ms;  /* extra latency of its answers, ms */
-    atomic_bool up;           /* serving */
-    atomic_llong posts;       /* submissions it received */
-    atomic_llong gets;        /* status queries it received */
-    atomic_llong downs;       /* times it was taken down */
-    struct qw_sim_http *http; /* its current layer, NULL while down (set mutex) */
-};
 
 struct qw_sim_nodes {
     size_t n;                                  /* nodes */
@@ -64,16 +58,16 @@ int qw_sim_nodes_start(const struct qw_sim_options *o, const struct qw_sim_http_
                        struct qw_sim_nodes **out, int *ports);
 
 /**
- * Applies a control change (a JSON object with "up" and/or "latency_ms")
- * to node `index`. Returns QW_OK, QW_ERR_INVALID (no such node, bad keys
+ * Applies a control change (a JSON object with "up", "latency_ms" and/or
+ * "restart") to node `index`. Returns QW_OK, QW_ERR_INVALID (no such node, bad keys
  * or values; the reason in `why`), QW_ERR_IO (the port cannot be bound
  * again) or QW_ERR_NOMEM. All or nothing for the values; thread-safe.
  */
 int qw_sim_nodes_apply(struct qw_sim_nodes *ns, int index, json_t *change, char *why,
                        size_t why_len);
 
-/** The nodes as a malloc'd JSON array (index, port, up, latency_ms, posts, gets, downs); NULL on
- * allocation failure. Thread-safe. */
+/** The nodes as a malloc'd JSON array (index, port, up, latency_ms, posts, gets, downs, restarts,
+ * hosts); NULL on allocation failure. Thread-safe. */
 char *qw_sim_nodes_render(struct qw_sim_nodes *ns);
 
 /** Stops every layer (current and retired) and frees the set. Call after qw_sim_engine_shutdown().

@@ -37,6 +37,12 @@ enum {
     OPT_HANG_MAX,
     OPT_LOG_LEVEL,
     OPT_NODE_LATENCY,
+    OPT_NODE_HOSTS,
+    OPT_HISTORY,
+    OPT_PROPAGATION,
+    OPT_UNKNOWN_WAIT,
+    OPT_WAIT_POLL,
+    OPT_PROTOCOL,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -70,6 +76,12 @@ static const struct option long_options[] = {
     {"hang-max-ms", required_argument, NULL, OPT_HANG_MAX},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"node-latency-ms", required_argument, NULL, OPT_NODE_LATENCY},
+    {"node-hosts", required_argument, NULL, OPT_NODE_HOSTS},
+    {"history", required_argument, NULL, OPT_HISTORY},
+    {"propagation-ms", required_argument, NULL, OPT_PROPAGATION},
+    {"unknown-wait", required_argument, NULL, OPT_UNKNOWN_WAIT},
+    {"wait-poll-ms", required_argument, NULL, OPT_WAIT_POLL},
+    {"protocol", required_argument, NULL, OPT_PROTOCOL},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -88,6 +100,9 @@ void qw_sim_options_defaults(struct qw_sim_options *o)
     o->threads = 2;
     o->hang_max_ms = 300 * 1000;
     o->log_level = QW_LOG_INFO;
+    o->history = QW_SIM_HISTORY_PER_NODE;
+    o->wait_poll_ms = 100;
+    o->protocol = 2;
 }
 
 /* Parses a decimal integer in [min, max]. */
@@ -153,6 +168,65 @@ static int parse_node_latency(const char *text, struct qw_sim_options *o)
     return QW_OK;
 }
 
+/* Parses NODE:KEY[,KEY...] (circuits or services the node runs); checked at the end. */
+static int parse_node_hosts(const char *text, struct qw_sim_options *o)
+{
+    const char *colon = strchr(text, ':');
+    if (!colon || colon == text || colon - text > 3 || !colon[1])
+        return QW_ERR_INVALID;
+    char index[4];
+    memcpy(index, text, (size_t)(colon - text));
+    index[colon - text] = '\0';
+    uint64_t node;
+    if (parse_u64(index, 0, QW_SIM_NODES_MAX - 1, &node) != QW_OK)
+        return QW_ERR_INVALID;
+    o->node_hosts[node] = colon + 1;
+    return QW_OK;
+}
+
+/* A circuit id: 5 + '-' + 5 characters of [A-Za-z0-9]. */
+static bool circuit_valid(const char *s, size_t len)
+{
+    if (len != 11 || s[5] != '-')
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        if (i != 5 && !isalnum((unsigned char)s[i]))
+            return false;
+    }
+    return true;
+}
+
+/* Splits node `i`'s --node-hosts list into o->listen[i].hosts. */
+static int split_hosts(struct qw_sim_options *o, size_t i, char *err, size_t errlen)
+{
+    struct qw_sim_listen *l = &o->listen[i];
+    const char *p = o->node_hosts[i];
+    l->n_hosts = 0;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        bool ok = len > 0 && l->n_hosts < QW_SIM_HOSTS_MAX &&
+                  (circuit_valid(p, len) ||
+                   (len == 17 && circuit_valid(p, 11) && p[11] == ':' && p[12] == ':' &&
+                    isalnum((unsigned char)p[13]) && isalnum((unsigned char)p[14]) &&
+                    isalnum((unsigned char)p[15]) && isalnum((unsigned char)p[16])));
+        if (!ok) {
+            snprintf(err, errlen,
+                     "--node-hosts %zu: \"%.*s\" is neither a circuit (abcde-12345) nor a "
+                     "service (abcde-12345::ab12), or more than %d are given",
+                     i, (int)(len > 40 ? 40 : len), p, QW_SIM_HOSTS_MAX);
+            return QW_ERR_INVALID;
+        }
+        memcpy(l->hosts[l->n_hosts], p, len);
+        l->hosts[l->n_hosts][len] = '\0';
+        l->n_hosts++;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return QW_OK;
+}
+
 static bool all_hex(const char *text)
 {
     if (!*text)
@@ -176,6 +250,29 @@ static int apply(int opt, const char *arg, struct qw_sim_options *o, bool *liste
         break;
     case OPT_NODE_LATENCY:
         rc = parse_node_latency(arg, o);
+        break;
+    case OPT_NODE_HOSTS:
+        rc = parse_node_hosts(arg, o);
+        break;
+    case OPT_HISTORY:
+        rc = strcmp(arg, "per-node") == 0 || strcmp(arg, "shared") == 0 ? QW_OK : QW_ERR_INVALID;
+        o->history = strcmp(arg, "shared") == 0 ? QW_SIM_HISTORY_SHARED : QW_SIM_HISTORY_PER_NODE;
+        break;
+    case OPT_PROPAGATION:
+        rc = parse_u64(arg, 0, 600000, &u);
+        o->propagation_ms = (int64_t)u;
+        break;
+    case OPT_UNKNOWN_WAIT:
+        rc = strcmp(arg, "hang") == 0 || strcmp(arg, "answer") == 0 ? QW_OK : QW_ERR_INVALID;
+        o->unknown_answers = strcmp(arg, "answer") == 0;
+        break;
+    case OPT_WAIT_POLL:
+        rc = parse_u64(arg, 0, 10000, &u);
+        o->wait_poll_ms = (int64_t)u;
+        break;
+    case OPT_PROTOCOL:
+        rc = parse_u64(arg, 1, 2, &u);
+        o->protocol = (int)u;
         break;
     case OPT_PORT_FILE:
         o->port_file = arg;
@@ -289,6 +386,18 @@ static int check(struct qw_sim_options *o, char *err, size_t errlen)
         }
         o->listen[i].latency_ms = o->node_latency_ms[i];
     }
+    for (size_t i = 0; i < QW_SIM_NODES_MAX; i++) {
+        if (!o->node_hosts[i])
+            continue;
+        if (i >= o->n_listen) {
+            snprintf(err, errlen, "--node-hosts names node %zu, but only %zu --listen given", i,
+                     o->n_listen);
+            return QW_ERR_INVALID;
+        }
+        if (split_hosts(o, i, err, errlen) != QW_OK)
+            return QW_ERR_INVALID;
+    }
+    o->ledger.never_refuse = o->protocol == 1;
     if (l->queue_low > l->queue_high) {
         snprintf(err, errlen, "--queue-low (%zu) must not exceed --queue-high (%zu)", l->queue_low,
                  l->queue_high);
@@ -359,6 +468,16 @@ void qw_sim_options_usage(FILE *out, const char *prog)
             "                            repeat it for several nodes of the same ledger (up to "
             "16)\n"
             "  --node-latency-ms N:MS    node N (0 = first --listen) answers MS ms late\n"
+            "  --node-hosts N:KEY,...    node N runs only these circuits or services (404 for\n"
+            "                            others); default: every node runs every service\n"
+            "  --history per-node|shared whose batch history a status query reads: the node's\n"
+            "                            own (per-node, default) or one shared by all nodes\n"
+            "  --propagation-ms MS       per-node: a commit reaches the other nodes MS late (0)\n"
+            "  --unknown-wait hang|answer  a wait on an id the node does not know lasts the\n"
+            "                            whole wait (hang, default) or ends at once (answer)\n"
+            "  --wait-poll-ms MS         a waiting status query looks again every MS (100);\n"
+            "                            0 = answers at the change itself\n"
+            "  --protocol 1|2            scabbard protocol version: 1 never answers 429 (2)\n"
             "  --port-file FILE          write the bound ports to FILE (one a line, in --listen "
             "order)\n"
             "  --queue-high N            per-service queued batches that start 429s (30)\n"

@@ -18,12 +18,23 @@
 #define QW_SIM_EXIT_USAGE 64
 /** Most nodes (--listen addresses) one simulator serves. */
 #define QW_SIM_NODES_MAX 16
+/** Most circuits or services one --node-hosts names for a node. */
+#define QW_SIM_HOSTS_MAX 32
 
 /** One node: an address of the same ledger. */
 struct qw_sim_listen {
     char host[256];     /* address to bind, brackets stripped */
     int port;           /* 0..65535, 0 = any free port */
     int64_t latency_ms; /* extra latency of every answer of this node, ms */
+    char hosts[QW_SIM_HOSTS_MAX][QW_SIM_SERVICE_KEY_MAX]; /* circuits ("ccccc-ccccc") or services
+                                                             ("ccccc-ccccc::ssss") it runs */
+    size_t n_hosts;                                       /* entries in hosts; 0 = every service */
+};
+
+/** Whose batch history a status query reads (--history). */
+enum qw_sim_history_mode {
+    QW_SIM_HISTORY_PER_NODE = 0, /* the node's own: what was posted to it, and peers' commits */
+    QW_SIM_HISTORY_SHARED,       /* one status memory that every node reports */
 };
 
 struct qw_sim_options {
@@ -42,6 +53,14 @@ struct qw_sim_options {
     enum qw_log_level log_level;        /* stderr log threshold */
     int64_t node_latency_ms[QW_SIM_NODES_MAX]; /* --node-latency-ms values by node index */
     bool node_latency_set[QW_SIM_NODES_MAX];   /* ... given for that index */
+    const char *node_hosts[QW_SIM_NODES_MAX];  /* --node-hosts lists by node index (into argv) */
+    enum qw_sim_history_mode history;          /* --history */
+    int64_t propagation_ms;                    /* a commit reaches the other nodes this late, ms */
+    bool unknown_answers;                      /* --unknown-wait answer: a wait ends when no
+                                                  listed id is queued (Unknown counts as settled) */
+    int64_t wait_poll_ms;                      /* a long poll looks at the history this often,
+                                                  ms; 0 = reacts to every change at once */
+    int protocol;                              /* scabbard protocol version: 1 (never 429) or 2 */
     bool help;                                 /* --help: print usage, exit 0 */
     bool version;                              /* --version: print version, exit 0 */
 };

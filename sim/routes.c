@@ -159,20 +159,19 @@ void qw_sim_ids_free(struct qw_sim_id_list *list)
     memset(list, 0, sizeof(*list));
 }
 
-int qw_sim_wait_parse(const char *text, int64_t *wait_ms)
+int64_t qw_sim_wait_parse(const char *text)
 {
-    *wait_ms = 0;
-    if (!text || !*text)
-        return QW_OK;
+    if (!text || strcmp(text, "false") == 0)
+        return 0;
+    bool number = *text != '\0';
     for (const char *p = text; *p; p++) {
         if ((*p < '0' || *p > '9') && *p != '.')
-            return QW_ERR_INVALID;
+            number = false;
     }
     char *end;
     errno = 0;
-    double s = strtod(text, &end);
-    if (errno || *end || !isfinite(s) || s < 0.0)
-        return QW_ERR_INVALID;
-    *wait_ms = s * 1000.0 >= QW_SIM_WAIT_MAX_MS ? QW_SIM_WAIT_MAX_MS : (int64_t)(s * 1000.0);
-    return QW_OK;
+    double s = number ? strtod(text, &end) : -1.0;
+    if (!number || errno || *end || !isfinite(s) || s < 0.0)
+        return QW_SIM_WAIT_DEFAULT_MS;
+    return s * 1000.0 >= QW_SIM_WAIT_MAX_MS ? QW_SIM_WAIT_MAX_MS : (int64_t)(s * 1000.0);
 }

@@ -17,7 +17,9 @@
 /** Most ids one status query may list. */
 #define QW_SIM_IDS_MAX 400
 /** Longest long-poll wait, milliseconds (longer requests are clamped). */
-#define QW_SIM_WAIT_MAX_MS 60000
+#define QW_SIM_WAIT_MAX_MS 3600000
+/** The wait of a query whose `wait` is not a number, milliseconds (scabbard's default). */
+#define QW_SIM_WAIT_DEFAULT_MS 300000
 
 enum qw_sim_route_kind {
     QW_SIM_ROUTE_NOT_FOUND = 0, /* no such path: 404 */
@@ -74,10 +76,12 @@ int qw_sim_ids_parse(const char *text, struct qw_sim_id_list *out, char *err, si
 void qw_sim_ids_free(struct qw_sim_id_list *list);
 
 /**
- * Parses the wait parameter: NULL or "" is 0; otherwise a non-negative
- * decimal number of seconds, clamped to QW_SIM_WAIT_MAX_MS. Returns QW_OK
- * or QW_ERR_INVALID.
+ * The wait of a status query, milliseconds, as scabbard's REST handler
+ * reads it: no `wait` parameter (NULL) or "false" is no wait; a
+ * non-negative decimal number of seconds is that wait (fractions allowed,
+ * clamped to QW_SIM_WAIT_MAX_MS); anything else, the empty value included,
+ * is QW_SIM_WAIT_DEFAULT_MS.
  */
-int qw_sim_wait_parse(const char *text, int64_t *wait_ms);
+int64_t qw_sim_wait_parse(const char *text);
 
 #endif

@@ -39,7 +39,8 @@
 /* A running simulator. */
 struct sim {
     pid_t pid;       /* child process */
-    int port;        /* bound port */
+    int port;        /* port requests go to (one of ports) */
+    int ports[4];    /* every node's port, in --listen order */
     char dir[64];    /* scratch directory */
     char evlog[128]; /* event log path */
     CURL *curl;      /* keep-alive handle for this sim */
@@ -120,6 +121,9 @@ static void sim_start(struct sim *s, const char *const *extra)
         FILE *f = fopen(port_file, "r");
         if (f) {
             int ok = fscanf(f, "%d", &s->port) == 1;
+            s->ports[0] = s->port;
+            for (int k = 1; ok && k < 4 && fscanf(f, "%d", &s->ports[k]) == 1; k++) {
+            }
             fclose(f);
             if (ok && s->port > 0)
                 break;
@@ -236,12 +240,11 @@ static void make_id(unsigned n, const char *prefix, char out[129])
     out[128] = '\0';
 }
 
-/* A BatchList holding one Batch named `id` with a header and one
+/* A BatchList holding `n` Batches named `ids`, each with a header and one
  * Transaction. Caller frees. */
-static uint8_t *make_batchlist(const char *id, size_t *len)
+static uint8_t *make_batchlist_n(const char *const *ids, size_t n, size_t *len)
 {
-    char batch_sig[129], txn_sig[129], signer[] = "02aabbcc";
-    memcpy(batch_sig, id, sizeof(batch_sig));
+    char txn_sig[129], signer[] = "02aabbcc";
     make_id(7, "7", txn_sig);
     char *txn_ids[] = {txn_sig};
     BatchHeader bh;
@@ -260,23 +263,33 @@ static uint8_t *make_batchlist(const char *id, size_t *len)
     txn.payload.data = payload;
     txn.payload.len = sizeof(payload) - 1;
     Transaction *txns[] = {&txn};
-    Batch batch;
-    batch__init(&batch);
-    batch.header.data = header;
-    batch.header.len = header_len;
-    batch.header_signature = batch_sig;
-    batch.n_transactions = 1;
-    batch.transactions = txns;
-    Batch *batches[] = {&batch};
+    Batch batch[64];
+    Batch *batches[64];
+    assert_true(n <= 64);
+    for (size_t i = 0; i < n; i++) {
+        batch__init(&batch[i]);
+        batch[i].header.data = header;
+        batch[i].header.len = header_len;
+        batch[i].header_signature = (char *)ids[i];
+        batch[i].n_transactions = 1;
+        batch[i].transactions = txns;
+        batches[i] = &batch[i];
+    }
     BatchList list;
     batch_list__init(&list);
-    list.n_batches = 1;
+    list.n_batches = n;
     list.batches = batches;
     *len = batch_list__get_packed_size(&list);
     uint8_t *buf = malloc(*len);
     assert_non_null(buf);
     batch_list__pack(&list, buf);
     return buf;
+}
+
+static uint8_t *make_batchlist(const char *id, size_t *len)
+{
+    const char *ids[1] = {id};
+    return make_batchlist_n(ids, 1, len);
 }
 
 /* POSTs batch `id` and returns the HTTP status (0 when no answer). */
@@ -385,14 +398,19 @@ static void test_submit_link_and_commit(void **state)
     assert_true(elapsed < 5000.0);
     json_decref(arr);
 
-    /* Unknown ids come back in request order, answered at once. */
+    /* Unknown ids come back in request order; an id the node does not know
+     * holds a waiting query for its whole wait, as scabbard's does. */
     char other[129], list[300];
     make_id(2, NULL, other);
     snprintf(list, sizeof(list), "%s,%s", other, id);
-    arr = statuses(&s, list, 10, &elapsed);
+    arr = statuses(&s, list, 1, &elapsed);
     assert_string_equal(status_type(arr, 0), "Unknown");
     assert_string_equal(status_type(arr, 1), "Committed");
-    assert_true(elapsed < 2000.0);
+    assert_true(elapsed >= 990.0);
+    json_decref(arr);
+    arr = statuses(&s, list, 0, &elapsed);
+    assert_string_equal(status_type(arr, 0), "Unknown");
+    assert_true(elapsed < 900.0);
     json_decref(arr);
 
     /* A resubmission is accepted again and counted as a duplicate. */
@@ -421,7 +439,6 @@ static void test_bad_requests(void **state)
         {"POST", BATCHES_PATH, "", 400},
         {"GET", STATUSES_PATH, NULL, 400},
         {"GET", STATUSES_PATH "?ids=", NULL, 400},
-        {"GET", STATUSES_PATH "?ids=abc&wait=soon", NULL, 400},
         {"POST", "/scabbard/abc-fghij/ab12/batches", "x", 404},
         {"POST", "/scabbard/abcde-fghij/ab123/batches", "x", 404},
         {"GET", "/", NULL, 404},
@@ -446,6 +463,254 @@ static void test_bad_requests(void **state)
 }
 
 /* 429 with an empty body from 30 queued until fewer than 15 are queued. */
+static json_t *read_events(const char *path);
+
+/* GET `path` on node `node` with a client timeout; returns the curl result and the reply. */
+static CURLcode get_on(struct sim *s, int node, const char *path, long timeout_ms, struct reply *r)
+{
+    s->port = s->ports[node];
+    CURLcode rc = http(s, "GET", path, NULL, 0, NULL, timeout_ms, r);
+    s->port = s->ports[0];
+    return rc;
+}
+
+/* POSTs batch `id` to node `node`; returns the HTTP status. */
+static long submit_on(struct sim *s, int node, const char *id)
+{
+    s->port = s->ports[node];
+    long status = submit_simple(s, id);
+    s->port = s->ports[0];
+    return status;
+}
+
+/* The status node `node` reports for `id` with `wait_s`; caller frees. */
+static char *status_on(struct sim *s, int node, const char *id, int wait_s, double *elapsed_ms)
+{
+    s->port = s->ports[node];
+    json_t *arr = statuses(s, id, wait_s, elapsed_ms);
+    s->port = s->ports[0];
+    char *st = strdup(status_type(arr, 0));
+    json_decref(arr);
+    return st;
+}
+
+static void expect_status(struct sim *s, int node, const char *id, int wait_s, const char *expected)
+{
+    char *st = status_on(s, node, id, wait_s, NULL);
+    if (strcmp(st, expected) != 0)
+        print_error("node %d, wait %d: %s, expected %s\n", node, wait_s, st, expected);
+    assert_string_equal(st, expected);
+    free(st);
+}
+
+/* A query without a number for `wait` waits scabbard's default (300 s), so
+ * one for an unknown id is still waiting when the client gives up. */
+static void test_wait_default(void **state)
+{
+    struct sim s;
+    sim_start(&s, NULL);
+    struct reply r;
+    assert_int_equal(get_on(&s, 0, STATUSES_PATH "?ids=abc&wait=soon", 1500, &r),
+                     CURLE_OPERATION_TIMEDOUT);
+    reply_free(&r);
+    curl_easy_cleanup(s.curl); /* the timed-out connection is not reused */
+    s.curl = curl_easy_init();
+    assert_int_equal(get_on(&s, 0, STATUSES_PATH "?ids=abc", 1500, &r), CURLE_OK);
+    assert_int_equal(r.status, 200);
+    reply_free(&r);
+    sim_stop(&s);
+    sim_cleanup(&s);
+}
+
+/* Each node answers from its own history: what was posted to it at once,
+ * the others' commits after the propagation delay. */
+static void test_per_node_history(void **state)
+{
+    static const char *const args[] = {
+        "--listen", "127.0.0.1:0",      "--listen", "127.0.0.1:0", "--commit-delay-ms",
+        "20",       "--propagation-ms", "400",      NULL};
+    struct sim s;
+    sim_start(&s, args);
+    assert_true(s.ports[2] > 0);
+    control(&s, "/_sim/pause", NULL);
+    char id[129];
+    make_id(1000, NULL, id);
+    assert_int_equal(submit_on(&s, 0, id), 202);
+    expect_status(&s, 0, id, 0, "Pending");
+    expect_status(&s, 1, id, 0, "Unknown");
+    control(&s, "/_sim/resume", NULL);
+    double elapsed;
+    char *st = status_on(&s, 0, id, 5, &elapsed);
+    assert_string_equal(st, "Committed");
+    free(st);
+    /* Committed on node 0; node 2 learns it some 400 ms later. */
+    expect_status(&s, 2, id, 0, "Unknown");
+    st = status_on(&s, 2, id, 5, &elapsed);
+    assert_string_equal(st, "Committed");
+    assert_true(elapsed >= 150.0);
+    free(st);
+    expect_status(&s, 1, id, 0, "Committed");
+    sim_stop(&s);
+    sim_cleanup(&s);
+}
+
+/* --history shared: every node reports the one status memory at once. */
+static void test_shared_history(void **state)
+{
+    static const char *const args[] = {"--listen", "127.0.0.1:0", "--history", "shared", NULL};
+    struct sim s;
+    sim_start(&s, args);
+    control(&s, "/_sim/pause", NULL);
+    char id[129];
+    make_id(1100, NULL, id);
+    assert_int_equal(submit_on(&s, 0, id), 202);
+    expect_status(&s, 1, id, 0, "Pending");
+    control(&s, "/_sim/resume", NULL);
+    expect_status(&s, 1, id, 5, "Committed");
+    sim_stop(&s);
+    sim_cleanup(&s);
+}
+
+/* A node restart forgets its history and the batches it had queued; the
+ * other nodes keep what they learnt. */
+static void test_node_restart(void **state)
+{
+    static const char *const args[] = {"--listen", "127.0.0.1:0", "--commit-delay-ms", "20", NULL};
+    struct sim s;
+    sim_start(&s, args);
+    char done[129], queued[129];
+    make_id(1200, NULL, done);
+    make_id(1201, NULL, queued);
+    assert_int_equal(submit_on(&s, 0, done), 202);
+    expect_status(&s, 0, done, 5, "Committed");
+    expect_status(&s, 1, done, 5, "Committed");
+    control(&s, "/_sim/pause", NULL);
+    assert_int_equal(submit_on(&s, 0, queued), 202);
+    s.port = s.ports[1];
+    control(&s, "/_sim/nodes/0", "{\"restart\": true}");
+    s.port = s.ports[0];
+    control(&s, "/_sim/resume", NULL);
+    expect_status(&s, 0, done, 0, "Unknown");
+    expect_status(&s, 1, done, 0, "Committed");
+    pause_ms(200); /* ten commit delays: a batch still queued would commit */
+    expect_status(&s, 0, queued, 0, "Unknown");
+    expect_status(&s, 1, queued, 0, "Unknown");
+    json_t *st = get_stats(&s);
+    assert_int_equal(stat_int(st, "committed", NULL), 1);
+    assert_int_equal(stat_int(st, "restarts", NULL), 1);
+    json_decref(st);
+    sim_stop(&s);
+    json_t *events = read_events(s.evlog);
+    size_t i;
+    json_t *e;
+    int restarts = 0;
+    json_array_foreach(events, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "ev")), "restart") == 0) {
+            assert_string_equal(json_string_value(json_object_get(e, "why")), "node");
+            assert_int_equal(json_integer_value(json_object_get(e, "node")), 0);
+            assert_int_equal(json_integer_value(json_object_get(e, "dropped")), 1);
+            restarts++;
+        }
+    }
+    assert_int_equal(restarts, 1);
+    json_decref(events);
+    sim_cleanup(&s);
+}
+
+/* --node-hosts: a node answers 404 for a service it does not run. */
+static void test_hosting(void **state)
+{
+    static const char *const args[] = {"--listen", "127.0.0.1:0", "--node-hosts",
+                                       "1:zzzzz-zzzzz,abcde-fghij::zz99", NULL};
+    struct sim s;
+    sim_start(&s, args);
+    char id[129];
+    make_id(1300, NULL, id);
+    assert_int_equal(submit_on(&s, 1, id), 404);
+    struct reply r;
+    assert_int_equal(get_on(&s, 1, STATUSES_PATH "?ids=abc", 5000, &r), CURLE_OK);
+    assert_int_equal(r.status, 404);
+    reply_free(&r);
+    assert_int_equal(submit_on(&s, 0, id), 202);
+    sim_stop(&s);
+    sim_cleanup(&s);
+}
+
+/* Protocol 1 never refuses; protocol 2 (the default) refuses a full queue
+ * with an empty 429, checking before the whole list is queued. */
+static void test_protocol(void **state)
+{
+    static const char *const v1[] = {"--protocol", "1", NULL};
+    struct sim s;
+    sim_start(&s, v1);
+    control(&s, "/_sim/pause", NULL);
+    char ids[40][129];
+    for (unsigned i = 0; i < 40; i++) {
+        make_id(1400 + i, NULL, ids[i]);
+        assert_int_equal(submit_simple(&s, ids[i]), 202);
+    }
+    sim_stop(&s);
+    sim_cleanup(&s);
+
+    sim_start(&s, NULL);
+    control(&s, "/_sim/pause", NULL);
+    const char *list[40];
+    for (unsigned i = 0; i < 40; i++)
+        list[i] = ids[i];
+    size_t len;
+    uint8_t *body = make_batchlist_n(list, 29, &len); /* 29 queued: not yet refusing */
+    struct reply r;
+    http(&s, "POST", BATCHES_PATH, body, len, NULL, 5000, &r);
+    free(body);
+    assert_int_equal(r.status, 202);
+    reply_free(&r);
+    body = make_batchlist_n(list + 29, 5, &len); /* checked at 29: all five go in */
+    http(&s, "POST", BATCHES_PATH, body, len, NULL, 5000, &r);
+    free(body);
+    assert_int_equal(r.status, 202);
+    reply_free(&r);
+    assert_int_equal(submit(&s, ids[39], NULL, &r), 429);
+    assert_int_equal(r.len, 0);
+    reply_free(&r);
+    json_t *st = get_stats(&s);
+    assert_int_equal(stat_int(json_object_get(st, "services"), SVC_KEY, "queued"), 34);
+    json_decref(st);
+    sim_stop(&s);
+    sim_cleanup(&s);
+}
+
+/* A waiting query looks every --wait-poll-ms (100 by default), as
+ * scabbard's handler does; --unknown-wait answer ends a wait on an unknown
+ * id at once. */
+static void test_wait_poll(void **state)
+{
+    static const char *const args[] = {"--commit-delay-ms", "10", NULL};
+    struct sim s;
+    sim_start(&s, args);
+    char id[129];
+    make_id(1500, NULL, id);
+    control(&s, "/_sim/pause", NULL);
+    assert_int_equal(submit_simple(&s, id), 202);
+    control(&s, "/_sim/resume", NULL);
+    double elapsed;
+    char *st = status_on(&s, 0, id, 5, &elapsed);
+    assert_string_equal(st, "Committed");
+    free(st);
+    assert_true(elapsed >= 90.0);
+    sim_stop(&s);
+    sim_cleanup(&s);
+
+    static const char *const answer[] = {"--unknown-wait", "answer", NULL};
+    sim_start(&s, answer);
+    st = status_on(&s, 0, id, 5, &elapsed);
+    assert_string_equal(st, "Unknown");
+    free(st);
+    assert_true(elapsed < 2000.0);
+    sim_stop(&s);
+    sim_cleanup(&s);
+}
+
 static void test_back_pressure(void **state)
 {
     static const char *const args[] = {"--commit-delay-ms", "100", NULL};
@@ -938,6 +1203,13 @@ int main(void)
         cmocka_unit_test_teardown(test_status_memory_and_outcomes, kill_leftover),
         cmocka_unit_test_teardown(test_event_log, kill_leftover),
         cmocka_unit_test_teardown(test_bad_options, kill_leftover),
+        cmocka_unit_test_teardown(test_wait_default, kill_leftover),
+        cmocka_unit_test_teardown(test_per_node_history, kill_leftover),
+        cmocka_unit_test_teardown(test_shared_history, kill_leftover),
+        cmocka_unit_test_teardown(test_node_restart, kill_leftover),
+        cmocka_unit_test_teardown(test_hosting, kill_leftover),
+        cmocka_unit_test_teardown(test_protocol, kill_leftover),
+        cmocka_unit_test_teardown(test_wait_poll, kill_leftover),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

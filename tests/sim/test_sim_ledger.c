@@ -32,10 +32,11 @@ struct fixture {
     size_t n;                /* entries in `log` */
 };
 
-static void record(void *ctx, const struct qw_sim_service *svc, const char *batch_id,
+static void record(void *ctx, const struct qw_sim_service *svc, const char *batch_id, int origin,
                    enum qw_sim_status from, enum qw_sim_status to, int64_t at_us)
 {
     struct fixture *f = ctx;
+    (void)origin;
     assert_true(f->n < sizeof(f->log) / sizeof(f->log[0]));
     struct change *c = &f->log[f->n++];
     snprintf(c->service, sizeof(c->service), "%s", svc->key);
@@ -79,7 +80,7 @@ static enum qw_sim_accept_result offer(struct fixture *f, const char *key, const
     struct qw_sim_submission sub = {.batch_id = id};
     enum qw_sim_accept_result res;
     bool d = false;
-    assert_int_equal(qw_sim_ledger_accept(f->l, svc, &sub, 1, now_us, &d, &res), QW_OK);
+    assert_int_equal(qw_sim_ledger_accept(f->l, svc, &sub, 1, now_us, 0, &d, &res), QW_OK);
     if (dup)
         *dup = d;
     return res;
@@ -386,7 +387,7 @@ static void test_invalid_prefix(void **state)
             {.batch_id = "deadcafe"},
         };
         enum qw_sim_accept_result res;
-        assert_int_equal(qw_sim_ledger_accept(f->l, svc, subs, 3, 0, NULL, &res), QW_OK);
+        assert_int_equal(qw_sim_ledger_accept(f->l, svc, subs, 3, 0, 0, NULL, &res), QW_OK);
         assert_int_equal(res, QW_SIM_ACCEPTED);
         qw_sim_ledger_advance(f->l, 1000 * MS);
         struct qw_sim_status_view v;
@@ -445,7 +446,7 @@ static void test_duplicates(void **state)
     struct qw_sim_submission subs[] = {{.batch_id = "x"}, {.batch_id = "y"}, {.batch_id = "x"}};
     bool dups[3];
     enum qw_sim_accept_result res;
-    assert_int_equal(qw_sim_ledger_accept(f->l, svc, subs, 3, 0, dups, &res), QW_OK);
+    assert_int_equal(qw_sim_ledger_accept(f->l, svc, subs, 3, 0, 0, dups, &res), QW_OK);
     assert_false(dups[0]);
     assert_false(dups[1]);
     assert_true(dups[2]);
@@ -547,6 +548,76 @@ static void test_many_services_time_order(void **state)
     fixture_free(f);
 }
 
+/* Offers `id` to `key` at `now_us` as taken by node `origin`; returns the result. */
+static enum qw_sim_accept_result offer_from(struct fixture *f, const char *key, const char *id,
+                                            int64_t now_us, int origin)
+{
+    struct qw_sim_service *svc = qw_sim_ledger_service(f->l, key, true);
+    struct qw_sim_submission sub = {.batch_id = id};
+    enum qw_sim_accept_result res;
+    assert_int_equal(qw_sim_ledger_accept(f->l, svc, &sub, 1, now_us, origin, NULL, &res), QW_OK);
+    return res;
+}
+
+/* A node restart takes back what that node had queued; the rest keeps its schedule. */
+static void test_drop_origin(void **state)
+{
+    struct qw_sim_ledger_config cfg = base_config();
+    struct fixture *f = fixture_new(&cfg);
+    static const struct {
+        const char *key;
+        const char *id;
+        int origin;
+        enum qw_sim_status after; /* once everything left is due */
+    } rows[] = {
+        {"aaaaa-aaaaa::s1", "a1", 0, QW_SIM_COMMITTED},
+        {"aaaaa-aaaaa::s1", "a2", 1, QW_SIM_UNKNOWN},
+        {"aaaaa-aaaaa::s1", "a3", 0, QW_SIM_COMMITTED},
+        {"bbbbb-bbbbb::s2", "b1", 1, QW_SIM_UNKNOWN},
+        {"bbbbb-bbbbb::s2", "b2", 2, QW_SIM_COMMITTED},
+        {"ccccc-ccccc::s3", "c1", 1, QW_SIM_UNKNOWN},
+    };
+    size_t n = sizeof(rows) / sizeof(rows[0]);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(offer_from(f, rows[i].key, rows[i].id, 0, rows[i].origin),
+                         QW_SIM_ACCEPTED);
+    assert_int_equal(qw_sim_ledger_queued_total(f->l), 6);
+    assert_int_equal(qw_sim_ledger_drop_origin(f->l, 1, 1 * MS), 3);
+    assert_int_equal(qw_sim_ledger_queued_total(f->l), 3);
+    assert_int_equal(queued(f, "ccccc-ccccc::s3"), 0);
+    assert_int_equal(qw_sim_ledger_drop_origin(f->l, 1, 1 * MS), 0);
+    for (size_t i = 0; i < n; i++) {
+        enum qw_sim_status st = status_of(f, rows[i].key, rows[i].id, 1000 * MS);
+        if (st != rows[i].after)
+            print_error("row %zu: %s\n", i, qw_sim_status_name(st));
+        assert_int_equal(st, rows[i].after);
+    }
+    /* the changes of what was left, in order, and none of what was dropped */
+    assert_int_equal(f->n, 3);
+    assert_string_equal(f->log[0].batch, "a1");
+    assert_string_equal(f->log[1].batch, "b2");
+    assert_string_equal(f->log[2].batch, "a3");
+    fixture_free(f);
+}
+
+/* Protocol 1: nothing is refused, however full the queues or the rate. */
+static void test_never_refuse(void **state)
+{
+    struct qw_sim_ledger_config cfg = base_config();
+    cfg.never_refuse = true;
+    cfg.global_high = 5;
+    cfg.global_low = 2;
+    cfg.rate = 1;
+    struct fixture *f = fixture_new(&cfg);
+    char id[16];
+    for (int i = 0; i < 100; i++) {
+        snprintf(id, sizeof(id), "n%d", i);
+        assert_int_equal(offer_from(f, "aaaaa-aaaaa::s1", id, 0, 0), QW_SIM_ACCEPTED);
+    }
+    assert_int_equal(queued(f, "aaaaa-aaaaa::s1"), 100);
+    fixture_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -564,6 +635,8 @@ int main(void)
         cmocka_unit_test(test_restart_wipes),
         cmocka_unit_test(test_pause_resume),
         cmocka_unit_test(test_many_services_time_order),
+        cmocka_unit_test(test_drop_origin),
+        cmocka_unit_test(test_never_refuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /*
  * Unit tests for the simulator's request and option parsing: routes, ids,
- * wait, BatchList bodies (sim/routes.h, sim/payload.h, sim/options.h).
+ * wait, BatchList bodies, which services a node runs (sim/routes.h,
+ * sim/payload.h, sim/options.h, sim/node.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 
 #include "batch.pb-c.h"
 #include "common/err.h"
+#include "node.h"
 #include "options.h"
 #include "payload.h"
 #include "routes.h"
@@ -161,24 +163,30 @@ static void test_wait_parse(void **state)
 {
     static const struct {
         const char *text;
-        int rc;
         int64_t ms;
     } rows[] = {
-        {NULL, QW_OK, 0},          {"", QW_OK, 0},
-        {"0", QW_OK, 0},           {"5", QW_OK, 5000},
-        {"0.25", QW_OK, 250},      {"60", QW_OK, 60000},
-        {"61", QW_OK, 60000},      {"1e9", QW_ERR_INVALID, 0},
-        {"-1", QW_ERR_INVALID, 0}, {"abc", QW_ERR_INVALID, 0},
-        {".", QW_ERR_INVALID, 0},  {"1.2.3", QW_ERR_INVALID, 0},
+        {NULL, 0},
+        {"false", 0},
+        {"0", 0},
+        {"5", 5000},
+        {"0.25", 250},
+        {"60", 60000},
+        {"600", 600000},
+        {"99999999", QW_SIM_WAIT_MAX_MS},
+        {"", QW_SIM_WAIT_DEFAULT_MS},
+        {"true", QW_SIM_WAIT_DEFAULT_MS},
+        {"1e9", QW_SIM_WAIT_DEFAULT_MS},
+        {"-1", QW_SIM_WAIT_DEFAULT_MS},
+        {"abc", QW_SIM_WAIT_DEFAULT_MS},
+        {".", QW_SIM_WAIT_DEFAULT_MS},
+        {"1.2.3", QW_SIM_WAIT_DEFAULT_MS},
     };
+    assert_int_equal(QW_SIM_WAIT_DEFAULT_MS, 300000);
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        int64_t ms = -1;
-        int rc = qw_sim_wait_parse(rows[i].text, &ms);
-        if (rc != rows[i].rc)
+        int64_t ms = qw_sim_wait_parse(rows[i].text);
+        if (ms != rows[i].ms)
             print_error("row %zu: %s\n", i, rows[i].text ? rows[i].text : "(null)");
-        assert_int_equal(rc, rows[i].rc);
-        if (rc == QW_OK)
-            assert_int_equal(ms, rows[i].ms);
+        assert_int_equal(ms, rows[i].ms);
     }
 }
 
@@ -320,6 +328,79 @@ static void test_options_defaults(void **state)
     assert_false(o.seed_set);
     assert_true(o.faults.rate_5xx == 0.0);
     assert_int_equal(o.threads, 2);
+    /* scabbard's behaviour unless told otherwise */
+    assert_int_equal(o.history, QW_SIM_HISTORY_PER_NODE);
+    assert_int_equal(o.propagation_ms, 0);
+    assert_false(o.unknown_answers);
+    assert_int_equal(o.wait_poll_ms, 100);
+    assert_int_equal(o.protocol, 2);
+    assert_false(o.ledger.never_refuse);
+    assert_int_equal(o.listen[0].n_hosts, 0);
+}
+
+/* The switches that model scabbard, and what they refuse. */
+static void test_options_scabbard(void **state)
+{
+    struct qw_sim_options o;
+    bool usage;
+    char err[256];
+    assert_int_equal(parse_line("--listen 127.0.0.1:0 --listen 127.0.0.1:0 --history shared "
+                                "--propagation-ms 500 --unknown-wait answer --wait-poll-ms 0 "
+                                "--protocol 1 --node-hosts 1:abcde-12345,fghij-67890::ab12",
+                                &o, &usage, err, sizeof(err)),
+                     QW_OK);
+    assert_int_equal(o.history, QW_SIM_HISTORY_SHARED);
+    assert_int_equal(o.propagation_ms, 500);
+    assert_true(o.unknown_answers);
+    assert_int_equal(o.wait_poll_ms, 0);
+    assert_int_equal(o.protocol, 1);
+    assert_true(o.ledger.never_refuse);
+    assert_int_equal(o.listen[0].n_hosts, 0);
+    assert_int_equal(o.listen[1].n_hosts, 2);
+    assert_string_equal(o.listen[1].hosts[0], "abcde-12345");
+    assert_string_equal(o.listen[1].hosts[1], "fghij-67890::ab12");
+    static const char *const bad[] = {
+        "--history both",
+        "--unknown-wait never",
+        "--protocol 3",
+        "--protocol 0",
+        "--wait-poll-ms -1",
+        "--propagation-ms x",
+        "--node-hosts 1:abcde-12345",      /* node 1 does not exist */
+        "--node-hosts 0:abcde",            /* not a circuit */
+        "--node-hosts 0:abcde-12345::ab1", /* not a service */
+        "--node-hosts 0:abcde-12345,,x",   /* empty item */
+        "--node-hosts 0:",                 /* nothing */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = parse_line(bad[i], &o, &usage, err, sizeof(err));
+        if (rc != QW_ERR_INVALID)
+            print_error("accepted: %s\n", bad[i]);
+        assert_int_equal(rc, QW_ERR_INVALID);
+    }
+}
+
+/* Which services a node runs: all without a list, else those named by circuit or service. */
+static void test_node_hosts(void **state)
+{
+    struct qw_sim_node nd;
+    memset(&nd, 0, sizeof(nd));
+    assert_true(qw_sim_node_hosts(&nd, "abcde-12345::ab12"));
+    snprintf(nd.hosts[0], sizeof(nd.hosts[0]), "abcde-12345");
+    snprintf(nd.hosts[1], sizeof(nd.hosts[1]), "fghij-67890::cd34");
+    nd.n_hosts = 2;
+    static const struct {
+        const char *key;
+        bool hosted;
+    } rows[] = {
+        {"abcde-12345::ab12", true},  {"abcde-12345::zz99", true},  {"fghij-67890::cd34", true},
+        {"fghij-67890::ab12", false}, {"abcde-1234x::ab12", false}, {"abcde-123::ab12", false},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        if (qw_sim_node_hosts(&nd, rows[i].key) != rows[i].hosted)
+            print_error("row %zu: %s\n", i, rows[i].key);
+        assert_true(qw_sim_node_hosts(&nd, rows[i].key) == rows[i].hosted);
+    }
 }
 
 static void test_options_table(void **state)
@@ -427,7 +508,8 @@ int main(void)
         cmocka_unit_test(test_routes_table),   cmocka_unit_test(test_id_valid),
         cmocka_unit_test(test_ids_parse),      cmocka_unit_test(test_wait_parse),
         cmocka_unit_test(test_payload_decode), cmocka_unit_test(test_options_defaults),
-        cmocka_unit_test(test_options_table),
+        cmocka_unit_test(test_options_table),  cmocka_unit_test(test_options_scabbard),
+        cmocka_unit_test(test_node_hosts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
