@@ -1,4 +1,5 @@
--- Fetch: for each service this instance holds, its oldest non-final batch
+-- Fetch: for each service this instance holds (one probe of the batches
+-- index each: a held service may have no work), its oldest non-final batch
 -- plus any batch in flight, as the input of the one-round serial queuer,
 -- with each batch's priority (the queuer hands higher priorities over first).
 -- $1 instance. (batches_fetch_some is the same for a list of services.)
@@ -29,6 +30,5 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
            AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending'))
      ) b
  WHERE c.claimant = $1
-   AND c.has_work
    AND greatest(c.expiry_1,
                     (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()

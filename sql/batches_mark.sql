@@ -7,15 +7,18 @@
 -- same statement; maintenance decides soft expiry from it. Appends a
 -- 'Submitting' history row with the reason. Returns the batches marked
 -- with their payloads and priorities; a batch not returned must not be submitted.
--- $1 instance, $2 batch ids, $3 service ids, $4 epochs, $5 statuses seen ('' = none).
+-- $1 instance, $2 batch ids, $3 service ids, $4 epochs, $5 statuses seen ('' = none),
+-- $6 our incarnation (a later registration of our instance_id fences us out).
 WITH q AS (
     SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[])
         AS q(batch_id, service_id, epoch, seen)
 ), fence AS MATERIALIZED (
     -- The claims, locked: a takeover committed after this transaction
     -- began is seen (READ COMMITTED re-checks the newest row version) and
-    -- its services are left alone; one still in progress is waited for.
-    -- FOR NO KEY UPDATE, as the trigger writes `submitting`. (IS NOT
+    -- its services are left alone; a claim row another transaction has
+    -- locked (a takeover in progress, an operator action) is skipped, not
+    -- waited for: its batch is not marked now and the worker fetches the
+    -- service again. FOR NO KEY UPDATE, as the trigger writes `submitting`. (IS NOT
     -- DISTINCT FROM means = here, as both sides are set, but is not
     -- indexable: the primary key drives the scan.)
     SELECT c.service_id, c.claim_epoch
@@ -24,8 +27,10 @@ WITH q AS (
        AND c.claimant IS NOT DISTINCT FROM $1
        AND greatest(c.expiry_1,
                     (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
+       AND EXISTS (SELECT 1 FROM queuer.instances i
+                    WHERE i.instance_id = $1 AND i.incarnation = $6::bigint)
      ORDER BY c.service_id
-       FOR NO KEY UPDATE OF c
+       FOR NO KEY UPDATE OF c SKIP LOCKED
 ), upd AS (
     UPDATE queuer.batches b
        SET submitted = true, status = NULL, status_at = now()

@@ -1,53 +1,87 @@
--- Claims up to $2 free services that have work, of one priority: the
--- highest head_priority (the priority of the service's next batch,
--- migration 0013) present among them that is at most $6. The caller calls
--- again with $6 = the next lower priority present (returned with every
--- row, NULL when there is none: no call that would find nothing) when it
--- got fewer than it asked for.
--- Reads the index of free services with work (service_id_claims_free_work,
--- ordered by head_priority, then hashtext(service_id)): one entry to find
--- the priority, then that priority's range from $5, wrapping around, so
--- each worker starts at its own random place and its reads (and predicate
--- locks) cover only the rows it takes; rows another transaction has
--- locked are skipped. The update finds the rows by the ctid just locked,
--- not by key: a key lookup would predicate-lock whole primary-key pages,
--- which other workers' updates of neighbouring keys write into (false
--- serialization failures).
--- $1 instance, $2 how many, $3 lease ms, $4 hard-expiry ms, $5 start (an
--- int4), $6 highest priority to take. Returns the new claims with their
--- priority, and the next lower priority of free services with work (read
--- from the same index and snapshot as the next call would).
-WITH level AS MATERIALIZED (
-    SELECT c.head_priority AS p FROM queuer.service_id_claims c
-     WHERE c.claimant IS NULL AND c.has_work AND c.head_priority <= $6::integer
-     ORDER BY c.head_priority DESC
-     LIMIT 1
-), upper AS MATERIALIZED (
-    SELECT c.ctid FROM queuer.service_id_claims c
+-- Pickup: gives free services with work to live instances, highest head
+-- priority first, each instance up to its room (the fair share less the
+-- claims it holds), in turns; one worker at a time (a transaction-level
+-- advisory lock: a worker that does not get it leaves pickup to the one
+-- that has it). Free services with work are few where workers run: an
+-- enqueue gives a free service to a live instance itself
+-- (claims_follow_batches), so pickup serves what was enqueued while no
+-- worker ran, what maintenance or a graceful stop could not hand over,
+-- and surplus given back with work.
+-- Runs in the SERIALIZABLE claims transaction. The index of free services
+-- with work is read from its top (highest priority) down; rows another
+-- transaction has locked (an enqueue giving the service away) are
+-- skipped. The update finds the rows by the ctid just locked, not by key:
+-- a key lookup would predicate-lock whole primary-key pages, which other
+-- workers' updates of neighbouring keys write into (false serialization
+-- failures). The other receivers are woken on their own channels.
+-- Each instance's claims are counted here, through the claimant index (the
+-- counts instances report with their leases lag the claims an enqueue or
+-- an earlier pickup just gave them).
+-- $1 instance, $2 at most this many in all, $3 lease ms, $4 hard-expiry
+-- ms, $5 slack, $6 max claims per instance (0 = none), $7 at most this many
+-- to each instance (a worker alone, the first of several starting, does not
+-- take everything before the others have registered).
+-- Returns one row per claim given to us (service, epoch, its priority),
+-- or one row of NULLs when none was; every row also says whether we held
+-- the pickup lock and how many claims the call gave out in all.
+WITH lock AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(hashtext('queuer.claims_pickup')) AS got
+), live AS MATERIALIZED (
+    -- as in claims_share.sql: a running lease, us, or registered within a
+    -- lease and no lease yet
+    SELECT i.instance_id, i.incarnation,
+           (SELECT count(*) FROM queuer.service_id_claims h
+             WHERE h.claimant = i.instance_id) AS held
+      FROM queuer.instances i, lock k
+     WHERE k.got AND i.stopped_at IS NULL
+       AND (i.lease_1 > now() OR i.instance_id = $1
+            OR (i.lease_1 IS NULL
+                AND i.heartbeat_at > now() - $3::integer * interval '1 millisecond'))
+), share AS MATERIALIZED (
+    SELECT CASE WHEN $6::integer > 0 THEN least($6::integer, s.even + $5::integer)
+                ELSE s.even + $5::integer END AS n
+      FROM (SELECT ceil((sum(l.held)
+                         + (SELECT count(*) FROM queuer.service_id_claims f
+                             WHERE f.claimant IS NULL AND f.has_work))::numeric
+                        / greatest(1, count(*)))::integer AS even
+              FROM live l) s
+), slots AS MATERIALIZED (
+    -- each instance's room, taken in turns: slot 1 of every instance, then 2, ...
+    SELECT l.instance_id, row_number() OVER (ORDER BY g.k, l.instance_id) AS slot
+      FROM live l, share s,
+           LATERAL generate_series(1, least(greatest(0, s.n - l.held), $7::integer)) g(k)
+), locked AS MATERIALIZED (
+    SELECT c.ctid, c.head_priority, hashtext(c.service_id) AS h
+      FROM queuer.service_id_claims c
      WHERE c.claimant IS NULL AND c.has_work
-       AND c.head_priority = (SELECT l.p FROM level l) AND hashtext(c.service_id) >= $5::integer
-     ORDER BY hashtext(c.service_id)
-     LIMIT $2::integer
+     ORDER BY c.head_priority DESC, hashtext(c.service_id) DESC
+     LIMIT least($2::integer, (SELECT count(*) FROM slots))
        FOR UPDATE SKIP LOCKED
-), lower AS MATERIALIZED (
-    -- read only when the upper range has fewer than $2 (CTEs run on demand)
-    SELECT c.ctid FROM queuer.service_id_claims c
-     WHERE c.claimant IS NULL AND c.has_work
-       AND c.head_priority = (SELECT l.p FROM level l) AND hashtext(c.service_id) < $5::integer
-     ORDER BY hashtext(c.service_id)
-     LIMIT $2::integer
-       FOR UPDATE SKIP LOCKED
+), picked AS MATERIALIZED (
+    SELECT k.ctid, s.instance_id
+      FROM (SELECT k.ctid, row_number() OVER (ORDER BY k.head_priority DESC, k.h DESC) AS slot
+              FROM locked k) k
+      JOIN slots s ON s.slot = k.slot
+), upd AS (
+    UPDATE queuer.service_id_claims c
+       SET claimant = p.instance_id, claim_epoch = c.claim_epoch + 1,
+           expiry_1 = now() + $3::integer * interval '1 millisecond',
+           expiry_2 = now() + $4::integer * interval '1 millisecond'
+      FROM picked p
+     WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM picked x)) AND c.ctid = p.ctid
+       AND c.claimant IS NULL
+    RETURNING c.service_id, c.claimant, c.claim_epoch, c.head_priority
+), woke AS (
+    SELECT pg_notify('queuer_i' || l.incarnation,
+                     CASE WHEN count(*) <= 8
+                          THEN string_agg(u.service_id || ':' || u.claim_epoch, ' ')
+                          ELSE '*' END) AS sent
+      FROM upd u JOIN live l ON l.instance_id = u.claimant
+     WHERE u.claimant <> $1
+     GROUP BY l.incarnation
 )
-UPDATE queuer.service_id_claims c
-   SET claimant = $1, claim_epoch = c.claim_epoch + 1,
-       expiry_1 = now() + $3::integer * interval '1 millisecond',
-       expiry_2 = now() + $4::integer * interval '1 millisecond'
- WHERE c.ctid = ANY (ARRAY(SELECT u.ctid FROM upper u
-                           UNION ALL
-                           SELECT l.ctid FROM lower l
-                           LIMIT $2::integer))
-   AND c.claimant IS NULL
-RETURNING c.service_id, c.claim_epoch, c.head_priority,
-          (SELECT max(f.head_priority) FROM queuer.service_id_claims f
-            WHERE f.claimant IS NULL AND f.has_work
-              AND f.head_priority < (SELECT l.p FROM level l)) AS next_level
+SELECT u.service_id, u.claim_epoch, u.head_priority, k.got, t.n AS picked
+  FROM lock k
+ CROSS JOIN (SELECT count(w.sent) AS n FROM woke w) w
+ CROSS JOIN (SELECT count(*) AS n FROM upd) t
+  LEFT JOIN upd u ON u.claimant = $1

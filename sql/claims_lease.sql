@@ -3,19 +3,22 @@
 -- workers): every claim we hold is held until greatest(its own expiry_1,
 -- lease_1) and hard-expires at greatest(its expiry_2, lease_2). Also the
 -- heartbeat and the number of claims we hold (for the fair share). $1
--- instance, $2 lease ms, $3 hard-expiry ms, $4 claims held. Returns the
+-- instance, $2 lease ms, $3 hard-expiry ms, $4 claims held, $5 our
+-- incarnation, $6 our worker.max_claims (0 = none; an enqueue gives no new
+-- service to an instance at its cap). Returns the
 -- database clock in microseconds since the epoch and the milliseconds
 -- until the first lease of another running instance runs out (NULL when
 -- none runs): live workers renew theirs every cycle, so one that ends
 -- within a cycle is a worker that stopped renewing, and maintenance is
 -- run at that moment, not up to a cycle later. No row when the instance
--- is not registered.
+-- is not registered under that incarnation (a later registration of the
+-- same instance_id superseded us).
 UPDATE queuer.instances
    SET heartbeat_at = now(), stopped_at = NULL,
        lease_1 = now() + $2::integer * interval '1 millisecond',
        lease_2 = now() + $3::integer * interval '1 millisecond',
-       claims_held = $4::integer
- WHERE instance_id = $1
+       claims_held = $4::integer, max_claims = $6::integer
+ WHERE instance_id = $1 AND incarnation = $5::bigint
 RETURNING (extract(epoch FROM now()) * 1000000)::bigint,
           (SELECT ceil(extract(epoch FROM min(o.lease_1) - now()) * 1000)::bigint
              FROM queuer.instances o

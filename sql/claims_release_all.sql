@@ -1,6 +1,32 @@
--- Graceful shutdown: gives every claim of this instance back at once so
--- another worker takes over without waiting for expiry. $1 instance.
+-- Graceful shutdown: gives every claim of this instance back at once, as
+-- claims_release.sql does (the freed row says whether the service has
+-- work), so another worker takes over without waiting for expiry. A claim
+-- whose service has an enqueue in progress is left: the instance's lease
+-- ends with the stop (instance_stop.sql), and maintenance hands it over.
+-- $1 instance, $2 our incarnation (a superseded process gives nothing back:
+-- the claims are the later registration's). Returns the released services
+-- and whether each has work.
+WITH r AS MATERIALIZED (
+    SELECT c.ctid, c.service_id, g.n_in - c.n_out > 0 AS has_work
+      FROM queuer.service_id_claims c
+      JOIN queuer.service_ingest g ON g.service_id = c.service_id
+     WHERE c.claimant = $1
+       AND EXISTS (SELECT 1 FROM queuer.instances i
+                    WHERE i.instance_id = $1 AND i.incarnation = $2::bigint)
+       FOR UPDATE OF c SKIP LOCKED
+       FOR SHARE OF g SKIP LOCKED
+)
 UPDATE queuer.service_id_claims c
-   SET claimant = NULL, expiry_1 = NULL, expiry_2 = NULL, claim_epoch = c.claim_epoch + 1
- WHERE c.claimant = $1
-RETURNING c.service_id
+   SET claimant = NULL, expiry_1 = NULL, expiry_2 = NULL, claim_epoch = c.claim_epoch + 1,
+       has_work = r.has_work,
+       head_priority = CASE WHEN r.has_work
+                            THEN coalesce((SELECT b.priority FROM queuer.batches b
+                                            WHERE b.service_id = r.service_id
+                                              AND (b.status IS NULL
+                                                   OR b.status IN ('Pending', 'Unknown', 'Delayed'))
+                                            ORDER BY b.created_at, b.batch_id
+                                            LIMIT 1), 0)
+                            ELSE 0 END
+  FROM r
+ WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM r x)) AND c.ctid = r.ctid
+RETURNING c.service_id, c.has_work

@@ -1,20 +1,26 @@
--- Releases up to $2 of this instance's claims on services with nothing
--- left to do (n_open = 0: no batch waiting or in flight), read from the
--- index of held services without work. A service that gains work after
--- this transaction's snapshot has its claim row changed by the enqueue,
--- so this SERIALIZABLE update fails (40001) and is re-run instead of
--- releasing it; one that gains work after the release is free with work,
--- and claimed again. $1 instance, $2 how many. Returns the released
--- services.
+-- Gives back up to $2 of this instance's claims whose service has no work
+-- (n_in - n_out = 0: nothing non-final but parked batches), no batch
+-- mid-submission and no enqueue in progress (its ingest row is locked; both
+-- rows are locked SKIP LOCKED, so the count read is exact). Claims are kept
+-- when their work runs out; this runs only when this instance holds its
+-- share (or its worker.max_claims) and free services with work wait, so
+-- that room is made for them (pickup then gives them out in the same
+-- transaction). Reads our claims through the claimant index. $1 instance,
+-- $2 how many. Returns the released services and whether each has work
+-- (never).
 WITH idle AS MATERIALIZED (
-    SELECT c.ctid FROM queuer.service_id_claims c
-     WHERE c.claimant = $1 AND NOT c.has_work
+    SELECT c.ctid
+      FROM queuer.service_id_claims c
+      JOIN queuer.service_ingest g ON g.service_id = c.service_id
+     WHERE c.claimant = $1 AND NOT c.submitting AND g.n_in - c.n_out = 0
      LIMIT $2::integer
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF c SKIP LOCKED
+       FOR SHARE OF g SKIP LOCKED
 )
 UPDATE queuer.service_id_claims c
-   SET claimant = NULL, expiry_1 = NULL, expiry_2 = NULL, claim_epoch = c.claim_epoch + 1
+   SET claimant = NULL, expiry_1 = NULL, expiry_2 = NULL, claim_epoch = c.claim_epoch + 1,
+       has_work = false, head_priority = 0
  -- by the ctid just locked (see claims_acquire.sql)
  WHERE c.ctid = ANY (ARRAY(SELECT i.ctid FROM idle i))
    AND c.claimant IS NOT DISTINCT FROM $1
-RETURNING c.service_id
+RETURNING c.service_id, c.has_work

@@ -1,10 +1,12 @@
--- The fair share for this instance: ceil(services with work / live
+-- The fair share for this instance: ceil(services to share / live
 -- instances) + slack, capped by max_claims when > 0; and how many services
--- with work nobody holds. Services with work are estimated as the claims
--- instances held at their last lease renewal (less what maintenance freed
--- since: a dead worker's claims count until they are free) plus the free
--- ones with work (an index of its own); idle claims are given back, so
--- held is close to with work. Live: a lease that has not run out, ours, or
+-- with work nobody holds. The services to share are the claimed ones
+-- (claims are kept when their work runs out; a dead worker's count until
+-- maintenance hands them over), counted through the claimant index (the
+-- counts instances report with their leases lag the claims an enqueue or
+-- a pickup just gave them, and a share read from them made workers give
+-- back what pickup handed out again), plus the free ones with work (an
+-- index of its own). Live: a lease that has not run out, ours, or
 -- an instance registered less than $4 ms ago that has not taken a lease
 -- yet (so the first of several workers started together does not take
 -- everything). Advisory: read outside the claims transaction. Last, whether
@@ -18,7 +20,7 @@ WITH inst AS (
                   OR (i.lease_1 IS NULL
                       AND i.heartbeat_at > now() - $4::integer * interval '1 millisecond')))
                AS live,
-           coalesce(sum(i.claims_held), 0) AS held
+           (SELECT count(*) FROM queuer.service_id_claims h WHERE h.claimant IS NOT NULL) AS held
       FROM queuer.instances i
      WHERE i.stopped_at IS NULL
 ), free AS (

@@ -1,18 +1,21 @@
--- Registers (or re-registers) this worker, unless another live process
+-- Registers (or re-registers) this worker with a new incarnation, unless another live process
 -- already runs under the same instance_id: a twin would share claimant and
 -- epoch, so fencing could not tell their writes apart. An earlier
 -- registration is taken over when it stopped, when its heartbeat is older
 -- than the liveness window, or when the caller found its process dead on
--- this host ($6). Returns the instance on success and no row when a live
--- twin holds the id (look at it with instance_lookup).
+-- this host ($6); the new incarnation fences the earlier process (its
+-- lease renewal and its fenced writes name the old one and match nothing).
+-- Returns the instance and its incarnation on success and no row when a
+-- live twin holds the id (look at it with instance_lookup).
 -- $1 instance, $2 host, $3 pid, $4 version, $5 liveness window ms,
 -- $6 take over a recent registration (boolean).
 INSERT INTO queuer.instances AS i (instance_id, host, pid, version)
 VALUES ($1, $2, $3::integer, $4)
 ON CONFLICT (instance_id) DO UPDATE
    SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
-       started_at = now(), heartbeat_at = now(), stopped_at = NULL
+       started_at = now(), heartbeat_at = now(), stopped_at = NULL,
+       incarnation = nextval('queuer.instance_incarnation')
  WHERE i.stopped_at IS NOT NULL
     OR i.heartbeat_at < now() - $5::integer * interval '1 millisecond'
     OR $6::boolean
-RETURNING i.instance_id
+RETURNING i.instance_id, i.incarnation

@@ -22,23 +22,30 @@
 -- (migrations/0008_claims_scale.sql).
 --
 -- $1 instance, $2 the outcomes: queuer.outcome[] (migrations/0004_outcome_type.sql), one
--- element per batch; `ord` below is an element's position (from 1).
+-- element per batch; `ord` below is an element's position (from 1); $3 our
+-- incarnation (a later registration of our instance_id fences us out).
 -- Returns one row per outcome written (kind 'w': batch_id, ord) and one
 -- per next batch marked (kind 'n': batch_id, service_id, epoch, attempts,
 -- payload, the claim's lease left in ms as checked by this statement, the
--- ord of the outcome whose job goes on with it, and the batch's priority). An outcome not
--- returned means "claim lost, drop it".
+-- ord of the outcome whose job goes on with it, and the batch's priority), and one per
+-- outcome whose claim row another transaction had locked (kind 's': ord; the claim is
+-- still ours, so the outcome goes in the next group), and one per outcome that went on
+-- and found its service's next batch but could not mark it (kind 'm': batch_id, ord; not
+-- due yet, or changed meanwhile): without a 'n' or 'm' row such an outcome's service has
+-- no non-final batch left. An outcome not returned means "claim lost, drop it".
 WITH o AS (
     SELECT * FROM unnest($2::queuer.outcome[]) WITH ORDINALITY
         AS o(batch_id, service_id, epoch, expect, status, submitted, attempts_add, retry_ms,
              last_error, detail, posted, go_on, ord)
 ), fence AS (
-    -- Only claims that are ours at the outcome's epoch are locked (NOWAIT:
-    -- a claims transaction renewing one of them makes the group retry at
-    -- once). A claim that moved to another worker is not touched, so its
-    -- new holder locking it cannot fail the whole group; its outcome simply
-    -- matches nothing below. (IS NOT DISTINCT FROM means = here but is not
-    -- indexable: the primary key drives the scan.)
+    -- Only claims that are ours at the outcome's epoch are locked, and a
+    -- claim row another transaction has locked (our own claims transaction
+    -- giving claims back, an operator action) is skipped, not waited for:
+    -- its outcome goes in the next group (`skipped` below), and the rest of
+    -- this group is written now. A claim that moved to another worker is
+    -- not touched; its outcome simply matches nothing below. (IS NOT
+    -- DISTINCT FROM means = here but is not indexable: the primary key
+    -- drives the scan.)
     SELECT c.service_id, c.claim_epoch, c.claimant,
            greatest(c.expiry_1,
                     (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) AS expiry_1
@@ -48,8 +55,23 @@ WITH o AS (
        AND (c.service_id, c.claim_epoch) IN (SELECT o.service_id, o.epoch FROM o)
        AND greatest(c.expiry_1,
                     (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
+       AND EXISTS (SELECT 1 FROM queuer.instances i
+                    WHERE i.instance_id = $1 AND i.incarnation = $3::bigint)
      ORDER BY c.service_id
-       FOR NO KEY UPDATE OF c NOWAIT
+       FOR NO KEY UPDATE OF c SKIP LOCKED
+), skipped AS (
+    -- outcomes whose claim is ours at their epoch (as the statement's
+    -- snapshot shows it) but was not locked above: another transaction
+    -- holds the row
+    SELECT o.ord
+      FROM o JOIN queuer.service_id_claims c
+                  ON c.service_id = o.service_id AND c.claim_epoch = o.epoch
+                 AND c.claimant IS NOT DISTINCT FROM $1
+     WHERE NOT EXISTS (SELECT 1 FROM fence f WHERE f.service_id = o.service_id)
+       AND greatest(c.expiry_1,
+                    (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
+       AND EXISTS (SELECT 1 FROM queuer.instances i
+                    WHERE i.instance_id = $1 AND i.incarnation = $3::bigint)
 ), upd AS (
     UPDATE queuer.batches b
        SET status = o.status,
@@ -136,3 +158,10 @@ UNION ALL
 SELECT 'n', go.batch_id, go.service_id, go.epoch, go.attempts, go.payload, go.lease_left_ms,
        go.ord, go.priority
   FROM go
+UNION ALL
+SELECT 's', NULL, NULL, NULL, NULL, NULL, NULL, s.ord, NULL
+  FROM skipped s
+UNION ALL
+SELECT 'm', nxt.batch_id, NULL, NULL, NULL, NULL, NULL, nxt.ord, NULL
+  FROM nxt
+ WHERE NOT EXISTS (SELECT 1 FROM go WHERE go.batch_id = nxt.batch_id)

@@ -30,6 +30,8 @@ int qw_cli_exit_for(int rc)
         return QW_EXIT_UNAVAILABLE;
     case QW_ERR_BACKPRESSURE:
         return QW_EXIT_TEMPFAIL;
+    case QW_ERR_SUPERSEDED:
+        return QW_EXIT_SUPERSEDED;
     default:
         return QW_EXIT_FAILURE;
     }

@@ -25,6 +25,7 @@ enum qw_exit {
     QW_EXIT_NOINPUT = 66,     /* an input file could not be opened */
     QW_EXIT_UNAVAILABLE = 69, /* database unreachable */
     QW_EXIT_TEMPFAIL = 75,    /* back pressure: try again after the backlog drains */
+    QW_EXIT_SUPERSEDED = 76,  /* queuer run: a later process registered under our instance_id */
     QW_EXIT_CONFIG = 78,      /* bad configuration */
 };
 

@@ -36,6 +36,8 @@ const char *qw_strerror(int rc)
         return "schema version mismatch";
     case QW_ERR_SHUTDOWN:
         return "shutting down";
+    case QW_ERR_SUPERSEDED:
+        return "superseded by a later registration";
     }
     return "unknown error";
 }

@@ -30,6 +30,7 @@ enum qw_rc {
     QW_ERR_DUPLICATE = -11,      /* the key exists already with other content */
     QW_ERR_SCHEMA = -13,         /* database schema older or newer than this binary */
     QW_ERR_SHUTDOWN = -16,       /* stopped because the process is shutting down */
+    QW_ERR_SUPERSEDED = -17,     /* a later registration of our instance_id took over */
 };
 
 /** Static, human-readable name of a result code; never NULL. */

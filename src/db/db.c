@@ -660,7 +660,7 @@ static int valid_channel(const char *c)
     if (n == 0 || n >= 64)
         return 0;
     for (size_t i = 0; i < n; i++) {
-        if (!((c[i] >= 'a' && c[i] <= 'z') || c[i] == '_'))
+        if (!((c[i] >= 'a' && c[i] <= 'z') || c[i] == '_' || (i > 0 && c[i] >= '0' && c[i] <= '9')))
             return 0;
     }
     return 1;

@@ -1,8 +1,8 @@
 /* The claims transaction; see claims.h. */
 #include "queuer/claims.h"
+#include "queuer/claims_plan.h"
 
 #include "common/log.h"
-#include "ingest/tsv.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -10,10 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Pickup gives out at most this many times max_changes claims per call:
+ * one worker picks at a time, for every live instance. */
+#define PICKUP_FACTOR 10
+
 struct claims_txn {
     const struct qw_claims_params *p; /* inputs */
     struct qw_claims_result *out;     /* collected, reset on every attempt */
-    long asked;                       /* claims the last attempt asked for */
 };
 
 static int append_claim(struct qw_claim **list, size_t *n, size_t *cap, const char *service_id,
@@ -45,6 +48,7 @@ static int collect(struct qw_claim **list, size_t *n, size_t *cap, struct qw_db_
     return QW_OK;
 }
 
+/* Gives claims back; rows are (service, whether it has work). */
 static int release(struct qw_db *db, const char *name, int n, const char *const *params,
                    struct qw_claims_result *r, struct qw_error *err)
 {
@@ -52,22 +56,28 @@ static int release(struct qw_db *db, const char *name, int n, const char *const 
     int rc = qw_db_query(db, name, n, params, &res, err);
     if (rc == QW_OK)
         rc = collect(&r->released, &r->n_released, &r->cap_released, res, -1, err);
+    for (int i = 0; rc == QW_OK && i < qw_db_res_rows(res); i++)
+        r->released_with_work += qw_db_res_get(res, i, 1)[0] == 't';
     qw_db_res_free(res);
     return rc;
 }
 
+/* Whether the claims transaction picks up free services with work. */
+static bool pickup_due(const struct qw_claims_params *p, const struct qw_claims_result *r)
+{
+    return qw_claims_txn_due(false, false, p->acquire, r->free_with_work);
+}
+
 /*
- * Maintenance's rows: (service, new claimant or NULL when freed, epoch).
- * What it handed to us is a new claim of ours; what went to another live
- * instance is counted, so the caller wakes the receivers.
+ * Maintenance's rows: (service, new claimant, epoch). What it handed to us
+ * is a new claim of ours; what went to another live instance is counted
+ * (the statement woke the receivers).
  */
 static int take_over(const struct qw_claims_params *p, struct qw_claims_result *r,
                      struct qw_db_res *res, struct qw_error *err)
 {
     r->freed = qw_db_res_rows(res);
     for (int i = 0; i < r->freed; i++) {
-        if (qw_db_res_isnull(res, i, 1))
-            continue;
         if (strcmp(qw_db_res_get(res, i, 1), p->instance_id) != 0) {
             r->handed_over++;
             continue;
@@ -96,6 +106,7 @@ static int maintain_body(void *conn, void *arg, struct qw_error *err)
     struct qw_claims_result *r = t->out;
     r->n_claims = 0;
     r->freed = r->taken = r->handed_over = 0;
+    r->maintain_more = false;
 
     char lease[16], hard[16], max_freed[16], max_each[16];
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
@@ -109,15 +120,8 @@ static int maintain_body(void *conn, void *arg, struct qw_error *err)
         return rc;
     rc = take_over(p, r, res, err);
     qw_db_res_free(res);
-    if (rc != QW_OK || r->freed == r->taken)
-        return rc;
-    /* Wake the others (at COMMIT): a lease ran out, its services are free
-     * or theirs now, and the fair share changed. Not a service name, so no
-     * full fetch; "handover" also makes them read their claims again. */
-    return qw_db_exec(db,
-                      r->handed_over > 0 ? "NOTIFY queuer_work, '" QW_CLAIMS_HANDOVER "'"
-                                         : "NOTIFY queuer_work, 'claims'",
-                      err);
+    r->maintain_more = r->freed >= 10 * p->max_changes;
+    return rc;
 }
 
 static int claims_body(void *conn, void *arg, struct qw_error *err)
@@ -128,22 +132,12 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
     struct qw_claims_result *r = t->out;
     r->n_claims = (size_t)r->taken; /* maintenance's come first and stay */
     r->n_released = 0;
-    r->acquired = 0;
-    t->asked = 0;
-
-    char lease[16], hard[16], max[16], want[16], start[16], level[16];
-    snprintf(lease, sizeof(lease), "%d", p->lease_ms);
-    snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
-    snprintf(max, sizeof(max), "%d", p->max_changes);
+    r->released_with_work = 0;
+    r->acquired = r->picked = 0;
+    r->picker = false;
 
     int rc;
     struct qw_db_res *res = NULL;
-    if (p->housekeeping) {
-        const char *idle_params[] = {p->instance_id, max};
-        rc = release(db, "claims_release_idle", 2, idle_params, r, err);
-        if (rc != QW_OK)
-            return rc;
-    }
     if (p->release) {
         const char *release_params[] = {p->instance_id, p->release};
         rc = release(db, "claims_release", 2, release_params, r, err);
@@ -162,40 +156,47 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
         if (rc != QW_OK)
             return rc;
     }
-    long held = p->reconcile ? (long)r->n_claims : (long)p->held - (long)r->n_released + r->taken;
-    if (!p->acquire || (r->free_with_work == 0 && r->freed == 0))
+    if (!pickup_due(p, r))
         return QW_OK;
-    long n = (long)r->share - held;
-    if (n > p->max_changes)
-        n = p->max_changes;
-    if (n <= 0)
-        return QW_OK;
-    t->asked = n;
-    snprintf(start, sizeof(start), "%d", (int32_t)(uint32_t)qw_rng_next(p->rng));
-    /* One priority per call, highest first: the next lower one present
-     * only while a call filled less than it was asked (docs/CLAIMS.md). */
-    for (int top = QW_PRIORITY_MAX; r->acquired < n;) {
-        snprintf(want, sizeof(want), "%ld", n - r->acquired);
-        snprintf(level, sizeof(level), "%d", top);
-        const char *acquire_params[] = {p->instance_id, want, lease, hard, start, level};
-        rc = qw_db_query(db, "claims_acquire", 6, acquire_params, &res, err);
+    /* At our share with free work waiting: make room, idle claims first. */
+    long now_held = p->reconcile ? (long)r->n_claims : (long)p->held - (long)r->n_released;
+    if (qw_claims_release_idle_due(now_held > 0 ? (size_t)now_held : 0, r->share,
+                                   r->free_with_work)) {
+        char max_idle[16];
+        snprintf(max_idle, sizeof(max_idle), "%d", p->max_changes);
+        const char *idle_params[] = {p->instance_id, max_idle};
+        rc = release(db, "claims_release_idle", 2, idle_params, r, err);
         if (rc != QW_OK)
             return rc;
-        int got = qw_db_res_rows(res);
-        /* none left, or every one locked by another claimer; or no lower
-         * priority to go on with */
-        bool last = got == 0 || qw_db_res_isnull(res, 0, 3);
-        if (!last)
-            top = (int)qw_db_res_int(res, 0, 3);
-        rc = collect(&r->claims, &r->n_claims, &r->cap_claims, res, 1, err);
-        qw_db_res_free(res);
-        if (rc != QW_OK)
-            return rc;
-        r->acquired += got;
-        if (last)
-            break;
     }
-    return QW_OK;
+    /* Pickup: free services with work go to every live instance with room,
+     * ours included, highest priority first (one worker at a time). */
+    char max[16], lease[16], hard[16], slack[16], maxc[16];
+    snprintf(max, sizeof(max), "%d", PICKUP_FACTOR * p->max_changes);
+    snprintf(lease, sizeof(lease), "%d", p->lease_ms);
+    snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
+    snprintf(slack, sizeof(slack), "%d", p->slack);
+    snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
+    char each[16];
+    snprintf(each, sizeof(each), "%d", p->max_changes);
+    const char *pick_params[] = {p->instance_id, max, lease, hard, slack, maxc, each};
+    rc = qw_db_query(db, "claims_acquire", 7, pick_params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    int rows = qw_db_res_rows(res);
+    r->picker = rows > 0 && strcmp(qw_db_res_get(res, 0, 3), "t") == 0;
+    r->picked = rows > 0 ? (int)qw_db_res_int(res, 0, 4) : 0;
+    for (int i = 0; i < rows && rc == QW_OK; i++) {
+        if (qw_db_res_isnull(res, i, 0))
+            continue;
+        if (append_claim(&r->claims, &r->n_claims, &r->cap_claims, qw_db_res_get(res, i, 0),
+                         qw_db_res_int(res, i, 1)) != QW_OK)
+            rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+        else
+            r->acquired++;
+    }
+    qw_db_res_free(res);
+    return rc;
 }
 
 /* The advisory fair share, read outside the serializable transaction. */
@@ -227,11 +228,17 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
     snprintf(held, sizeof(held), "%zu", p->held);
-    const char *params[] = {p->instance_id, lease, hard, held};
+    char maxc[16];
+    snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
+    const char *params[] = {p->instance_id, lease, hard, held, p->incarnation, maxc};
     struct qw_db_res *res = NULL;
-    int rc = qw_db_query(db, "claims_lease", 4, params, &res, err);
+    int rc = qw_db_query(db, "claims_lease", 6, params, &res, err);
     if (rc == QW_OK && qw_db_res_rows(res) != 1)
-        rc = qw_error_set(err, QW_ERR_DB, "instance %s is not registered", p->instance_id);
+        rc = qw_error_set(err, QW_ERR_SUPERSEDED,
+                          "instance %s is no longer registered as incarnation %s: a later "
+                          "process registered under the same instance_id (this one was "
+                          "frozen or cut off for over two leases), or the row was removed",
+                          p->instance_id, p->incarnation);
     if (rc == QW_OK)
         out->peer_lease_ms = qw_db_res_isnull(res, 0, 1) ? -1 : qw_db_res_int(res, 0, 1);
     qw_db_res_free(res);
@@ -242,8 +249,7 @@ void qw_claims_announce(struct qw_db *db)
 {
     struct qw_error err;
     qw_error_clear(&err);
-    /* Not a service name and not empty: a claims cycle, no full fetch. */
-    if (qw_db_exec(db, "NOTIFY queuer_work, 'claims'", &err) != QW_OK)
+    if (qw_db_exec(db, "NOTIFY " QW_CLAIMS_CHANNEL, &err) != QW_OK)
         qw_log_debug("claims.notify_failed", "error=%s",
                      qw_log_quote((char[300]){0}, 300, err.msg));
 }
@@ -305,16 +311,32 @@ int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
     if (p->housekeeping && !out->lapsed) {
         out->n_claims = 0;
         out->freed = out->taken = out->handed_over = 0;
+        out->maintain_more = false;
     } else {
         rc = qw_txn_run(&qw_txn_db_ops, db, maintain_policy, maintain_body, &t, NULL, err);
         if (rc != QW_OK)
             return rc;
     }
+    /* Nothing to give back, read or pick up (the common case: work comes
+     * to the claims we keep, and new services come with the enqueue): no
+     * claims transaction. */
+    if (!qw_claims_txn_due(p->release != NULL, p->reconcile, p->acquire, out->free_with_work)) {
+        out->n_released = 0;
+        out->released_with_work = 0;
+        out->acquired = out->picked = 0;
+        out->picker = false;
+        return QW_OK;
+    }
     rc = qw_txn_run(&qw_txn_db_ops, db, policy, claims_body, &t, stats, err);
     if (rc == QW_OK)
         drop_retaken(out);
-    /* Claiming found fewer than it asked for: none left until the next look. */
-    if (rc == QW_OK && out->acquired < t.asked)
+    /* Another worker picks up, or we gave out what there was room for: none
+     * left for us until the next look at the share (the picker wakes the
+     * receivers). A picker that gave others a full step runs again at once;
+     * one that found nobody else live waits for the next cycle, by which
+     * time workers started with it have registered. */
+    if (rc == QW_OK &&
+        !qw_claims_pickup_again(out->picker, out->picked, out->acquired, p->max_changes))
         out->free_with_work = 0;
     return rc;
 }
@@ -326,23 +348,23 @@ void qw_claims_result_free(struct qw_claims_result *r)
     memset(r, 0, sizeof(*r));
 }
 
-int qw_claims_release_all(struct qw_db *db, const char *instance_id, int *released,
-                          struct qw_error *err)
+int qw_claims_release_all(struct qw_db *db, const char *instance_id, const char *incarnation,
+                          int *released, struct qw_error *err)
 {
     /* One transaction: others see the instance stopped (so it no longer
      * counts in their fair share) at the moment its claims become free. */
     struct qw_db_res *res = NULL;
-    const char *params[] = {instance_id};
+    const char *params[] = {instance_id, incarnation};
     int rc = qw_db_exec(db, "BEGIN", err);
     if (rc == QW_OK)
-        rc = qw_db_query(db, "instance_stop", 1, params, NULL, err);
+        rc = qw_db_query(db, "instance_stop", 2, params, NULL, err);
     if (rc == QW_OK)
-        rc = qw_db_query(db, "claims_release_all", 1, params, &res, err);
+        rc = qw_db_query(db, "claims_release_all", 2, params, &res, err);
     int n = rc == QW_OK ? qw_db_res_rows(res) : 0;
     qw_db_res_free(res);
-    /* Wake the other workers (delivered at COMMIT) so they take over at once. */
+    /* Wake the other workers (delivered at COMMIT) so they pick up at once. */
     if (rc == QW_OK && n > 0)
-        rc = qw_db_exec(db, "NOTIFY queuer_work", err);
+        rc = qw_db_exec(db, "NOTIFY " QW_CLAIMS_CHANNEL, err);
     if (rc == QW_OK)
         rc = qw_db_exec(db, "COMMIT", err);
     if (rc != QW_OK) {

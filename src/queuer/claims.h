@@ -1,30 +1,30 @@
 /*
  * Steps 1-3 of the worker cycle (DESIGN §3) at a cost that follows what
- * changed, not the number of services (docs/CLAIMS.md):
+ * changed, not the number of services or workers (docs/CLAIMS.md):
  *
  * - qw_claims_lease() renews this instance's lease, one row, every cycle,
  *   outside the serializable transaction. Every claim we hold is held while
  *   its own expiry or our lease is in the future, so claims are never
  *   renewed one by one.
+ * - Most claims come without a claims transaction: an enqueue gives a free
+ *   service to a live instance and wakes it on its own channel
+ *   (QW_CLAIMS_CHANNEL_PREFIX and the incarnation) with the service and
+ *   epoch, and claims are kept when their work runs out.
  * - qw_claims_cycle() runs maintenance in a READ COMMITTED transaction
- *   (take over the claims of instances whose lease ran out, decided per
- *   service on the locked row: those with work go straight to a live
- *   instance, the others are freed; the receivers are woken with a NOTIFY
- *   QW_CLAIMS_HANDOVER and read their claims again), then one retried
- *   SERIALIZABLE transaction: release of our idle claims and of the
- *   surplus the caller lists, and new claims up to the fair share
- *   (highest head priority first, one priority at a time from a random
- *   place within it: migration 0013), each step bounded per call. The fair share is advisory and
- * read just before, outside the transactions. It reads every claim we hold only when asked to
- * (`reconcile`: at start, after our lease may have lapsed, after a handover); otherwise the result
- * lists what changed and the caller keeps its own set.
+ *   when another instance's lease ran out (its claims go to live
+ *   instances, decided per service on the locked row; the receivers are
+ *   woken on their channels), then, only when there is something to do,
+ *   one retried SERIALIZABLE transaction: the surplus the caller lists
+ *   goes back, the caller's claims are all read (`reconcile`), and free
+ *   services with work are picked up for every live instance with room,
+ *   highest head priority first, by one worker at a time. The fair share
+ *   is advisory and read outside the transactions.
  *
  * Nothing in a result may be acted on unless the call returned QW_OK.
  */
 #ifndef QW_QUEUER_CLAIMS_H
 #define QW_QUEUER_CLAIMS_H
 
-#include "common/backoff.h"
 #include "common/err.h"
 #include "db/db.h"
 #include "db/txn.h"
@@ -34,12 +34,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/** NOTIFY payload on queuer_work: claims were handed over, read yours again. */
-#define QW_CLAIMS_HANDOVER "handover"
+/** The channel on which every worker hears of claims changes that concern all. */
+#define QW_CLAIMS_CHANNEL "queuer_claims"
+/** An instance's own channel is this prefix and its incarnation (sql/claims_acquire.sql). */
+#define QW_CLAIMS_CHANNEL_PREFIX "queuer_i"
+/** Payload on an instance's channel: more claims or work than one payload names; read all. */
+#define QW_CLAIMS_ALL "*"
 
 /**
  * Wakes the listening workers for a claims cycle with housekeeping (NOTIFY
- * queuer_work, 'claims'): we gave claims back, or we just joined and the
+ * on QW_CLAIMS_CHANNEL): we gave claims back, or we just joined and the
  * others' fair share shrank. Best effort (a failure is logged at debug):
  * without it they look at their next scheduled housekeeping.
  */
@@ -53,6 +57,7 @@ struct qw_claim {
 /** What one claims transaction asks for. */
 struct qw_claims_params {
     const char *instance_id; /* our claimant id */
+    const char *incarnation; /* our registration's incarnation (decimal) */
     int lease_ms;            /* expiry_1 of a new claim = now() + lease_ms */
     int hard_expiry_ms;      /* expiry_2 of a new claim = now() + hard_expiry_ms */
     int slack;               /* claims allowed over the fair share */
@@ -61,13 +66,10 @@ struct qw_claims_params {
                                 per call or handed to one instance, and 10 times as many
                                 taken over: bounded batches */
     size_t held;             /* claims we hold before the call (the caller's count) */
-    struct qw_rng *rng;      /* where claiming starts (random, new on every attempt, so
-                                workers and retries read different ranges); the
-                                caller's, used by this thread only */
     const char *release;     /* text[] literal of our claims to give back (surplus), or
                                 NULL */
-    bool acquire;            /* false: no new claims (shutting down) */
-    bool housekeeping;       /* also recompute the fair share and give back idle claims */
+    bool acquire;            /* false: no pickup (shutting down) */
+    bool housekeeping;       /* read the fair share first */
     bool reconcile;          /* list every claim we hold (claims_held) */
 };
 
@@ -80,14 +82,18 @@ struct qw_claims_result {
     struct qw_claim *released; /* our claims given back and not taken again (epoch unused) */
     size_t n_released;         /* entries in released */
     size_t cap_released;       /* allocated entries */
-    int freed;                 /* expired claims (anyone's) maintenance freed or handed over */
+    int released_with_work;    /* of those given back, services with work (to pick up) */
+    int freed;                 /* expired claims (anyone's) maintenance handed over */
     int taken;                 /* ... of those, handed to us (in claims) */
     int handed_over;           /* ... handed to other live instances */
-    int acquired;              /* new claims */
+    bool maintain_more;        /* maintenance stopped at its bound: more wait for it */
+    int acquired;              /* claims pickup gave us */
+    int picked;                /* claims pickup gave out in all (us included) */
+    bool picker;               /* we held the pickup lock (another worker picks otherwise) */
     int share;                 /* our fair share this cycle */
     int64_t with_work;         /* services with non-final batches (estimate) */
     int64_t free_with_work;    /* of those, held by nobody (before maintenance; set to 0
-                                  when claiming found fewer than it asked for) */
+                                  once pickup gave out what there was room for) */
     int live;                  /* live instances */
     bool lapsed;               /* another instance with claims let its lease run out
                                   (maintenance has work; read with the share) */
@@ -99,7 +105,9 @@ struct qw_claims_result {
  * Renews this instance's lease (`lease_ms`, `hard_expiry_ms` from now on
  * the database clock) and records `held` claims, on `db` (owned by the
  * calling thread), in a single autocommit statement; sets
- * `out->peer_lease_ms`. QW_ERR_DB when the instance is not registered.
+ * `out->peer_lease_ms`. QW_ERR_SUPERSEDED when our registration is no
+ * longer the instance's (a later one took it over, or it was removed):
+ * the process must stop.
  */
 int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
                     struct qw_claims_result *out, struct qw_error *err);
@@ -107,8 +115,9 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
 /**
  * Runs maintenance in a READ COMMITTED transaction of its own
  * (`maintain_policy`; skipped when the share read with housekeeping names
- * no lapsed holder), then the claims transaction with the retry `policy`,
- * on `db` (owned by the calling thread). On QW_OK `out` describes the
+ * no lapsed holder), then, when it has anything to do (a release, a
+ * reconcile, free services with work), the claims transaction with the
+ * retry `policy`, on `db` (owned by the calling thread). On QW_OK `out` describes the
  * committed changes; on failure it is meaningless, except that
  * maintenance may have committed and handed us claims (`out->taken` > 0:
  * read every claim next time). `stats` (may be NULL) gets the claims
@@ -122,12 +131,13 @@ int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
 void qw_claims_result_free(struct qw_claims_result *r);
 
 /**
- * Graceful shutdown: in one transaction marks the instance stopped and
- * gives back every claim of `instance_id`, then NOTIFYs, so other workers
- * take over at once with a fair share that no longer counts this one.
- * Returns the number released in *released.
+ * Graceful shutdown: in one transaction marks the instance stopped (its
+ * lease ends) and gives back every claim of `instance_id`, then NOTIFYs,
+ * so other workers pick up its services with work at once, with a fair
+ * share that no longer counts this one. Returns the number released in
+ * *released.
  */
-int qw_claims_release_all(struct qw_db *db, const char *instance_id, int *released,
-                          struct qw_error *err);
+int qw_claims_release_all(struct qw_db *db, const char *instance_id, const char *incarnation,
+                          int *released, struct qw_error *err);
 
 #endif

@@ -283,17 +283,22 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         qw_pgarray_int(&arr[2], meta[chosen[i]].epoch);
         qw_pgarray_text(&arr[3], qw_batch_status_name(b->status));
     }
-    const char *mark[5] = {p->instance_id, qw_pgarray_finish(&arr[0]), qw_pgarray_finish(&arr[1]),
-                           qw_pgarray_finish(&arr[2]), qw_pgarray_finish(&arr[3])};
+    const char *mark[6] = {p->instance_id,
+                           qw_pgarray_finish(&arr[0]),
+                           qw_pgarray_finish(&arr[1]),
+                           qw_pgarray_finish(&arr[2]),
+                           qw_pgarray_finish(&arr[3]),
+                           p->incarnation};
     if (!mark[1] || !mark[2] || !mark[3] || !mark[4]) {
         rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
         goto out;
     }
     struct qw_db_res *marked = NULL;
     txn->bufs->mark_sent = true;
-    rc = qw_db_query(db, "batches_mark", 5, mark, &marked, err);
+    rc = qw_db_query(db, "batches_mark", 6, mark, &marked, err);
     if (rc != QW_OK)
         goto out;
+    t->mark_short = (size_t)qw_db_res_rows(marked) < n_chosen;
     rc = jobs_from_marked(marked, t, err);
     qw_db_res_free(marked);
 out:
@@ -304,14 +309,15 @@ out:
     return rc;
 }
 
-int qw_queue_recheck_marks(struct qw_db *db, const char *instance_id,
+int qw_queue_recheck_marks(struct qw_db *db, const char *instance_id, const char *incarnation,
                            const struct qw_queue_bufs *bufs, struct qw_queue_result *out,
                            struct qw_error *err)
 {
     memset(out, 0, sizeof(*out));
-    const char *params[4] = {instance_id, bufs->arr[0].buf, bufs->arr[1].buf, bufs->arr[2].buf};
+    const char *params[5] = {instance_id, bufs->arr[0].buf, bufs->arr[1].buf, bufs->arr[2].buf,
+                             incarnation};
     struct qw_db_res *res = NULL;
-    int rc = qw_db_query(db, "batches_marked", 4, params, &res, err);
+    int rc = qw_db_query(db, "batches_marked", 5, params, &res, err);
     if (rc == QW_OK)
         rc = jobs_from_marked(res, out, err);
     qw_db_res_free(res);

@@ -28,6 +28,7 @@
 /** What one queue transaction asks for. */
 struct qw_queue_params {
     const char *instance_id; /* our claimant id */
+    const char *incarnation; /* our registration's incarnation (the marks name it) */
     const char *filter;      /* text[] literal of the services to fetch, NULL = all held */
     struct qw_svcmap *svcs;  /* the queuer's services: which are usable (read only) */
     int max_in_flight;       /* jobs the submitter may own at once (dlt.max_in_flight) */
@@ -43,6 +44,8 @@ struct qw_queue_result {
     char **overflow;           /* chosen services beyond the room we had (ids owned) */
     size_t n_overflow;         /* entries in overflow */
     long long n_delayed;       /* fetched oldest batches that are Delayed */
+    bool mark_short;           /* the mark returned fewer batches than it was given (a claim
+                                  lost or locked, a batch changed): fetch again soon */
     struct qw_txn_stats stats; /* attempts and retries of the transaction */
 };
 
@@ -76,7 +79,7 @@ QW_MUST_CHECK int qw_queue_txn_run(struct qw_db *db, const struct qw_txn_policy 
  * must be connected. Errors are the database's; `out` is then empty.
  */
 QW_MUST_CHECK int qw_queue_recheck_marks(struct qw_db *db, const char *instance_id,
-                                         const struct qw_queue_bufs *bufs,
+                                         const char *incarnation, const struct qw_queue_bufs *bufs,
                                          struct qw_queue_result *out, struct qw_error *err);
 
 /** Frees the jobs and ids a result still owns; leaves it empty. */

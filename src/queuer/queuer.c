@@ -15,6 +15,7 @@
 #include "db/pgarray.h"
 #include "db/txn.h"
 #include "queuer/claims.h"
+#include "queuer/claims_plan.h"
 #include "shared/job.h"
 #include "queuer/queue_txn.h"
 #include "queuer/svcmap.h"
@@ -42,11 +43,6 @@
  * cycle. */
 #define CLAIMS_BATCH 2000
 
-/* Every this many cycles the worker reads all its claims again (a safety
- * net: others take claims of ours only after our lease ran out, and hand
- * us claims with a NOTIFY; after a lost connection, which loses such
- * NOTIFYs, it reads them at once). */
-#define RECONCILE_EVERY 60
 /* The next claims cycle runs this long after another worker's lease ends
  * by the database's clock, as our clock reads it after the answer. */
 #define PEER_LEASE_MARGIN_MS 5
@@ -57,6 +53,9 @@
  * once (jobs come back one by one; one transaction releases all that are
  * back by then). */
 #define DRAINED_RELEASE_DELAY_MS 20
+
+/* A mark that left chosen batches out is followed by a full fetch this much later. */
+#define MARK_RETRY_MS 100
 
 /* Durations kept for the summary logged at shutdown (the latest ones). */
 #define SAMPLES_MAX 16384
@@ -104,14 +103,16 @@ struct queuer {
                                           share lags claims handed over) */
     int64_t peer_lease_end_ms;         /* monotonic: another worker's lease runs out, or 0 */
     bool surplus_released;             /* the last claims cycle gave surplus claims back */
+    bool released_work;                /* ... and some of them have work (to pick up) */
+    bool more_claims;                  /* maintenance or pickup has more to do at once */
     int64_t release_due_ms;            /* monotonic: a claims cycle gives back drained
                                           claims whose job came back, or 0 */
     char **backlog;                    /* services chosen but left out for want of room,
                                           started as jobs come back (ids owned) */
     size_t n_backlog;                  /* entries in backlog */
     size_t backlog_head;               /* next entry to start */
-    bool notified;                     /* a NOTIFY asked for a claims cycle */
-    bool notified_all;                 /* ... and for a full fetch (a big load: no names) */
+    bool notified;                     /* a notification asked for a claims cycle */
+    bool notified_all;                 /* ... and for a full fetch (too many to name) */
     int cycles_since_full;             /* claims cycles since the last full fetch */
     int cycles_since_housekeeping;     /* claims cycles since the last housekeeping */
     struct claims_tally *tally;        /* for the summary; NULL if it could not be allocated */
@@ -187,6 +188,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
 {
     struct qw_queue_params p = {
         .instance_id = q->w->instance_id,
+        .incarnation = q->w->incarnation,
         .filter = filter,
         .svcs = &q->svcs,
         .max_in_flight = q->cfg->dlt_max_in_flight,
@@ -203,7 +205,8 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
          * post the ones that did (they were never handed over). */
         rc = qw_db_ok(q->db) ? QW_OK : qw_db_reconnect(q->db, err);
         if (rc == QW_OK)
-            rc = qw_queue_recheck_marks(q->db, q->w->instance_id, &q->bufs, &t, err);
+            rc = qw_queue_recheck_marks(q->db, q->w->instance_id, q->w->incarnation, &q->bufs, &t,
+                                        err);
         if (rc == QW_OK)
             qw_log_warn("queue.commit_unknown", "marks_found=%zu action=post", t.n_jobs);
         recovered = true;
@@ -262,50 +265,47 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
     }
     if (!recovered && (!filter || due_ms < q->next_retry_ms))
         q->next_retry_ms = due_ms;
+    /* A chosen batch the mark left out (its claim row was locked, or its
+     * claim or state changed): look again soon, not at the next full fetch. */
+    if (t.mark_short) {
+        int64_t soon = qw_clock_mono_ms() + MARK_RETRY_MS;
+        if (soon < q->next_retry_ms)
+            q->next_retry_ms = soon;
+    }
     qw_queue_result_free(&t);
     return QW_OK;
 }
 
 static int add_dirty(struct queuer *q, const char *service_id);
 
-static int by_service_id_desc(const void *a, const void *b)
-{
-    const struct qw_svc *const *x = a, *const *y = b;
-    return strcmp((*y)->service_id, (*x)->service_id);
-}
-
 /*
- * Rebalancing. The claims transaction gives back idle claims, but a
- * service with a steady stream of work always has a batch in flight and
- * would never be given back (after an outage the first worker back could
- * keep everything). So the surplus over our fair share is drained: no new
+ * Rebalancing. Claims are kept when their work runs out, and a service
+ * with a steady stream of work always has a batch in flight, so neither
+ * would ever go back (after an outage the first worker back could keep
+ * everything). So the surplus over our fair share is drained: no new
  * batch is queued, its job out takes no fast path, its batch in flight
  * finishes, and a claims cycle DRAINED_RELEASE_DELAY_MS later gives it
- * back by name (sql/claims_release.sql) for a less loaded worker to
- * claim (one with no job out at once). The surplus is simply the held
- * services with the highest service_ids (this thread does not know which
- * services have work). Returns whether one of the surplus has no job out.
+ * back by name (sql/claims_release.sql): with work, for a less loaded
+ * worker to pick up; without, for the next enqueue to give to a live
+ * worker. Which services are surplus is qw_claims_mark_surplus()'s
+ * choice. Returns whether one of the surplus has no job out.
  */
 static bool mark_draining(struct queuer *q)
 {
-    bool idle = false;
     size_t n = q->svcs.used, k = 0, pos = 0;
     struct qw_svc *s;
-    struct qw_svc **held = n ? malloc(n * sizeof(*held)) : NULL;
+    struct qw_claims_held *held = n ? malloc(n * sizeof(*held)) : NULL;
     while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
         s->draining = false;
         if (s->held && held)
-            held[k++] = s;
+            held[k++] = (struct qw_claims_held){.service_id = s->service_id, .busy = s->busy};
     }
-    size_t share = q->claims.share > 0 ? (size_t)q->claims.share : 0;
-    if (held && k > share) {
-        qsort(held, k, sizeof(*held), by_service_id_desc);
-        for (size_t i = 0; i < k - share; i++) {
-            held[i]->draining = true;
-            idle = idle || !held[i]->busy;
-        }
+    size_t share = qw_claims_drain_above(q->claims.share > 0 ? (size_t)q->claims.share : 0);
+    size_t idle = held ? qw_claims_mark_surplus(held, k, share) : 0;
+    for (size_t i = 0; i < k && held[i].draining; i++)
+        qw_svcmap_get(&q->svcs, held[i].service_id)->draining = true;
+    if (held && k > share)
         qw_log_debug("claims.draining", "n=%zu share=%zu", k - share, share);
-    }
     free(held);
     /* A job out stops its fast path while its service drains. */
     pos = 0;
@@ -313,7 +313,7 @@ static bool mark_draining(struct queuer *q)
         if (s->busy && s->job)
             atomic_store_explicit(s->job->drain, s->draining, memory_order_relaxed);
     }
-    return idle;
+    return idle > 0;
 }
 
 /* Our surplus claims with no job out (draining), as a text[] literal for
@@ -370,9 +370,7 @@ static void drop_claim(struct queuer *q, struct qw_svc *s)
  * renewal reported it (the others' fair share reads the reported one). */
 static bool count_unreported(const struct queuer *q)
 {
-    size_t moved =
-        q->n_held > q->reported_held ? q->n_held - q->reported_held : q->reported_held - q->n_held;
-    return moved > (size_t)q->cfg->worker_claim_slack;
+    return qw_claims_count_unreported(q->n_held, q->reported_held, q->cfg->worker_claim_slack);
 }
 
 /* Renews our lease (sent at monotonic `now`), reporting p->held. */
@@ -399,33 +397,45 @@ static int renew_lease(struct queuer *q, const struct qw_claims_params *p, int64
  * (others may have freed some of them meanwhile), after a lost connection
  * (see note_outage), and once in a while as a safety net.
  */
-static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct qw_error *err)
+static int claims_step(struct queuer *q, bool acquire, bool woken, bool periodic,
+                       struct qw_error *err)
 {
     const struct qw_config *cfg = q->cfg;
     int64_t began = qw_clock_mono_ms();
     bool first = q->lease_deadline_ms == 0;
     bool lapsed = began >= q->lease_deadline_ms;
-    /* A polling worker hears of no handover: it reads its claims more often. */
-    int every = cfg->worker_listen ? RECONCILE_EVERY : HOUSEKEEPING_EVERY;
-    bool reconcile = lapsed || q->reconcile_asked || ++q->cycles_since_reconcile >= every;
-    /* Free services with work that found no room last time: look at the
-     * share again (the claims others took meanwhile are reported with
-     * their leases), so a dead worker's services do not wait for the next
-     * scheduled look. */
-    housekeeping = housekeeping || q->claims.share == 0 || q->claims.free_with_work > 0;
-    /* Not while reading all our claims, nor while the share settles. */
-    bool may_release = !reconcile && began >= q->settle_until_ms;
+    const struct qw_claims_state state = {
+        .now_ms = began,
+        .lease_deadline_ms = q->lease_deadline_ms,
+        .lease_renewed_ms = q->lease_renewed_ms,
+        .settle_until_ms = q->settle_until_ms,
+        .cycle_ms = cfg->worker_cycle_ms,
+        .listen = cfg->worker_listen,
+        .woken = woken,
+        .periodic_housekeeping = periodic,
+        .reconcile_asked = q->reconcile_asked,
+        .cycles_since_reconcile = ++q->cycles_since_reconcile,
+        .held = q->n_held,
+        .reported_held = q->reported_held,
+        .slack = cfg->worker_claim_slack,
+        .share = q->claims.share,
+        .free_with_work = q->claims.free_with_work,
+    };
+    struct qw_claims_plan plan;
+    qw_claims_plan_cycle(&state, &plan);
+    bool reconcile = plan.reconcile, housekeeping = plan.housekeeping;
+    bool may_release = plan.may_release;
     bool release_due = q->release_due_ms != 0;
     q->release_due_ms = 0; /* (after a failure the retry's backoff rules) */
     struct qw_claims_params p = {
         .instance_id = q->w->instance_id,
+        .incarnation = q->w->incarnation,
         .lease_ms = cfg->worker_lease_ms,
         .hard_expiry_ms = cfg->worker_hard_expiry_ms,
         .slack = cfg->worker_claim_slack,
         .max_claims = cfg->worker_max_claims,
         .max_changes = CLAIMS_BATCH,
         .held = q->n_held,
-        .rng = &q->rng,
         /* Every cycle, not only at housekeeping: a draining service with no
          * job out waits for nothing but this (another worker may be idle). */
         .release = may_release ? surplus_to_release(q, CLAIMS_BATCH) : NULL,
@@ -433,14 +443,10 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         .housekeeping = housekeeping,
         .reconcile = reconcile,
     };
-    /* Once per half cycle at most: a cycle woken by new work within half a
-     * cycle of the last renewal skips it (under a stream of lone batches
-     * that was a write and a synchronous commit in front of every claim),
-     * unless our count moved by more than the slack. The loop schedules
-     * the next cycle at most a cycle after the last renewal. */
-    int rc = QW_OK;
-    if (lapsed || began - q->lease_renewed_ms >= cfg->worker_cycle_ms / 2 || count_unreported(q))
-        rc = renew_lease(q, &p, began, err);
+    /* Once per half cycle at most (a cycle woken soon after the last
+     * renewal skips it), unless our count moved by more than the slack. The
+     * loop schedules the next cycle at most a cycle after the last renewal. */
+    int rc = plan.renew ? renew_lease(q, &p, began, err) : QW_OK;
     if (rc != QW_OK)
         return rc;
     /* Conservative: every claim we hold is held at least until our lease,
@@ -465,6 +471,9 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         }
     }
     atomic_fetch_add_explicit(&q->w->stats.cycles, 1, memory_order_relaxed);
+    /* Maintenance stopped at its bound, or pickup gave out all it may in
+     * one call: the next cycle runs at once. */
+    q->more_claims = rc == QW_OK && (q->claims.maintain_more || q->claims.free_with_work > 0);
     if (rc != QW_OK) {
         if (q->claims.taken > 0)
             q->reconcile_asked = true; /* maintenance handed us claims */
@@ -474,12 +483,12 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
 
     const struct qw_claims_result *r = &q->claims;
     q->surplus_released = p.release != NULL && r->n_released > 0;
+    q->released_work = r->released_with_work > 0;
     size_t pos = 0;
     struct qw_svc *s;
     if (reconcile) {
         q->cycles_since_reconcile = 0;
         q->reconcile_asked = false;
-        size_t known = q->n_held;
         while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL)
             s->seen = false;
         for (size_t i = 0; i < r->n_claims; i++) {
@@ -487,13 +496,6 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
                 return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
             qw_svcmap_get(&q->svcs, r->claims[i].service_id)->seen = true;
         }
-        /* Claims handed to us by another worker's maintenance: the others
-         * count them only once we report them with our next lease, so the
-         * share read meanwhile is low. What this cycle acquired itself is
-         * in the list too and settles nothing (every reconcile cycle that
-         * claimed work used to hold back every release for two cycles). */
-        if (!first && q->n_held > known + (size_t)r->acquired)
-            q->settle_until_ms = began + 2 * cfg->worker_cycle_ms;
         pos = 0;
         while ((s = qw_svcmap_next(&q->svcs, &pos)) != NULL) {
             if (s->held && !s->seen)
@@ -540,11 +542,12 @@ static int claims_step(struct queuer *q, bool acquire, bool housekeeping, struct
         if (rc != QW_OK)
             return rc;
     }
-    if (r->acquired || r->n_released || r->freed)
+    if (r->acquired || r->n_released || r->freed || r->picked)
         qw_log_info("claims.changed",
-                    "held=%zu acquired=%d released=%zu freed=%d taken_over=%d handed_over=%d "
-                    "share=%d services_with_work=%lld live_instances=%d",
-                    q->n_held, r->acquired, r->n_released, r->freed - r->taken - r->handed_over,
+                    "held=%zu acquired=%d picked_for_all=%d released=%zu released_with_work=%d "
+                    "taken_over=%d handed_over=%d share=%d services_with_work=%lld "
+                    "live_instances=%d",
+                    q->n_held, r->acquired, r->picked, r->n_released, r->released_with_work,
                     r->taken, r->handed_over, r->share, (long long)r->with_work, r->live);
     return QW_OK;
 }
@@ -588,9 +591,14 @@ static void take_done(struct queuer *q)
             s->avoid_node = job->avoid_node;
             if (s->held && s->draining && q->release_due_ms == 0)
                 q->release_due_ms = qw_clock_mono_ms() + DRAINED_RELEASE_DELAY_MS;
+            /* Fetched again unless its batch ended and the statement that
+             * recorded it found no next one, and nothing was enqueued since
+             * (that would have named it in a notification). */
+            bool settled = job->end == QW_JOB_END_FINAL && job->no_next && !s->woken_busy;
+            s->woken_busy = false;
             if (!s->held)
                 qw_svcmap_del(&q->svcs, job->service_id);
-            else if (add_dirty(q, job->service_id) != QW_OK)
+            else if (!settled && add_dirty(q, job->service_id) != QW_OK)
                 q->next_retry_ms = 0; /* fall back to a full fetch */
         }
         qw_job_free(job);
@@ -628,29 +636,61 @@ static void drain_wake_fd(int fd)
 }
 
 /*
- * A NOTIFY from enqueue names the service (or is empty for big loads). A
- * service we hold and whose batch is not out is fetched at once; anything
- * else (a new service, an empty payload) calls for a claims cycle.
+ * One "<service>:<epoch>" of a notification on our channel: the service is
+ * ours at that epoch (an enqueue, maintenance or pickup gave it to us, or
+ * it is ours already and got work). A claim we did not know of, or at
+ * another epoch, is noted (and so fetched); one we know is fetched unless
+ * its job is out (the job's return fetches it).
+ */
+static void on_item(struct queuer *q, const char *service, int64_t epoch)
+{
+    struct qw_svc *s = qw_svcmap_get(&q->svcs, service);
+    if (s && s->held && s->epoch == epoch) {
+        if (s->busy)
+            s->woken_busy = true;
+        else if (add_dirty(q, service) != QW_OK)
+            q->next_retry_ms = 0; /* fall back to a full fetch */
+        return;
+    }
+    struct qw_claim c = {.epoch = epoch};
+    snprintf(c.service_id, sizeof(c.service_id), "%s", service);
+    if (note_claim(q, &c) != QW_OK)
+        q->reconcile_asked = q->notified = true;
+    /* The others' fair share reads the count our lease reports: a claims
+     * cycle reports it when it moved by more than the slack. */
+    if (count_unreported(q))
+        q->notified = true;
+}
+
+/*
+ * Notifications: on our own channel the services we were given or that
+ * got work ("<service>:<epoch>" items), or QW_CLAIMS_ALL (more than a
+ * payload names: read all our claims and fetch them all); on
+ * QW_CLAIMS_CHANNEL a claims change that concerns every worker (one
+ * joined, or claims went back): a claims cycle with the fair share.
  */
 static void on_notify(const char *channel, const char *payload, void *arg)
 {
     struct queuer *q = arg;
-    (void)channel;
-    if (!payload[0])
-        q->notified_all = true;
-    if (strcmp(payload, QW_CLAIMS_HANDOVER) == 0) {
-        q->reconcile_asked = true;
+    if (strcmp(channel, QW_CLAIMS_CHANNEL) == 0) {
         q->notified = true;
         return;
     }
-    struct qw_svc *s = payload[0] ? qw_svcmap_get(&q->svcs, payload) : NULL;
-    if (s && s->held) {
-        if (!s->busy && add_dirty(q, payload) == QW_OK)
-            return;
-        if (s->busy)
-            return; /* its job will come back and trigger the fetch */
+    if (strcmp(payload, QW_CLAIMS_ALL) == 0) {
+        q->reconcile_asked = q->notified = q->notified_all = true;
+        return;
     }
-    q->notified = true;
+    char service[QW_SERVICE_ID_MAX];
+    int64_t epoch;
+    for (const char *item = payload; item;) {
+        if (qw_claims_parse_item(item, service, sizeof(service), &epoch, &item) != QW_OK) {
+            qw_log_warn("notify.malformed", "channel=%s payload=%s", channel,
+                        qw_log_quote((char[300]){0}, 300, payload));
+            q->reconcile_asked = q->notified = true;
+            return;
+        }
+        on_item(q, service, epoch);
+    }
 }
 
 /* Waits for the next reason to work; returns 1 when a claims cycle is needed. */
@@ -684,6 +724,19 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
     bool cycle = q->notified;
     q->notified = false;
     return cycle;
+}
+
+/*
+ * A later registration of our instance_id took over (we were frozen, or cut
+ * off, for over two leases, and a replacement started): every write of ours
+ * is fenced out already; stop submitting at once and exit non-zero.
+ */
+static void superseded(struct queuer *q, const struct qw_error *err)
+{
+    qw_log_error("instance.superseded", "incarnation=%s error=%s action=exit", q->w->incarnation,
+                 qw_log_quote((char[400]){0}, 400, err->msg));
+    atomic_store(&q->w->superseded, 1);
+    atomic_store(&q->w->stop, 1);
 }
 
 /* During an outage: sleeps until the next reconnect may be tried (or a
@@ -770,20 +823,25 @@ static void queuer_loop(struct queuer *q)
             notified = false;
             int64_t cycle_began_us = qw_clock_mono_us();
             /* The fast path and the wake-ups keep work moving; the scans over
-             * every held service (fair share, idle release, full fetch) are
-             * the safety net, run every few cycles and when woken by new work. */
+             * every held service (fair share, full fetch) are the safety net,
+             * run every few cycles and when woken. Polling workers (no LISTEN)
+             * learn of new claims and new work only here, every cycle. */
             bool full = ++q->cycles_since_full >= FULL_FETCH_EVERY || q->notified_all ||
-                        t >= q->next_retry_ms;
-            /* Polling workers (no LISTEN) learn of new services only here. */
-            bool housekeeping = ++q->cycles_since_housekeeping >= HOUSEKEEPING_EVERY || woken ||
-                                q->notified_all || !cfg->worker_listen;
-            if (housekeeping)
+                        t >= q->next_retry_ms || !cfg->worker_listen;
+            bool periodic = ++q->cycles_since_housekeeping >= HOUSEKEEPING_EVERY ||
+                            q->notified_all || !cfg->worker_listen;
+            if (periodic || woken)
                 q->cycles_since_housekeeping = 0;
-            rc = claims_step(q, true, housekeeping, &err);
-            /* a service we released as surplus (often one with a Delayed
-             * batch waiting) is taken over at once */
-            if (rc == QW_OK && q->surplus_released)
+            rc = claims_step(q, true, woken, periodic, &err);
+            if (rc == QW_ERR_SUPERSEDED) {
+                superseded(q, &err);
+                break;
+            }
+            /* a service we gave back with work (often one with a Delayed
+             * batch waiting) is picked up at once */
+            if (rc == QW_OK && q->released_work)
                 qw_claims_announce(q->db);
+            notified = rc == QW_OK && q->more_claims;
             if (rc == QW_OK)
                 rc = queue_now(q, full, &err);
             if (rc == QW_OK) {
@@ -826,6 +884,14 @@ static void queuer_loop(struct queuer *q)
 /* Stops: hands no more jobs, waits for the submitter, gives the claims back. */
 static void queuer_shutdown(struct queuer *q, pthread_t submitter)
 {
+    if (atomic_load(&q->w->superseded)) {
+        /* Our claims are the later registration's now: nothing of ours to
+         * give back or mark stopped. */
+        qw_handoff_close(q->w->jobs);
+        pthread_join(submitter, NULL);
+        take_done(q);
+        return;
+    }
     qw_log_info("worker.stopping", "claims=%zu busy=%zu", q->n_held, q->svcs.busy);
     qw_handoff_close(q->w->jobs);
     pthread_join(submitter, NULL);
@@ -835,7 +901,8 @@ static void queuer_shutdown(struct queuer *q, pthread_t submitter)
     int released = 0;
     if (!qw_db_ok(q->db))
         qw_db_reconnect(q->db, &err);
-    if (qw_claims_release_all(q->db, q->w->instance_id, &released, &err) != QW_OK)
+    if (qw_claims_release_all(q->db, q->w->instance_id, q->w->incarnation, &released, &err) !=
+        QW_OK)
         log_failure("claims.release_failed", &err);
     qw_log_info("worker.stopped", "released=%d", released);
     if (q->tally)
@@ -905,5 +972,10 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
     qw_queue_bufs_free(&q.bufs);
     qw_pgarray_free(&q.filter);
     qw_pgarray_free(&q.release);
+    if (atomic_load(&w->superseded))
+        return qw_error_set(err, QW_ERR_SUPERSEDED,
+                            "instance %s (incarnation %s) stopped: a later process registered "
+                            "under the same instance_id",
+                            w->instance_id, w->incarnation);
     return QW_OK;
 }

@@ -25,6 +25,8 @@ struct qw_svc {
                                            fast path), so it goes idle and is released */
     bool avoid;                         /* its last POST failed on node avoid_node: the next
                                            one prefers another node */
+    bool woken_busy;                    /* a notification named it while its job was out:
+                                           fetch it when the job comes back */
     int avoid_node;                     /* that node (when avoid) */
     bool tombstone;                     /* deleted slot */
 };

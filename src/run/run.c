@@ -72,11 +72,20 @@ static void make_instance_id(const struct qw_config *cfg, char *out, size_t len)
     snprintf(out, len, "%.40s-%d-%04x", host, (int)getpid(), (unsigned)(r & 0xffff));
 }
 
+/* Keeps the incarnation a registration returned (row 0, column 1). */
+static void keep_incarnation(struct qw_worker *w, struct qw_db_res *res)
+{
+    snprintf(w->incarnation, sizeof(w->incarnation), "%s", qw_db_res_get(res, 0, 1));
+}
+
 /*
- * Registers the instance, refusing a live twin: when the id is
- * held by a registration with a fresh heartbeat, it is taken over only if
- * that registration is this host's and its process is gone (a restart
- * after a crash, or a container restarted with the same pid).
+ * Registers the instance with a new incarnation, refusing a live twin:
+ * when the id is held by a registration with a fresh heartbeat, it is
+ * taken over only if that registration is this host's and its process is
+ * gone (a restart after a crash, or a container restarted with the same
+ * pid). A registration older than two leases is taken over; its process,
+ * if it was only frozen, finds itself superseded at its next lease renewal
+ * and exits, and its fenced writes match nothing meanwhile.
  */
 static int register_instance(struct qw_worker *w, struct qw_db *db, struct qw_error *err)
 {
@@ -90,6 +99,8 @@ static int register_instance(struct qw_worker *w, struct qw_db *db, struct qw_er
     struct qw_db_res *res = NULL;
     int rc = qw_db_query(db, "instance_register", 6, params, &res, err);
     int registered = rc == QW_OK ? qw_db_res_rows(res) : 0;
+    if (registered == 1)
+        keep_incarnation(w, res);
     qw_db_res_free(res);
     if (rc != QW_OK || registered == 1)
         return rc;
@@ -115,7 +126,13 @@ static int register_instance(struct qw_worker *w, struct qw_db *db, struct qw_er
                             "wait until that one stops",
                             w->instance_id, other_host, other_pid, age_ms);
     params[5] = "true";
-    rc = qw_db_query(db, "instance_register", 6, params, NULL, err);
+    rc = qw_db_query(db, "instance_register", 6, params, &res, err);
+    if (rc == QW_OK && qw_db_res_rows(res) == 1)
+        keep_incarnation(w, res);
+    else if (rc == QW_OK)
+        rc = qw_error_set(err, QW_ERR_DB, "instance %s: the registration returned no row",
+                          w->instance_id);
+    qw_db_res_free(res);
     if (rc == QW_OK)
         qw_log_info("instance.taken_over", "pid=%lld reason=\"its process on this host is gone\"",
                     other_pid);
@@ -130,10 +147,18 @@ static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_e
     if (rc != QW_OK)
         return rc;
     rc = qw_migrate_check(*db, NULL, err);
-    if (rc == QW_OK && w->cfg->worker_listen)
-        rc = qw_db_listen(*db, "queuer_work", err);
     if (rc == QW_OK)
         rc = register_instance(w, *db, err);
+    /* Our own channel (claims given to us, work for the services we hold)
+     * and the claims changes that concern every worker. Listening after
+     * registering loses nothing: we hold no claim yet, and the first
+     * claims cycle reads them all. */
+    char channel[64];
+    snprintf(channel, sizeof(channel), QW_CLAIMS_CHANNEL_PREFIX "%s", w->incarnation);
+    if (rc == QW_OK && w->cfg->worker_listen)
+        rc = qw_db_listen(*db, channel, err);
+    if (rc == QW_OK && w->cfg->worker_listen)
+        rc = qw_db_listen(*db, QW_CLAIMS_CHANNEL, err);
     if (rc == QW_OK)
         qw_claims_announce(*db); /* the others' share shrank: their surplus comes to us now */
     if (rc != QW_OK) {
@@ -201,9 +226,9 @@ int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *re
         rc = qw_submitter_start(w, &submitter, err);
     if (rc == QW_OK) {
         qw_log_info("worker.started",
-                    "version=%s lease_ms=%d hard_expiry_ms=%d cycle_ms=%d listen=%d "
-                    "max_in_flight=%d",
-                    QW_VERSION, cfg->worker_lease_ms, cfg->worker_hard_expiry_ms,
+                    "version=%s incarnation=%s lease_ms=%d hard_expiry_ms=%d cycle_ms=%d "
+                    "listen=%d max_in_flight=%d",
+                    QW_VERSION, w->incarnation, cfg->worker_lease_ms, cfg->worker_hard_expiry_ms,
                     cfg->worker_cycle_ms, cfg->worker_listen, cfg->dlt_max_in_flight);
         rc = qw_queuer_run(w, db, submitter, err);
         struct qw_worker_stats *st = &w->stats;

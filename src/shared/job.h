@@ -62,6 +62,9 @@ struct qw_job {
 
     /* result, set by the submitter before handing the job back */
     enum qw_job_end end; /* how it ended */
+    bool no_next;        /* END_FINAL: the statement that recorded it looked for the
+                            service's next batch and found none (what is enqueued later
+                            wakes the queuer): no fetch is needed when it comes back */
     struct qw_job *next; /* intrusive list link, owner's use */
 };
 

@@ -80,6 +80,10 @@ struct qw_worker {
     struct qw_config admin_cfg;    /* shallow copy of *cfg the admin server reads, with
                                       admin_listen owned here (replaced by a reload) */
     char instance_id[80];          /* our claimant id */
+    char incarnation[24];          /* our registration's incarnation (decimal), set before the
+                                      threads start: the lease and every fenced write name it */
+    atomic_int superseded;         /* 1 once a later registration of our instance_id took over:
+                                      the process stops at once and exits non-zero */
     atomic_int stop;               /* 0 running, 1 graceful stop requested */
     int wake_fd;                   /* eventfd waking the queuer thread */
     struct qw_handoff *jobs;       /* queuer -> submitter */

@@ -77,10 +77,11 @@ static void note_poll_errors(struct submitter *s, const struct qw_job *job,
     qw_plan_textf(note, sizeof(note), "status poll failed %d times in a row: %s", poll_errors,
                   r->message ? r->message : "");
     snprintf(epoch, sizeof(epoch), "%lld", (long long)job->epoch);
-    const char *params[] = {s->w->instance_id, job->batch_id, job->service_id, epoch, note};
+    const char *params[] = {s->w->instance_id, job->batch_id, job->service_id,
+                            epoch,           note,          s->w->incarnation};
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_db_ok(s->db) && qw_db_query(s->db, "batches_note", 5, params, NULL, &err) != QW_OK)
+    if (qw_db_ok(s->db) && qw_db_query(s->db, "batches_note", 6, params, NULL, &err) != QW_OK)
         qw_log_debug("batch.note_failed", "batch=%.16s error=%s", job->batch_id,
                      qw_log_quote((char[300]){0}, 300, err.msg));
 }

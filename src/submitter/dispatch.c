@@ -47,9 +47,12 @@ void qw_submitter_make_ready(struct submitter *s, struct qw_job *job, int64_t t)
         s->ready_deadline_ms = job->deadline_ms;
 }
 
-/* Starts the job's POST on `node`; false when the client could not start it. */
+/* Starts the job's POST on `node`; false when the client could not start it,
+ * or once our registration was superseded (nothing more is posted). */
 static bool start_post(struct submitter *s, struct qw_job *job, int node, int64_t t)
 {
+    if (atomic_load(&s->w->superseded))
+        return false;
     int rc = qw_dlt_post(s->dlt, node, job->service_id, job->payload, job->payload_len, job);
     if (rc != QW_OK)
         return false;

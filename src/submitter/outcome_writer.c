@@ -11,7 +11,8 @@
 #define PLAIN_RETRY_MAX_MS (7LL * 24 * 3600 * 1000) /* a plain form's retry delay cap */
 
 enum result_col {
-    COL_KIND = 0,      /* 'w' written, 'n' next batch marked */
+    COL_KIND = 0,      /* 'w' written, 'n' next batch marked, 's' skipped (claim row
+                          locked), 'm' a next batch found but not marked */
     COL_BATCH_ID,      /* the batch */
     COL_SERVICE_ID,    /* n: its service */
     COL_EPOCH,         /* n: claim epoch */
@@ -78,8 +79,8 @@ static int append_outcome(struct qw_pgarray *a, const struct qw_outcome_item *it
 
 /* Sends `n` outcomes in one statement; on success *res holds the result. */
 static int send(struct qw_outcome_writer *w, struct qw_db *db, const char *instance_id,
-                const struct qw_outcome_item *items, size_t n, struct qw_db_res **res,
-                struct qw_error *err)
+                const char *incarnation, const struct qw_outcome_item *items, size_t n,
+                struct qw_db_res **res, struct qw_error *err)
 {
     qw_pgarray_reset(&w->param);
     for (size_t i = 0; i < n; i++) {
@@ -87,10 +88,10 @@ static int send(struct qw_outcome_writer *w, struct qw_db *db, const char *insta
             return qw_error_set(err, QW_ERR_INVALID,
                                 "outcome %zu has an unknown expectation or status", i);
     }
-    const char *params[2] = {instance_id, qw_pgarray_finish(&w->param)};
+    const char *params[3] = {instance_id, qw_pgarray_finish(&w->param), incarnation};
     if (!params[1])
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-    return qw_db_query(db, "outcomes_record", 2, params, res, err);
+    return qw_db_query(db, "outcomes_record", 3, params, res, err);
 }
 
 /* Reads which of the `n` items a result wrote, and their next batches. */
@@ -101,8 +102,13 @@ static void collect(struct qw_db_res *res, struct qw_outcome_item *items, size_t
         if (ord < 1 || (uint64_t)ord > n)
             continue;
         struct qw_outcome_item *item = &items[ord - 1];
-        if (qw_db_res_get(res, row, COL_KIND)[0] == 'w') {
+        char kind = qw_db_res_get(res, row, COL_KIND)[0];
+        if (kind == 'w') {
             item->written = true;
+        } else if (kind == 's') {
+            item->skipped = true;
+        } else if (kind == 'm') {
+            item->more = true;
         } else if (item->next_row < 0) {
             item->next_row = row;
             item->res = res;
@@ -149,7 +155,8 @@ static void plain_form(struct qw_outcome *o, const struct qw_error *why)
  * rolls everything back (the group is retried as a whole later).
  */
 static int write_isolated(struct qw_outcome_writer *w, struct qw_db *db, const char *instance_id,
-                          struct qw_outcome_item *items, size_t n, struct qw_error *err)
+                          const char *incarnation, struct qw_outcome_item *items, size_t n,
+                          struct qw_error *err)
 {
     w->isolated = calloc(n, sizeof(*w->isolated));
     if (!w->isolated)
@@ -164,7 +171,7 @@ static int write_isolated(struct qw_outcome_writer *w, struct qw_db *db, const c
             rc = qw_txn_savepoint(db, err);
             if (rc != QW_OK)
                 break;
-            int q = send(w, db, instance_id, item, 1, &w->isolated[i], &why);
+            int q = send(w, db, instance_id, incarnation, item, 1, &w->isolated[i], &why);
             if (q == QW_OK) {
                 collect(w->isolated[i], item, 1);
                 rc = qw_txn_savepoint_release(db, err);
@@ -193,16 +200,18 @@ static int write_isolated(struct qw_outcome_writer *w, struct qw_db *db, const c
 }
 
 int qw_outcome_writer_write(struct qw_outcome_writer *w, struct qw_db *db, const char *instance_id,
-                            struct qw_outcome_item *items, size_t n, struct qw_error *err)
+                            const char *incarnation, struct qw_outcome_item *items, size_t n,
+                            struct qw_error *err)
 {
     results_free(w);
     for (size_t i = 0; i < n; i++) {
-        items[i].written = items[i].isolated = items[i].refused = items[i].rechecked = false;
+        items[i].written = items[i].skipped = items[i].more = items[i].isolated = items[i].refused =
+            items[i].rechecked = false;
         items[i].sqlstate[0] = '\0';
         items[i].next_row = -1;
         items[i].res = NULL;
     }
-    int rc = send(w, db, instance_id, items, n, &w->res, err);
+    int rc = send(w, db, instance_id, incarnation, items, n, &w->res, err);
     if (rc == QW_OK) {
         collect(w->res, items, n);
         return QW_OK;
@@ -211,7 +220,7 @@ int qw_outcome_writer_write(struct qw_outcome_writer *w, struct qw_db *db, const
         return rc;
     /* The database refused the group (not a lost connection, a lock or a
      * timeout): one of its outcomes is to blame. */
-    rc = write_isolated(w, db, instance_id, items, n, err);
+    rc = write_isolated(w, db, instance_id, incarnation, items, n, err);
     if (rc != QW_OK) {
         results_free(w);
         for (size_t i = 0; i < n; i++) {
@@ -235,7 +244,7 @@ int qw_outcome_writer_recheck(struct qw_outcome_writer *w, struct qw_db *db,
     size_t m = 0;
     int rc = QW_OK;
     for (size_t i = 0; i < n && rc == QW_OK; i++) {
-        if (items[i].written || items[i].refused)
+        if (items[i].written || items[i].refused || items[i].skipped)
             continue;
         rc = append_outcome(&w->param, &items[i]);
         index[m++] = i;

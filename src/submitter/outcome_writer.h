@@ -2,9 +2,11 @@
  * The grouped outcome write: many batch outcomes in one fenced statement
  * (sql/outcomes_record.sql) and one COMMIT. The outcomes travel as one
  * array of the row type queuer.outcome; the statement answers which were
- * written (the others met a lost claim or an unexpected batch state and
- * must be dropped, never retried) and which services' next batch it
- * marked for submission on the way (the fast path).
+ * written, which met a claim row another transaction held (`skipped`: the
+ * claim is still ours, so they go in the next group), and which services'
+ * next batch it marked for submission on the way (the fast path); the
+ * others met a lost claim or an unexpected batch state and must be
+ * dropped, never retried.
  *
  * A writer belongs to the submitter thread; it keeps its parameter buffer
  * and the last result between writes. It does not decide when to write
@@ -28,6 +30,11 @@ struct qw_outcome_item {
     struct qw_job *job;        /* the job it is about (owned by the submitter) */
     struct qw_outcome outcome; /* what to write */
     bool written;              /* after a write: the fence and the expected state held */
+    bool skipped;              /* after a write: the claim row was locked by another
+                                  transaction; nothing written, the claim still ours: write
+                                  it again with the next group */
+    bool more;                 /* after a write that went on (go_on): the service's next
+                                  batch was found but not marked (not due, or changed) */
     int next_row;              /* after a write: the result row of the service's next
                                   batch marked on the way, -1 = none */
     bool isolated;             /* after a write: the database refused this outcome as it
@@ -63,8 +70,8 @@ void qw_outcome_writer_init(struct qw_outcome_writer *w);
 void qw_outcome_writer_free(struct qw_outcome_writer *w);
 
 /**
- * Writes the `n` outcomes of `items` on `db` as `instance_id`, in one
- * statement (autocommit). When the database refuses that statement for a
+ * Writes the `n` outcomes of `items` on `db` as `instance_id` of
+ * `incarnation`, in one statement (autocommit). When the database refuses that statement for a
  * reason a retry will not fix (bad data, not a lost connection, a lock or
  * a timeout), the outcomes are written again one by one in one
  * transaction: an outcome refused on its own is written in a plain form
@@ -72,8 +79,8 @@ void qw_outcome_writer_free(struct qw_outcome_writer *w);
  * if that is refused too, left out (`refused`), so one bad outcome never
  * holds back the others.
  *
- * On QW_OK every item's `written`, `next_row` (with `res`), `isolated` and
- * `refused` are set; results stay valid for qw_outcome_writer_next() until
+ * On QW_OK every item's `written`, `skipped`, `next_row` (with `res`),
+ * `isolated` and `refused` are set; results stay valid for qw_outcome_writer_next() until
  * the next write or qw_outcome_writer_free(). Errors: QW_ERR_INVALID (an
  * outcome with an out-of-range expectation or status: nothing is sent),
  * QW_ERR_NOMEM, or the database's classified, transient error (db.h) with
@@ -81,8 +88,9 @@ void qw_outcome_writer_free(struct qw_outcome_writer *w);
  * Submitter thread only.
  */
 QW_MUST_CHECK int qw_outcome_writer_write(struct qw_outcome_writer *w, struct qw_db *db,
-                                          const char *instance_id, struct qw_outcome_item *items,
-                                          size_t n, struct qw_error *err);
+                                          const char *instance_id, const char *incarnation,
+                                          struct qw_outcome_item *items, size_t n,
+                                          struct qw_error *err);
 
 /**
  * After a write that matched nothing for some items and followed a write

@@ -65,6 +65,9 @@ static void apply_outcome(struct submitter *s, const struct qw_outcome_item *ite
         qw_submitter_start_poll(s, job, s->cfg->dlt_status_wait_s);
         return;
     case QW_AFTER_END_FINAL:
+        /* The statement looked for the service's next batch (go_on) and
+         * found none: the queuer need not fetch the service again. */
+        job->no_next = item->outcome.go_on && !item->more;
         qw_submitter_hand_back(s, job, QW_JOB_END_FINAL);
         return;
     case QW_AFTER_END_RETRY:
@@ -132,7 +135,8 @@ void qw_submitter_flush_outcomes(struct submitter *s)
     int64_t began_ms = now_ms();
     int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
     if (rc == QW_OK)
-        rc = qw_outcome_writer_write(&s->writer, s->db, s->w->instance_id, s->out, s->n_out, &err);
+        rc = qw_outcome_writer_write(&s->writer, s->db, s->w->instance_id, s->w->incarnation,
+                                     s->out, s->n_out, &err);
     qw_log_debug("outcomes.flushed", "n=%zu rc=%d us=%lld", s->n_out, rc,
                  (long long)(qw_clock_mono_us() - began_us));
     if (rc != QW_OK && !transient(rc)) {
@@ -154,9 +158,8 @@ void qw_submitter_flush_outcomes(struct submitter *s)
         atomic_compare_exchange_strong(&s->w->stats.outcomes_failing_since_ms, &zero, now_ms());
     }
     if (rc == QW_ERR_SERIALIZATION) {
-        /* A claim row of the group is locked by another transaction (NOWAIT
-         * answered 55P03: a claims transaction renewing or taking it over):
-         * try again after a short jittered pause. */
+        /* A deadlock or serialization failure: try again after a short
+         * jittered pause. */
         s->flush_retry_at_ms =
             now_ms() + qw_backoff_full_jitter(s->flush_failures++, 1, 20, &s->rng);
         return;
@@ -176,8 +179,6 @@ void qw_submitter_flush_outcomes(struct submitter *s)
         return;
     }
     qw_outage_note_success(&s->outage, now_ms());
-    s->flush_failures = 0;
-    s->flush_retry_at_ms = 0;
     s->flush_uncertain = false;
     atomic_store_explicit(&s->w->stats.outcomes_failing_since_ms, 0, memory_order_relaxed);
     size_t n = s->n_out, rows = 0;
@@ -189,6 +190,8 @@ void qw_submitter_flush_outcomes(struct submitter *s)
     atomic_fetch_add_explicit(&s->w->stats.outcomes, (long long)rows, memory_order_relaxed);
     for (size_t i = 0; i < n; i++) {
         const struct qw_outcome_item *item = &s->out[i];
+        if (item->skipped)
+            continue;
         if (item->written && item->next_row >= 0) {
             struct qw_next_batch nb;
             qw_outcome_writer_next(item, &nb);
@@ -196,6 +199,21 @@ void qw_submitter_flush_outcomes(struct submitter *s)
         } else {
             apply_outcome(s, item);
         }
+    }
+    /* Outcomes whose claim row another transaction held wait for the next
+     * group, in order; only they are retried, after a short jittered
+     * pause, not the whole group (n_out <= i: nothing is overwritten). */
+    for (size_t i = 0; i < n; i++) {
+        if (s->out[i].skipped)
+            s->out[s->n_out++] = s->out[i];
+    }
+    if (s->n_out > 0) {
+        s->flush_retry_at_ms =
+            now_ms() + qw_backoff_full_jitter(s->flush_failures++, 1, 20, &s->rng);
+        s->first_out_ms = now_ms();
+    } else {
+        s->flush_failures = 0;
+        s->flush_retry_at_ms = 0;
     }
 }
 

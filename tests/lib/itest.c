@@ -335,7 +335,7 @@ char *itest_temp_file(const char *hint, const void *data, size_t len)
 }
 
 void itest_claims_cycle(struct qw_db *db, const char *instance, size_t held, const char *release,
-                        int max_claims, struct qw_rng *rng, struct qw_claims_result *r)
+                        int max_claims, struct qw_claims_result *r)
 {
     struct qw_txn_policy policy = {
         .max_attempts = 5, .max_ms = 10000, .backoff_base_ms = 2, .backoff_max_ms = 50};
@@ -347,7 +347,6 @@ void itest_claims_cycle(struct qw_db *db, const char *instance, size_t held, con
                                  .max_claims = max_claims,
                                  .max_changes = 1000,
                                  .held = held,
-                                 .rng = rng,
                                  .release = release,
                                  .acquire = true,
                                  .housekeeping = true};

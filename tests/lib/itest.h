@@ -107,14 +107,14 @@ void itest_enqueue_sample_at(struct qw_db *db, const char *service, uint64_t see
                              char *id_out);
 
 /**
- * One claims cycle of `instance` on `db` as the worker runs it (maintenance,
- * then the claims transaction with housekeeping and claiming): it holds
+ * One claims cycle of `instance` on `db` as the worker runs it (the fair
+ * share, maintenance, then the claims transaction with pickup): it holds
  * `held` claims before the call, gives back `release` (a text[] literal of
  * surplus claims, or NULL) and may hold `max_claims` (0 = no cap). Fills
  * `r` (free it with qw_claims_result_free()) or fails the test.
  */
 void itest_claims_cycle(struct qw_db *db, const char *instance, size_t held, const char *release,
-                        int max_claims, struct qw_rng *rng, struct qw_claims_result *r);
+                        int max_claims, struct qw_claims_result *r);
 
 /** Path of the built queuer binary (QUEUER_BIN). */
 const char *itest_queuer_bin(void);

@@ -1,0 +1,125 @@
+/*
+ * The claims decisions of one worker, as pure functions (no I/O, no clock:
+ * times are passed in): what a claims cycle does (renew the lease, read the
+ * fair share, read every claim we hold, give surplus back), whether it
+ * needs a claims transaction at all, and which held services are surplus
+ * over the fair share. The queuer thread (queuer.c, claims.c) runs what
+ * they decide; docs/CLAIMS.md argues why each rule is safe.
+ */
+#ifndef QW_WORKER_CLAIMS_PLAN_H
+#define QW_WORKER_CLAIMS_PLAN_H
+
+#include "common/err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/** What the queuer thread knows when a claims cycle starts. */
+struct qw_claims_state {
+    int64_t now_ms;             /* monotonic ms: the cycle starts */
+    int64_t lease_deadline_ms;  /* monotonic ms our claims are surely held until, 0 = none
+                                   yet (the first cycle) */
+    int64_t lease_renewed_ms;   /* monotonic ms our lease was last renewed (as sent) */
+    int64_t settle_until_ms;    /* monotonic ms before which no surplus goes back */
+    int cycle_ms;               /* worker.cycle_ms */
+    bool listen;                /* worker.listen: notifications tell us of new claims */
+    bool woken;                 /* a notification (or more claims work) asked for this cycle */
+    bool periodic_housekeeping; /* the cycles counted since the last housekeeping say so */
+    bool reconcile_asked;       /* a lost connection, a malformed or "read all" notification */
+    int cycles_since_reconcile; /* claims cycles since all our claims were read, this one
+                                   included */
+    size_t held;                /* claims we hold */
+    size_t reported_held;       /* claims our last lease renewal reported */
+    int slack;                  /* worker.claim_slack */
+    int share;                  /* the last fair share read, 0 = none yet */
+    int64_t free_with_work;     /* free services with work at the last look, 0 = none */
+};
+
+/** What the cycle does, in this order: renew, (share), claims, drain. */
+struct qw_claims_plan {
+    bool renew;        /* renew our lease before anything else */
+    bool reconcile;    /* read every claim we hold */
+    bool housekeeping; /* read the fair share (and with it whether a lease lapsed) */
+    bool may_release;  /* surplus claims with no job out may go back */
+};
+
+/** A polling worker reads all its claims every cycle, a listening one this often. */
+#define QW_CLAIMS_RECONCILE_EVERY 60
+
+/**
+ * Plans a claims cycle from `s`:
+ * - reconcile when no claim was ever read, when our lease may have lapsed
+ *   (others may have taken claims of ours), when asked, every
+ *   QW_CLAIMS_RECONCILE_EVERY cycles, and every cycle without LISTEN;
+ * - housekeeping when woken or due, while no share is known, and while
+ *   free services with work wait;
+ * - renew when the lease may have lapsed, half a cycle after the last
+ *   renewal, or when our claim count moved by more than the slack since it
+ *   was last reported (the others' fair share reads the reported count);
+ * - release surplus only outside a reconcile and after the settle time.
+ */
+void qw_claims_plan_cycle(const struct qw_claims_state *s, struct qw_claims_plan *out);
+
+/** Whether the claim count moved by more than the slack since it was reported. */
+bool qw_claims_count_unreported(size_t held, size_t reported_held, int slack);
+
+/**
+ * Whether a claims cycle needs the SERIALIZABLE claims transaction: only to
+ * give surplus back (`release`), to read all our claims (`reconcile`), or
+ * to pick up free services with work (`acquire` and `free_with_work` > 0).
+ * Work that comes to claims we keep, and services an enqueue gives us,
+ * need none.
+ */
+bool qw_claims_txn_due(bool release, bool reconcile, bool acquire, int64_t free_with_work);
+
+/**
+ * Whether a pickup runs again at once: we held the pickup lock, it gave out
+ * at least a full step (`step` claims) and some of them went to other
+ * instances. A worker that found nobody else live waits for its next cycle.
+ */
+bool qw_claims_pickup_again(bool picker, int picked, int acquired, int step);
+
+/**
+ * The claim count above which a worker drains its surplus: the fair share
+ * plus 2% of it, so that claims moving between workers while the share is
+ * read do not move claims back and forth at scale (at small shares this is
+ * the share itself).
+ */
+size_t qw_claims_drain_above(size_t share);
+
+/**
+ * Whether idle claims (services without work) go back: only when free
+ * services with work wait and we hold our share already (`held` >=
+ * `share` > 0), so that pickup can give those to us. Claims are kept
+ * otherwise.
+ */
+bool qw_claims_release_idle_due(size_t held, int share, int64_t free_with_work);
+
+/** One held service as the surplus choice sees it. */
+struct qw_claims_held {
+    const char *service_id; /* borrowed */
+    bool busy;              /* a job of it is with the submitter */
+    bool draining;          /* out: surplus over the fair share */
+};
+
+/**
+ * Marks the surplus over `share` (qw_claims_drain_above() of the fair
+ * share) among the `n` held services: the ones with the highest service ids
+ * (a stable choice, so repeated cycles drain the same services), `n -
+ * share` of them. Sorts `held` by service id,
+ * highest first. Returns how many of the surplus have no job out (those
+ * can go back at once; the others when their job comes back).
+ */
+size_t qw_claims_mark_surplus(struct qw_claims_held *held, size_t n, size_t share);
+
+/**
+ * Parses one item of a payload on an instance's channel, "<service>:<epoch>"
+ * (items are separated by spaces; *next is set past this one, NULL after the
+ * last). Returns QW_OK with the service copied into `service` (of `len`
+ * bytes) and the epoch, QW_ERR_INVALID for a malformed item. Pure.
+ */
+QW_MUST_CHECK int qw_claims_parse_item(const char *payload, char *service, size_t len,
+                                       int64_t *epoch, const char **next);
+
+#endif
