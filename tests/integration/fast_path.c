@@ -22,9 +22,12 @@ struct fixture {
     char *conninfo;
     struct qw_db *db;
     char ids[3][129]; /* the service's batches, oldest first */
+    char *inc;        /* w1's incarnation (the fenced statements name it) */
+    char *inc2;       /* w2's */
 };
 
-/* Three batches; the first is Pending at the ledger; w1 holds the claim at epoch 7. */
+/* Three batches; the first is Pending at the ledger; w1 holds the claim at epoch 7
+ * (by the claim's own expiry: w1 and w2 are registered without a lease). */
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
@@ -33,6 +36,10 @@ static int setup(void **state)
     for (int i = 0; i < 3; i++) {
         itest_enqueue_sample(f->db, SVC, 1000 + (uint64_t)i, f->ids[i]);
     }
+    itest_exec(f->db, "INSERT INTO queuer.instances (instance_id, host, pid, version) "
+                      "VALUES ('w1', 'h', 1, 'v'), ('w2', 'h', 2, 'v')");
+    f->inc = itest_incarnation(f->db, "w1");
+    f->inc2 = itest_incarnation(f->db, "w2");
     itest_exec(f->db, "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 7, "
                       "expiry_1 = now() + interval '1 min', expiry_2 = now() + interval '2 min'");
     char sql[512];
@@ -49,6 +56,8 @@ static int teardown(void **state)
 {
     struct fixture *f = *state;
     qw_db_close(f->db);
+    free(f->inc);
+    free(f->inc2);
     free(f->conninfo);
     free(f);
     return 0;
@@ -63,11 +72,11 @@ static struct qw_db_res *record_expecting(struct fixture *f, const char *expect,
     char outcomes[512];
     snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",%ld,%s,%s,t,0,,,\\\"by test\\\",f,%s)\"}",
              f->ids[0], epoch, expect, status, go_on ? "t" : "f");
-    const char *params[] = {"w1", outcomes};
+    const char *params[] = {"w1", outcomes, f->inc};
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_db_query(f->db, "outcomes_record", 2, params, &res, &err) != QW_OK)
+    if (qw_db_query(f->db, "outcomes_record", 3, params, &res, &err) != QW_OK)
         fail_msg("outcomes_record: %s", err.msg);
     return res;
 }
@@ -181,7 +190,14 @@ static void test_next_delayed_only_when_due(void **state)
              f->ids[1]);
     itest_exec(f->db, sql);
     struct qw_db_res *res = record(f, "Committed", 7, 1);
-    assert_int_equal(qw_db_res_rows(res), 1); /* not due: nothing marked, order kept */
+    /* not due: nothing marked, order kept; the 'm' row says the service has
+     * a next batch (its job is not the service's last) */
+    assert_int_equal(qw_db_res_rows(res), 2);
+    int more = qw_db_res_get(res, 0, 0)[0] == 'm' ? 0 : 1;
+    assert_string_equal(qw_db_res_get(res, 1 - more, 0), "w");
+    assert_string_equal(qw_db_res_get(res, more, 0), "m");
+    assert_string_equal(qw_db_res_get(res, more, 1), f->ids[1]);
+    assert_int_equal(qw_db_res_int(res, more, 7), 1); /* the outcome's ord */
     qw_db_res_free(res);
     assert_int_equal(COUNT(f,
                            "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s' "
@@ -258,7 +274,7 @@ static void test_writer_round_trips_text(void **state)
     qw_outcome_writer_init(&w);
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_outcome_writer_write(&w, f->db, "w1", &item, 1, &err) != QW_OK)
+    if (qw_outcome_writer_write(&w, f->db, "w1", f->inc, &item, 1, &err) != QW_OK)
         fail_msg("write: %s", err.msg);
     assert_true(item.written);
     assert_int_equal(item.next_row, -1);
@@ -307,7 +323,7 @@ static void test_refused_outcome_is_isolated(void **state)
     qw_outcome_writer_init(&w);
     struct qw_error err;
     qw_error_clear(&err);
-    int rc = qw_outcome_writer_write(&w, f->db, "w1", items, 2, &err);
+    int rc = qw_outcome_writer_write(&w, f->db, "w1", f->inc, items, 2, &err);
     if (rc != QW_OK)
         fail_msg("the group failed as a whole: %s (SQLSTATE %s)", err.msg, err.sqlstate);
     assert_false(items[0].written);
@@ -367,7 +383,7 @@ static void test_foreign_locked_claim_does_not_fail_the_group(void **state)
     qw_outcome_writer_init(&w);
     struct qw_error err;
     qw_error_clear(&err);
-    int rc = qw_outcome_writer_write(&w, f->db, "w1", items, 2, &err);
+    int rc = qw_outcome_writer_write(&w, f->db, "w1", f->inc, items, 2, &err);
     itest_exec(w2, "ROLLBACK");
     qw_db_close(w2);
     if (rc != QW_OK)
@@ -375,6 +391,83 @@ static void test_foreign_locked_claim_does_not_fail_the_group(void **state)
                  err.sqlstate);
     assert_true(items[0].written);
     assert_false(items[1].written);
+    assert_false(items[1].skipped); /* not ours: dropped, never written again */
+    qw_outcome_writer_free(&w);
+}
+
+/*
+ * A claim row of ours that another transaction has locked (our claims
+ * transaction giving it back, an operator action) is skipped, not waited
+ * for: its outcome comes back skipped (the claim is still ours: it goes in
+ * the next group) and the rest of the group is written at once.
+ */
+static void test_locked_own_claim_is_skipped(void **state)
+{
+    struct fixture *f = *state;
+    static const char other_svc[] = "fastp-ccccc::0003";
+    char other_id[129];
+    itest_enqueue_sample(f->db, other_svc, 3000, other_id);
+    itest_exec(f->db, "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 2, "
+                      "expiry_1 = now() + interval '1 min', expiry_2 = now() + interval '2 min' "
+                      "WHERE service_id = 'fastp-ccccc::0003'");
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET submitted = true, status = 'Pending' WHERE batch_id = '%s'",
+             other_id);
+    itest_exec(f->db, sql);
+    struct qw_db *locker = itest_connect(f->conninfo);
+    itest_exec(locker, "BEGIN");
+    itest_exec(locker, "SELECT 1 FROM queuer.service_id_claims WHERE service_id = "
+                       "'fastp-ccccc::0003' FOR UPDATE");
+    /* a write that waited for the lock fails here instead of hanging the test */
+    itest_exec(f->db, "SET lock_timeout = '5s'");
+
+    struct qw_job mine = {.kind = QW_JOB_SUBMIT, .epoch = 7};
+    snprintf(mine.service_id, sizeof(mine.service_id), "%s", SVC);
+    snprintf(mine.batch_id, sizeof(mine.batch_id), "%s", f->ids[0]);
+    struct qw_job locked = {.kind = QW_JOB_SUBMIT, .epoch = 2};
+    snprintf(locked.service_id, sizeof(locked.service_id), "%s", other_svc);
+    snprintf(locked.batch_id, sizeof(locked.batch_id), "%s", other_id);
+    struct qw_outcome committed = {.expect = QW_EXPECT_PENDING,
+                                   .status = QW_STATUS_COMMITTED,
+                                   .submitted = true,
+                                   .retry_ms = QW_OUTCOME_NO_RETRY,
+                                   .after = QW_AFTER_END_FINAL};
+    struct qw_outcome_item items[2] = {{.job = &mine, .outcome = committed},
+                                       {.job = &locked, .outcome = committed}};
+    struct qw_outcome_writer w;
+    qw_outcome_writer_init(&w);
+    struct qw_error err;
+    qw_error_clear(&err);
+    int64_t t0 =
+        itest_scalar(f->db, "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint");
+    int rc = qw_outcome_writer_write(&w, f->db, "w1", f->inc, items, 2, &err);
+    int64_t took_ms =
+        itest_scalar(f->db, "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint") - t0;
+    if (rc != QW_OK)
+        fail_msg("a locked claim of ours failed the group: %s (SQLSTATE %s)", err.msg,
+                 err.sqlstate);
+    assert_true(took_ms < 2000); /* no wait for the lock */
+    assert_true(items[0].written);
+    assert_false(items[0].skipped);
+    assert_false(items[1].written);
+    assert_true(items[1].skipped);
+    assert_int_equal(
+        COUNT(f, "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s' AND status = 'Pending'",
+              other_id),
+        1);
+    assert_int_equal(COUNT(f,
+                           "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s' AND status = "
+                           "'Committed'",
+                           f->ids[0]),
+                     1);
+
+    /* the lock gone, the next group writes it */
+    itest_exec(locker, "ROLLBACK");
+    qw_db_close(locker);
+    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", f->inc, &items[1], 1, &err), QW_OK);
+    assert_true(items[1].written);
+    assert_false(items[1].skipped);
     qw_outcome_writer_free(&w);
 }
 
@@ -401,10 +494,10 @@ static void test_recheck_after_unknown_outcome(void **state)
     struct qw_error err;
     qw_error_clear(&err);
     /* the first write commits, but its answer is "lost" */
-    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", &item, 1, &err), QW_OK);
+    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", f->inc, &item, 1, &err), QW_OK);
     assert_true(item.written);
     /* the retry matches nothing ... */
-    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", &item, 1, &err), QW_OK);
+    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", f->inc, &item, 1, &err), QW_OK);
     assert_false(item.written);
     /* ... and the re-read finds it was ours */
     assert_int_equal(qw_outcome_writer_recheck(&w, f->db, "w1", &item, 1, &err), QW_OK);
@@ -432,13 +525,13 @@ static void test_recheck_after_unknown_outcome(void **state)
                            qw_pgarray_finish(&bufs.arr[2]), qw_pgarray_finish(&bufs.arr[3])};
     (void)mark; /* the literals stay in bufs, as after a real attempt */
     struct qw_queue_result r;
-    assert_int_equal(qw_queue_recheck_marks(f->db, "w1", &bufs, &r, &err), QW_OK);
+    assert_int_equal(qw_queue_recheck_marks(f->db, "w1", f->inc, &bufs, &r, &err), QW_OK);
     assert_int_equal(r.n_jobs, 1);
     assert_string_equal(r.jobs->batch_id, f->ids[1]);
     assert_int_equal(r.jobs->kind, QW_JOB_SUBMIT);
     assert_true(r.jobs->payload_len > 0);
     qw_queue_result_free(&r);
-    assert_int_equal(qw_queue_recheck_marks(f->db, "w2", &bufs, &r, &err), QW_OK);
+    assert_int_equal(qw_queue_recheck_marks(f->db, "w2", f->inc2, &bufs, &r, &err), QW_OK);
     assert_int_equal(r.n_jobs, 0);
     qw_queue_bufs_free(&bufs);
 }
@@ -450,10 +543,10 @@ static void test_unknown_expectation_is_refused(void **state)
     char outcomes[512];
     snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",7,anything,Committed,t,0,,,,f,f)\"}",
              f->ids[0]);
-    const char *params[] = {"w1", outcomes};
+    const char *params[] = {"w1", outcomes, f->inc};
     struct qw_error err;
     qw_error_clear(&err);
-    assert_int_equal(qw_db_query(f->db, "outcomes_record", 2, params, NULL, &err), QW_ERR_DB);
+    assert_int_equal(qw_db_query(f->db, "outcomes_record", 3, params, NULL, &err), QW_ERR_DB);
     assert_string_equal(err.sqlstate, "22P02"); /* invalid input value for enum */
     assert_int_equal(
         COUNT(f, "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s' AND status = 'Pending'",
@@ -467,7 +560,8 @@ static void test_unknown_expectation_is_refused(void **state)
     item.outcome.expect = (enum qw_outcome_expect)42;
     struct qw_outcome_writer w;
     qw_outcome_writer_init(&w);
-    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", &item, 1, &err), QW_ERR_INVALID);
+    assert_int_equal(qw_outcome_writer_write(&w, f->db, "w1", f->inc, &item, 1, &err),
+                     QW_ERR_INVALID);
     qw_outcome_writer_free(&w);
 }
 
@@ -487,6 +581,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recheck_after_unknown_outcome, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_locked_claim_does_not_fail_the_group, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_locked_own_claim_is_skipped, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,6 +99,23 @@ char *itest_string(struct qw_db *db, const char *sql)
     return s;
 }
 
+char *itest_incarnation(struct qw_db *db, const char *instance)
+{
+    const char *params[] = {instance};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query_sql(db, "SELECT incarnation::text FROM queuer.instances WHERE instance_id = $1",
+                        1, params, &res, &err) != QW_OK)
+        fail_msg("incarnation of %s: %s", instance, err.msg);
+    if (qw_db_res_rows(res) != 1)
+        fail_msg("instance %s is not registered", instance);
+    char *s = strdup(qw_db_res_get(res, 0, 0));
+    qw_db_res_free(res);
+    assert_non_null(s);
+    return s;
+}
+
 char *itest_db_create(const char *hint, int migrate)
 {
     return itest_db_create_with(hint, "", migrate);

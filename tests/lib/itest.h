@@ -66,6 +66,13 @@ void itest_pair_open(struct itest_pair *p, const char *hint, const struct itest_
  */
 int itest_pair_teardown(void **state);
 
+/**
+ * The incarnation of `instance` (queuer.instances), as the fenced
+ * statements take it: decimal text (malloc'd). Fails the test when the
+ * instance has no row.
+ */
+char *itest_incarnation(struct qw_db *db, const char *instance);
+
 /** Runs `sql` (simple protocol) or fails the test. */
 void itest_exec(struct qw_db *db, const char *sql);
 
