@@ -108,20 +108,26 @@ static void test_worker_cannot_forge(void **state)
            "");
     assert_int_equal(itest_scalar(admin, "SELECT claim_epoch FROM queuer.service_id_claims"), 3);
 
-    /* the real statements run as the worker role: acquire, then mark (history at its epoch) */
-    const char *acq[] = {"w3", "10", "60000", "120000", "0", "1000"};
+    /* the real statements run as the worker role: the registered w3 picks the
+     * free service with work up, then marks its batch (history at its epoch) */
+    itest_exec(admin, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
+                      "lease_2) VALUES ('w3', 'h', 3, 'v', now() + interval '1 min', "
+                      "now() + interval '2 min')");
+    char *inc = itest_incarnation(admin, "w3");
+    const char *acq[] = {"w3", "10", "60000", "120000", "0", "0", "1000"};
     struct qw_db_res *res = NULL;
     qw_error_clear(&err);
-    if (qw_db_query(w, "claims_acquire", 6, acq, &res, &err) != QW_OK)
+    if (qw_db_query(w, "claims_acquire", 7, acq, &res, &err) != QW_OK)
         fail_msg("claims_acquire as the worker role: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 1);
+    assert_string_equal(qw_db_res_get(res, 0, 0), SVC);
     assert_int_equal(qw_db_res_int(res, 0, 1), 4);
     qw_db_res_free(res);
     char ids[160];
     snprintf(ids, sizeof(ids), "{%s}", id);
-    const char *mark[] = {"w3", ids, "{" SVC "}", "{4}", "{\"\"}"};
+    const char *mark[] = {"w3", ids, "{" SVC "}", "{4}", "{\"\"}", inc};
     res = NULL;
-    if (qw_db_query(w, "batches_mark", 5, mark, &res, &err) != QW_OK)
+    if (qw_db_query(w, "batches_mark", 6, mark, &res, &err) != QW_OK)
         fail_msg("batches_mark as the worker role: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 1);
     qw_db_res_free(res);
@@ -129,6 +135,7 @@ static void test_worker_cannot_forge(void **state)
                                          "WHERE to_status = 'Submitting' AND instance_id = 'w3' "
                                          "AND claim_epoch = 4"),
                      1);
+    free(inc);
     qw_db_close(w);
     qw_db_close(admin);
     free(conninfo);

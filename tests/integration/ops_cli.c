@@ -6,8 +6,8 @@
  * (sql/batches_mark.sql, sql/outcomes_record.sql) run on a second
  * connection that plays the worker: a cancel that waits for a worker's
  * uncommitted mark sees the batch in flight afterwards and refuses; a
- * worker write after a cancel matches nothing; a claim row held FOR SHARE
- * by a worker's outcome flush makes the action wait, then proceed; a row
+ * worker write after a cancel matches nothing; a claim row held FOR NO KEY
+ * UPDATE by a worker's outcome flush makes the action wait, then proceed; a row
  * held longer than the action's lock_timeout makes it give up (exit 75).
  * "Waiting" is observed in pg_stat_activity, never assumed after a sleep.
  */
@@ -556,20 +556,30 @@ static char *service_of(const struct env *e, const char *id)
     return stringf(e, "SELECT service_id FROM queuer.batches WHERE batch_id = '%s'", id);
 }
 
-/* The worker's fenced mark (sql/batches_mark.sql) of `id`, seen in state `seen`. */
-static int worker_mark(struct qw_db *w, const char *id, const char *svc, int64_t epoch,
-                       const char *seen)
+/* Registers the worker w1 (no lease: its claims are held by their own expiries);
+ * returns its incarnation (malloc'd), which its fenced statements name. */
+static char *register_w1(const struct env *e)
+{
+    sqlf(e, "INSERT INTO queuer.instances (instance_id, host, pid, version) "
+            "VALUES ('w1', 'h', 1, 'v')");
+    return itest_incarnation(e->db, "w1");
+}
+
+/* The worker's fenced mark (sql/batches_mark.sql) of `id`, seen in state `seen`, as w1 of
+ * incarnation `inc`. */
+static int worker_mark(struct qw_db *w, const char *inc, const char *id, const char *svc,
+                       int64_t epoch, const char *seen)
 {
     char ids[160], svcs[64], epochs[32], seens[32];
     snprintf(ids, sizeof(ids), "{\"%s\"}", id);
     snprintf(svcs, sizeof(svcs), "{\"%s\"}", svc);
     snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch);
     snprintf(seens, sizeof(seens), "{\"%s\"}", seen);
-    const char *params[] = {"w1", ids, svcs, epochs, seens};
+    const char *params[] = {"w1", ids, svcs, epochs, seens, inc};
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_db_query(w, "batches_mark", 5, params, &res, &err) != QW_OK)
+    if (qw_db_query(w, "batches_mark", 6, params, &res, &err) != QW_OK)
         fail_msg("batches_mark: %s", err.msg);
     int rows = qw_db_res_rows(res);
     qw_db_res_free(res);
@@ -581,6 +591,7 @@ static void test_cancel_waits_for_worker_mark_then_refuses(void **state)
     (void)state;
     struct env e;
     setup_env(&e, "ops_race1");
+    char *inc = register_w1(&e);
     char *id = batch(&e, 1, 0);
     char *svc = service_of(&e, id);
     int64_t epoch = claim(&e, 1, "w1");
@@ -591,7 +602,7 @@ static void test_cancel_waits_for_worker_mark_then_refuses(void **state)
 
     struct qw_db *w = itest_connect(e.conninfo);
     itest_exec(w, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    assert_int_equal(worker_mark(w, id, svc, epoch, "Delayed"), 1); /* uncommitted */
+    assert_int_equal(worker_mark(w, inc, id, svc, epoch, "Delayed"), 1); /* uncommitted */
 
     struct bg b = {.e = &e, .args = {"batch", "cancel", id, "--reason", "race", NULL}};
     pthread_t t;
@@ -615,6 +626,7 @@ static void test_cancel_waits_for_worker_mark_then_refuses(void **state)
     free(b.out);
     free(b.err);
     qw_db_close(w);
+    free(inc);
     free(id);
     free(svc);
     teardown_env(&e);
@@ -625,6 +637,7 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
     (void)state;
     struct env e;
     setup_env(&e, "ops_race2");
+    char *inc = register_w1(&e);
     char *id = batch(&e, 2, 0);
     char *svc = service_of(&e, id);
     int64_t epoch = claim(&e, 2, "w1");
@@ -633,13 +646,13 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
          "WHERE batch_id = '%s'",
          id);
 
-    /* a worker's outcome flush holds the claim row FOR SHARE: the cancel waits for it */
+    /* a worker's outcome flush holds the claim row FOR NO KEY UPDATE: the cancel waits for it */
     struct qw_db *w = itest_connect(e.conninfo);
     itest_exec(w, "BEGIN");
     char sql[256];
     snprintf(sql, sizeof(sql),
              "SELECT 1 FROM queuer.service_id_claims WHERE service_id = '%s' "
-             "FOR SHARE",
+             "FOR NO KEY UPDATE",
              svc);
     itest_exec(w, sql);
     struct bg b = {.e = &e, .args = {"batch", "cancel", id, "--reason", "operator wins", NULL}};
@@ -654,16 +667,16 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
     free(b.err);
 
     /* the worker, still believing the batch Delayed, marks it: nothing matches */
-    assert_int_equal(worker_mark(w, id, svc, epoch, "Delayed"), 0);
+    assert_int_equal(worker_mark(w, inc, id, svc, epoch, "Delayed"), 0);
     /* and an outcome for a POST it thinks is in progress matches nothing either */
     char outcomes[512];
     snprintf(outcomes, sizeof(outcomes), "{\"(%s,%s,%lld,posting,Pending,t,1,,,accepted,t,f)\"}",
              id, svc, (long long)epoch);
-    const char *params[] = {"w1", outcomes};
+    const char *params[] = {"w1", outcomes, inc};
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_db_query(w, "outcomes_record", 2, params, &res, &err) != QW_OK)
+    if (qw_db_query(w, "outcomes_record", 3, params, &res, &err) != QW_OK)
         fail_msg("outcomes_record: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 0);
     qw_db_res_free(res);
@@ -673,6 +686,7 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
                              id),
                      1);
     qw_db_close(w);
+    free(inc);
     free(id);
     free(svc);
     teardown_env(&e);
