@@ -1,14 +1,15 @@
 /*
- * Integration: soft expiry never frees a claim whose service has a batch
- * mid-submission, whatever the isolation levels of the statements racing
- * (the claim row's `submitting` flag). Marks and outcomes run at READ COMMITTED, maintenance
- * SERIALIZABLE; SSI does not see the READ COMMITTED writes, so the old
- * maintenance, deciding from a NOT EXISTS over batches in its snapshot,
- * freed the claim when its snapshot predated the mark's COMMIT and its row
- * lock came after it. These tests force exactly that interleaving with two
- * sessions (the maintenance transaction takes its snapshot with a first
- * statement, as a slow start would) and check the claim stays with its
- * holder; they also check how the statements keep the claim row's
+ * Integration: soft expiry never hands over a claim whose service has a
+ * batch mid-submission, whatever the isolation levels of the statements
+ * racing. Marks and outcomes run at READ COMMITTED; maintenance runs at
+ * READ COMMITTED (as the worker runs it) or SERIALIZABLE. SSI does not see
+ * the READ COMMITTED writes, so a maintenance deciding from its snapshot
+ * alone would take the claim when its snapshot predated the mark's COMMIT
+ * and its row lock came after it. These tests force exactly that
+ * interleaving with two sessions (the maintenance transaction takes its
+ * snapshot with a first statement, as a slow start would) and check the
+ * claim stays with its holder until hard expiry, when it goes to the live
+ * instance; they also check how the statements keep the claim row's
  * `submitting` in step with the batches.
  */
 #include "itest.h"
@@ -29,18 +30,21 @@
 struct fixture {
     struct itest_pair pg; /* a: the holder's marks and outcomes; b: another worker's maintenance */
     char ids[3][129];     /* the service's batches, oldest first */
+    char *inc;            /* w1's incarnation (its fenced statements name it) */
 };
 _Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
 
-/* w1, live: a lease of LEASE_MS (soft) and an hour (hard). */
-static const struct itest_instance live[] = {{"w1", LEASE_MS, 3600 * 1000}};
+/* w1, live: a lease of LEASE_MS (soft) and an hour (hard); w2, the maintaining
+ * worker, live for an hour (soft) and two (hard): expired claims go to it. */
+static const struct itest_instance live[] = {{"w1", LEASE_MS, 3600 * 1000},
+                                             {"w2", 3600 * 1000, 7200 * 1000}};
 
 /* Three batches, none submitted; w1 holds the claim at epoch 3 for LEASE_MS
  * (soft) and an hour (hard), by its own expiries and its instance lease. */
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    itest_pair_open(&f->pg, "soft_expiry", live, 1);
+    itest_pair_open(&f->pg, "soft_expiry", live, 2);
     for (int i = 0; i < 3; i++) {
         itest_enqueue_sample(f->pg.a, SVC, 3000 + (uint64_t)i, f->ids[i]);
     }
@@ -50,8 +54,16 @@ static int setup(void **state)
              "expiry_1 = now() + interval '%d ms', expiry_2 = now() + interval '1 h'",
              LEASE_MS);
     itest_exec(f->pg.a, sql);
+    f->inc = itest_incarnation(f->pg.a, "w1");
     *state = f;
     return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    free(f->inc);
+    return itest_pair_teardown(state);
 }
 
 static void query(struct qw_db *db, const char *name, int n, const char *const *params,
@@ -73,8 +85,8 @@ static void mark(struct fixture *f, int k, int want_rows)
 {
     char ids[160];
     snprintf(ids, sizeof(ids), "{%s}", f->ids[k]);
-    const char *params[] = {"w1", ids, "{" SVC "}", "{3}", "{\"\"}"};
-    query(f->pg.a, "batches_mark", 5, params, want_rows);
+    const char *params[] = {"w1", ids, "{" SVC "}", "{3}", "{\"\"}", f->inc};
+    query(f->pg.a, "batches_mark", 6, params, want_rows);
 }
 
 /* Records `status` (with `submitted` after) for ids[k], expected in state
@@ -87,8 +99,8 @@ static void record(struct fixture *f, int k, const char *expect, const char *sta
     char outcomes[512];
     snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",3,%s,%s,%s,0,,,test,f,%s)\"}", f->ids[k],
              expect, status, submitted, go_on ? "t" : "f");
-    const char *params[] = {"w1", outcomes};
-    query(f->pg.a, "outcomes_record", 2, params, want_rows);
+    const char *params[] = {"w1", outcomes, f->inc};
+    query(f->pg.a, "outcomes_record", 3, params, want_rows);
 }
 
 static void set_batch(struct fixture *f, int k, const char *assignments)
@@ -125,8 +137,8 @@ static void wait_soft_expiry(struct fixture *f)
  * transaction on f->pg.a, before expiry_1) puts a batch mid-submission; the
  * other worker's SERIALIZABLE maintenance takes its snapshot after expiry_1
  * but before the holder's COMMIT, and runs its statement after it. The
- * maintenance must free nothing (or fail to serialize and be re-run); a
- * re-run on a fresh snapshot must free nothing either, until expiry_2.
+ * maintenance must hand over nothing (or fail to serialize and be re-run); a
+ * re-run on a fresh snapshot must hand over nothing either, until expiry_2.
  */
 static void race_maintenance(struct fixture *f)
 {
@@ -158,14 +170,14 @@ static void race_maintenance(struct fixture *f)
     itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
     query(f->pg.b, "claims_maintain", 5, maintain_params, 0);
     itest_exec(f->pg.b, "COMMIT");
-    /* Hard expiry frees it, mid-submission or not. */
+    /* Hard expiry hands it to the live w2, mid-submission or not. */
     itest_exec(f->pg.b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
-    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = lease_1");
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = lease_1 WHERE instance_id = 'w1'");
     itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
     query(f->pg.b, "claims_maintain", 5, maintain_params, 1);
     itest_exec(f->pg.b, "COMMIT");
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
-                                           "WHERE claimant IS NULL AND claim_epoch = 4"),
+                                           "WHERE claimant = 'w2' AND claim_epoch = 4"),
                      1);
 }
 
@@ -182,7 +194,7 @@ static void test_mark_races_soft_expiry(void **state)
  * As the worker runs it: maintenance at READ COMMITTED in a transaction of
  * its own. While the mark's transaction holds the claim row, maintenance
  * skips it; once the mark committed, it reads the row's newest version
- * (submitting) and takes nothing; hard expiry takes it.
+ * (submitting) and takes nothing; at hard expiry it goes to the live w2.
  */
 static void test_mark_races_soft_expiry_read_committed(void **state)
 {
@@ -201,10 +213,10 @@ static void test_mark_races_soft_expiry_read_committed(void **state)
                                            "WHERE claimant = 'w1' AND claim_epoch = 3"),
                      1);
     itest_exec(f->pg.b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
-    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = lease_1");
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = lease_1 WHERE instance_id = 'w1'");
     query(f->pg.b, "claims_maintain", 5, maintain_params, 1);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
-                                           "WHERE claimant IS NULL AND claim_epoch = 4"),
+                                           "WHERE claimant = 'w2' AND claim_epoch = 4"),
                      1);
 }
 
@@ -218,8 +230,8 @@ static void test_fast_path_races_soft_expiry(void **state)
     race_maintenance(f);
 }
 
-/* Without a batch mid-submission, soft expiry frees the claim. */
-static void test_soft_expiry_frees_an_idle_claim(void **state)
+/* Without a batch mid-submission, soft expiry hands the claim to the live w2. */
+static void test_soft_expiry_hands_over_without_submission(void **state)
 {
     struct fixture *f = *state;
     set_batch(f, 0, "submitted = true, status = 'Pending', attempts = 1");
@@ -227,6 +239,9 @@ static void test_soft_expiry_frees_an_idle_claim(void **state)
     itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
     query(f->pg.b, "claims_maintain", 5, maintain_params, 1);
     itest_exec(f->pg.b, "COMMIT");
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant = 'w2' AND claim_epoch = 4"),
+                     1);
 }
 
 /* `submitting` follows the batches through every kind of write. */
@@ -262,15 +277,13 @@ static void test_submitting_follows_the_batches(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry, setup, itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mark_races_soft_expiry_read_committed, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_fast_path_races_soft_expiry, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_soft_expiry_frees_an_idle_claim, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_submitting_follows_the_batches, setup,
-                                        itest_pair_teardown),
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_fast_path_races_soft_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_soft_expiry_hands_over_without_submission, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_submitting_follows_the_batches, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
