@@ -1,12 +1,14 @@
 /*
- * Integration: the claim design of migration 0008 (docs/CLAIMS.md). The
- * work counter n_open stays exact through every kind of write to batches
- * (enqueue, marks, outcomes with the fast path, operator cancel, delete);
- * claiming takes only free services with work; idle release gives back
- * only services without work and never one whose work arrives while it
- * runs; the surplus release keeps services with a batch mid-submission;
- * maintenance takes claims over through their holder's lease, per service:
- * those with work handed to the live instances, the others freed.
+ * Integration: the claim design (docs/CLAIMS.md). The count of work
+ * (queuer.claims.n_open: service_ingest.n_in - service_id_claims.n_out)
+ * stays exact through every kind of write to batches (enqueue, marks,
+ * outcomes with the fast path, operator cancel, delete); pickup takes only
+ * free services with work; idle release gives back only services without
+ * work and never one whose work arrives while it runs; the surplus release
+ * keeps services with a batch mid-submission and says exactly whether each
+ * has work; maintenance hands claims over through their holder's lease,
+ * per service, with or without work, to the live instances only, a bounded
+ * number to each per call.
  */
 #include "itest.h"
 
@@ -28,6 +30,7 @@ struct fixture {
     struct itest_pair pg; /* a: the worker w1, or an application; b: another session */
     char ids[4][129];     /* S1's batches, oldest first */
     uint64_t seed;        /* next sample seed */
+    char *inc;            /* w1's incarnation (its fenced statements name it) */
 };
 _Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
 
@@ -42,19 +45,56 @@ static void enqueue(struct fixture *f, struct qw_db *db, const char *svc, char *
     itest_enqueue_sample(db, svc, f->seed++, id_out);
 }
 
-/* S1 with four batches, S2 with one, S3 with none (a row, no work); w1 is
- * a registered instance with a lease of an hour. Nobody holds anything. */
+/*
+ * Enqueues a batch of `svc` while no instance is live (every lease is moved
+ * into the past for the statement, in one transaction): a free service
+ * stays free, with work, for pickup.
+ */
+static void enqueue_unassigned(struct fixture *f, const char *svc, char *id_out)
+{
+    itest_exec(f->pg.a, "BEGIN");
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = lease_1 - interval '1 day'");
+    enqueue(f, f->pg.a, svc, id_out);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = lease_1 + interval '1 day'");
+    itest_exec(f->pg.a, "COMMIT");
+}
+
+/* A service without work, its rows as an enqueue creates them (both rows). */
+static void idle_service(struct fixture *f, const char *svc)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO queuer.service_ingest (service_id) VALUES ('%s'); "
+             "INSERT INTO queuer.service_id_claims (service_id) VALUES ('%s')",
+             svc, svc);
+    itest_exec(f->pg.a, sql);
+}
+
+/* S1 with four batches, S2 with one, S3 with none (a row, no work), all
+ * enqueued before w1 and w2 took a lease (of an hour): nobody holds
+ * anything; S1 and S2 are free with work. */
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     f->seed = 5000;
     itest_pair_open(&f->pg, "claims_scale", live, 2);
     for (int i = 0; i < 4; i++)
-        enqueue(f, f->pg.a, S1, f->ids[i]);
-    enqueue(f, f->pg.a, S2, NULL);
-    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims (service_id) VALUES ('" S3 "')");
+        enqueue_unassigned(f, S1, f->ids[i]);
+    enqueue_unassigned(f, S2, NULL);
+    idle_service(f, S3);
+    f->inc = itest_incarnation(f->pg.a, "w1");
+    assert_int_equal(itest_scalar(f->pg.a, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant IS NULL AND has_work"),
+                     2);
     *state = f;
     return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    free(f->inc);
+    return itest_pair_teardown(state);
 }
 
 /* Runs a prepared statement; returns its rows and frees the result. */
@@ -73,20 +113,20 @@ static int run(struct qw_db *db, const char *name, int n, const char *const *par
 static int64_t n_open(struct fixture *f, const char *svc)
 {
     char sql[160];
-    snprintf(sql, sizeof(sql),
-             "SELECT n_open FROM queuer.service_id_claims WHERE service_id = '%s'", svc);
+    snprintf(sql, sizeof(sql), "SELECT n_open FROM queuer.claims WHERE service_id = '%s'", svc);
     return itest_scalar(f->pg.b, sql);
 }
 
-/* The counter as the batches say it should be, for every service. */
+/* The count of work and `submitting` as the batches say they should be, for every service. */
 static void assert_counters_exact(struct fixture *f)
 {
     assert_int_equal(itest_scalar(f->pg.b,
-                                  "SELECT count(*) FROM queuer.service_id_claims c "
+                                  "SELECT count(*) FROM queuer.claims c "
+                                  "JOIN queuer.service_id_claims r USING (service_id) "
                                   "WHERE c.n_open <> (SELECT count(*) FROM queuer.batches b "
-                                  "WHERE b.service_id = c.service_id AND (b.status IS NULL OR "
-                                  "b.status IN ('Pending', 'Unknown', 'Delayed'))) "
-                                  "OR c.submitting <> EXISTS (SELECT 1 FROM queuer.batches b "
+                                  "WHERE b.service_id = c.service_id "
+                                  "AND queuer.batch_is_work(b.status, b.retry_at)) "
+                                  "OR r.submitting <> EXISTS (SELECT 1 FROM queuer.batches b "
                                   "WHERE b.service_id = c.service_id AND b.submitted "
                                   "AND b.status IS NULL)"),
                      0);
@@ -116,8 +156,8 @@ static int mark(struct fixture *f, int k)
     char ids[160], epochs[32];
     snprintf(ids, sizeof(ids), "{%s}", f->ids[k]);
     snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch_of(f, S1));
-    const char *params[] = {"w1", ids, "{" S1 "}", epochs, "{\"\"}"};
-    return run(f->pg.a, "batches_mark", 5, params);
+    const char *params[] = {"w1", ids, "{" S1 "}", epochs, "{\"\"}", f->inc};
+    return run(f->pg.a, "batches_mark", 6, params);
 }
 
 /* Records `status` for S1's batch k (expected being posted), fast path on. */
@@ -128,8 +168,8 @@ static int record(struct fixture *f, int k, const char *status, const char *subm
     char outcomes[512];
     snprintf(outcomes, sizeof(outcomes), "{\"(%s," S1 ",%lld,posting,%s,%s,0,,,test,f,t)\"}",
              f->ids[k], (long long)epoch_of(f, S1), status, submitted);
-    const char *params[] = {"w1", outcomes};
-    return run(f->pg.a, "outcomes_record", 2, params);
+    const char *params[] = {"w1", outcomes, f->inc};
+    return run(f->pg.a, "outcomes_record", 3, params);
 }
 
 static void test_counter_follows_every_write(void **state)
@@ -159,7 +199,22 @@ static void test_counter_follows_every_write(void **state)
     assert_int_equal(n_open(f, S1), 2);
     assert_counters_exact(f);
 
-    /* a waiting batch deleted by hand; then more work arrives */
+    /* a batch parked (it used up its attempts) is not work; handed back, it is again */
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET status = 'Delayed', retry_at = 'infinity' "
+             "WHERE batch_id = '%s'",
+             f->ids[2]);
+    itest_exec(f->pg.a, sql);
+    assert_int_equal(n_open(f, S1), 1);
+    assert_counters_exact(f);
+    snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET retry_at = now() WHERE batch_id = '%s'",
+             f->ids[2]);
+    itest_exec(f->pg.a, sql);
+    assert_int_equal(n_open(f, S1), 2);
+    assert_counters_exact(f);
+
+    /* a waiting batch deleted by hand; then more work arrives, for a held
+     * service (S1) and for a free one (S3, given to a live instance) */
     snprintf(sql, sizeof(sql), "DELETE FROM queuer.batches WHERE batch_id = '%s'", f->ids[3]);
     itest_exec(f->pg.a, sql);
     assert_int_equal(n_open(f, S1), 1);
@@ -170,16 +225,42 @@ static void test_counter_follows_every_write(void **state)
     assert_counters_exact(f);
 }
 
-static void test_acquire_takes_free_services_with_work(void **state)
+/* Pickup as w1 runs it alone (slack 0, no cap, 1000 to each); returns the
+ * services it gave w1 (rows with a service) and checks that it held the
+ * pickup lock. */
+static int pickup(struct fixture *f)
+{
+    const char *params[] = {"w1", "10", "30000", "60000", "0", "0", "1000"};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->pg.a, "claims_acquire", 7, params, &res, &err) != QW_OK)
+        fail_msg("claims_acquire: %s", err.msg);
+    int got = 0;
+    for (int i = 0; i < qw_db_res_rows(res); i++) {
+        assert_string_equal(qw_db_res_get(res, i, 3), "t");
+        got += !qw_db_res_isnull(res, i, 0);
+    }
+    qw_db_res_free(res);
+    return got;
+}
+
+/* Pickup gives w1 its room of the free services with work, never a held
+ * one (S2, w2's) or one without work (S3); once they are gone it gives
+ * nothing. */
+static void test_pickup_takes_free_services_with_work(void **state)
 {
     struct fixture *f = *state;
     hold(f, S2, "w2");
-    const char *params[] = {"w1", "10", "30000", "60000", "2147483647", "1000"}; /* wraps */
-    assert_int_equal(run(f->pg.a, "claims_acquire", 6, params), 1); /* S1: S2 held, S3 idle */
+    /* w1 and w2 live; two claims to share (S2 held, S1 free): one each, and w2 has its one */
+    assert_int_equal(pickup(f), 1);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant = 'w1' AND service_id = '" S1 "'"),
                      1);
-    assert_int_equal(run(f->pg.a, "claims_acquire", 6, params), 0);
+    assert_int_equal(pickup(f), 0);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant IS NULL AND service_id = '" S3 "'"),
+                     1);
 }
 
 static void test_release_idle_gives_back_only_idle(void **state)
@@ -194,10 +275,15 @@ static void test_release_idle_gives_back_only_idle(void **state)
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant = 'w1'"),
                      1);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id = '" S3 "' AND claimant IS NULL "
+                                           "AND NOT has_work"),
+                     1);
 }
 
 /* Work for an idle service arrives after the release's snapshot: the
- * release must not give it back on what it saw (or must fail and re-run). */
+ * release must not give it back on what it saw (or must fail and re-run).
+ * An enqueue still open (its ingest row locked) keeps it too. */
 static void test_release_idle_races_enqueue(void **state)
 {
     struct fixture *f = *state;
@@ -218,22 +304,51 @@ static void test_release_idle_races_enqueue(void **state)
         assert_int_equal(rc, QW_ERR_SERIALIZATION);
         itest_exec(f->pg.a, "ROLLBACK");
     }
-    assert_int_equal(itest_scalar(f->pg.b,
-                                  "SELECT count(*) FROM queuer.service_id_claims WHERE "
-                                  "service_id = '" S3 "' AND claimant = 'w1' AND has_work"),
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.claims WHERE "
+                                           "service_id = '" S3 "' AND claimant = 'w1' "
+                                           "AND n_open = 1"),
+                     1);
+
+    /* S2 idle again (its batch final), held by w1; an enqueue of it is open */
+    itest_exec(f->pg.a, "UPDATE queuer.batches SET status = 'Committed' "
+                        "WHERE service_id = '" S2 "'");
+    hold(f, S2, "w1");
+    itest_exec(f->pg.b, "BEGIN");
+    enqueue(f, f->pg.b, S2, NULL);
+    itest_exec(f->pg.a, "SET lock_timeout = '5s'");
+    assert_int_equal(run(f->pg.a, "claims_release_idle", 2, params), 0);
+    itest_exec(f->pg.b, "COMMIT");
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.claims WHERE "
+                                           "service_id = '" S2 "' AND claimant = 'w1' "
+                                           "AND n_open = 1"),
                      1);
 }
 
+/* The surplus release keeps a service mid-submission, and the row it frees
+ * says exactly whether the service has work and the priority of its head. */
 static void test_release_keeps_mid_submission(void **state)
 {
     struct fixture *f = *state;
     hold(f, S1, "w1");
     hold(f, S2, "w1");
+    hold(f, S3, "w1");
     assert_int_equal(mark(f, 0), 1);
-    const char *params[] = {"w1", "{" S1 "," S2 "}"};
-    assert_int_equal(run(f->pg.a, "claims_release", 2, params), 1); /* S2 only */
+    itest_exec(f->pg.a, "UPDATE queuer.batches SET priority = 6 WHERE service_id = '" S2 "'");
+    /* stale values in the held rows, which nothing keeps while held */
+    itest_exec(f->pg.a, "UPDATE queuer.service_id_claims SET has_work = (service_id = '" S3 "'), "
+                        "head_priority = 1");
+    const char *params[] = {"w1", "{" S1 "," S2 "," S3 "}"};
+    assert_int_equal(run(f->pg.a, "claims_release", 2, params), 2); /* S2, S3 */
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant = 'w1' AND service_id = '" S1 "'"),
+                     1);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id = '" S2 "' AND claimant IS NULL "
+                                           "AND has_work AND head_priority = 6"),
+                     1);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id = '" S3 "' AND claimant IS NULL "
+                                           "AND NOT has_work AND head_priority = 0"),
                      1);
 }
 
@@ -260,42 +375,40 @@ static int64_t listed(const struct qw_claim *list, size_t n, const char *svc)
 }
 
 /*
- * One claims transaction gives a surplus claim back (S2) and then, its
- * fair share having grown, takes free services with work again: S3 and
- * S2 itself. S2 is ours after it, at a new epoch: the result lists it as
- * a claim and not as released (the worker applied both, in that order,
- * and forgot a claim it held until its next full read of its claims, a
- * minute later: the services stalled). An idle claim given back (S4)
- * stays released.
+ * One claims transaction gives a surplus claim back (S2) and then picks up
+ * free services with work for the fair share: S3 and S2 itself. S2 is ours
+ * after it, at a new epoch: the result lists it as a claim and not as
+ * released (applied in that order, the worker would forget a claim it
+ * holds until its next full read of its claims, and the service would
+ * stall). An idle claim (S4) is kept: claims stay when their work runs
+ * out.
  */
 static void test_surplus_taken_again_is_held(void **state)
 {
     struct fixture *f = *state;
     itest_exec(f->pg.a, "DELETE FROM queuer.instances WHERE instance_id = 'w2'");
-    enqueue(f, f->pg.a, S3, NULL);
-    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims (service_id) VALUES ('" S4 "')");
+    enqueue_unassigned(f, S3, NULL);
+    idle_service(f, S4);
     hold(f, S1, "w1");
     hold(f, S2, "w1");
     hold(f, S4, "w1");
-    /* w1's last lease reported 2 claims with work: with S3 free, its share is 3 */
-    itest_exec(f->pg.a, "UPDATE queuer.instances SET claims_held = 2 WHERE instance_id = 'w1'");
     int64_t epoch_s2 = epoch_of(f, S2);
 
-    struct qw_rng rng;
-    qw_rng_seed(&rng, 42);
     struct qw_claims_result r = {0};
-    itest_claims_cycle(f->pg.a, "w1", 3, "{" S2 "}", 0, &rng, &r);
-    assert_int_equal(r.share, 3);
+    itest_claims_cycle(f->pg.a, "w1", 3, "{" S2 "}", 0, &r);
+    /* w1 alone: its three claims and S3 free with work */
+    assert_int_equal(r.share, 4);
+    assert_true(r.picker);
     assert_int_equal(r.acquired, 2);
     assert_int_equal(r.n_claims, 2);
     assert_int_equal(listed(r.claims, r.n_claims, S2), epoch_s2 + 2);
     assert_int_equal(listed(r.claims, r.n_claims, S3), epoch_of(f, S3));
-    assert_int_equal(r.n_released, 1);
-    assert_string_equal(r.released[0].service_id, S4);
+    assert_int_equal(r.n_released, 0);
     qw_claims_result_free(&r);
+    assert_holder(f, S1, "w1");
     assert_holder(f, S2, "w1");
     assert_holder(f, S3, "w1");
-    assert_holder(f, S4, "-");
+    assert_holder(f, S4, "w1");
 }
 
 static void test_maintenance_follows_the_holders_lease(void **state)
@@ -306,28 +419,26 @@ static void test_maintenance_follows_the_holders_lease(void **state)
     hold(f, S3, "w1");
     assert_int_equal(mark(f, 0), 1); /* S1 mid-submission */
     int64_t epoch_s2 = epoch_of(f, S2);
+    int64_t epoch_s3 = epoch_of(f, S3);
     /* w1 gone (below), w2 live: w2 maintains, with a lease of 5 s */
     const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
     /* the claims' own expiries have passed, w1's lease has not */
     assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 0);
-    /* soft expiry of w1's lease: S2 (work) is handed to the live w2, S3
-     * (no work) is freed, S1 (mid-submission) stays */
+    /* soft expiry of w1's lease: S2 (work) and S3 (no work: claims are kept
+     * when their work runs out) go to the live w2, S1 (mid-submission) stays */
     itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
                         "WHERE instance_id = 'w1'");
     assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 2);
     assert_holder(f, S1, "w1");
     assert_holder(f, S2, "w2");
-    assert_holder(f, S3, "-");
+    assert_holder(f, S3, "w2");
     assert_int_equal(epoch_of(f, S2), epoch_s2 + 1);
+    assert_int_equal(epoch_of(f, S3), epoch_s3 + 1);
     assert_int_equal(itest_scalar(f->pg.b,
-                                  "SELECT count(*) FROM queuer.claims WHERE service_id = '" S2
-                                  "' AND expiry_1 > now() + interval '4 s' "
+                                  "SELECT count(*) FROM queuer.claims WHERE service_id IN ('" S2
+                                  "', '" S3 "') AND expiry_1 > now() + interval '4 s' "
                                   "AND expiry_2 > now() + interval '9 s'"),
-                     1);
-    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
-                                           "WHERE service_id = '" S3 "' AND expiry_1 IS NULL "
-                                           "AND expiry_2 IS NULL"),
-                     1);
+                     2);
     /* the held claims of w1 no longer pass its fences */
     assert_int_equal(record(f, 0, "Committed", "t"), 0);
     /* hard expiry: S1 goes too, to the live w2 (its batch is followed up there) */
@@ -340,17 +451,20 @@ static void test_maintenance_follows_the_holders_lease(void **state)
                      0);
 }
 
-/* With no live instance (every lease ran out), expired claims are freed. */
-static void test_maintenance_frees_when_none_is_live(void **state)
+/* With no live instance (every lease ran out), expired claims stay with
+ * their holder: they go to the first instance whose lease runs again. */
+static void test_maintenance_waits_for_a_live_instance(void **state)
 {
     struct fixture *f = *state;
     hold(f, S2, "w1");
     itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
     const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
+    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 0);
+    assert_holder(f, S2, "w1");
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() + interval '1 min' "
+                        "WHERE instance_id = 'w2'");
     assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 1);
-    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
-                                           "WHERE claimant IS NOT NULL"),
-                     0);
+    assert_holder(f, S2, "w2");
 }
 
 /* w1 holds 200 services with work (sprea-...) and its lease runs out. */
@@ -384,45 +498,42 @@ static void test_maintenance_spreads_over_the_live(void **state)
     assert_true(w2 >= 70 && w3 >= 70);
 }
 
-/* At most so many to each receiver in one step; the rest are freed. */
+/* At most so many to each receiver in one call; the rest wait, still the
+ * lapsed holder's, for the next call. */
 static void test_maintenance_hands_each_a_bounded_number(void **state)
 {
     struct fixture *f = *state;
     w1_dies_holding_200(f);
     const char *params[] = {"w2", "1000", "5000", "10000", "50"};
-    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 200);
+    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 50);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'"),
                      50);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
-                                           "WHERE service_id LIKE 'sprea-%' AND claimant IS NULL "
-                                           "AND has_work"),
+                                           "WHERE service_id LIKE 'sprea-%' AND claimant = 'w1'"),
                      150);
+    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 50);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'"),
+                     100);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_acquire_takes_free_services_with_work, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_surplus_taken_again_is_held, setup,
-                                        itest_pair_teardown),
+        cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pickup_takes_free_services_with_work, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_surplus_taken_again_is_held, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_follows_the_holders_lease, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_maintenance_frees_when_none_is_live, setup,
-                                        itest_pair_teardown),
-        cmocka_unit_test_setup_teardown(test_maintenance_spreads_over_the_live, setup,
-                                        itest_pair_teardown),
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_waits_for_a_live_instance, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_spreads_over_the_live, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_hands_each_a_bounded_number, setup,
-                                        itest_pair_teardown),
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
