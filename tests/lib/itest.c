@@ -116,6 +116,49 @@ char *itest_incarnation(struct qw_db *db, const char *instance)
     return s;
 }
 
+struct qw_db *itest_listen_instance(const char *conninfo, const char *instance)
+{
+    struct qw_db *db = itest_connect(conninfo);
+    char *inc = itest_incarnation(db, instance);
+    char channel[64];
+    snprintf(channel, sizeof(channel), "%s%s", QW_CLAIMS_CHANNEL_PREFIX, inc);
+    free(inc);
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_listen(db, channel, &err) != QW_OK)
+        fail_msg("LISTEN %s: %s", channel, err.msg);
+    return db;
+}
+
+/* Appends a notification's payload and a newline to the string at `arg`. */
+static void append_payload(const char *channel, const char *payload, void *arg)
+{
+    (void)channel;
+    char **all = arg;
+    size_t had = strlen(*all), len = strlen(payload);
+    char *grown = realloc(*all, had + len + 2);
+    if (!grown)
+        fail_msg("out of memory");
+    memcpy(grown + had, payload, len);
+    grown[had + len] = '\n';
+    grown[had + len + 1] = '\0';
+    *all = grown;
+}
+
+char *itest_notifications(struct qw_db *db, int timeout_ms)
+{
+    char *all = calloc(1, 1);
+    assert_non_null(all);
+    struct qw_error err;
+    qw_error_clear(&err);
+    int rc = qw_db_wait_notify(db, timeout_ms, -1, append_payload, &all, &err);
+    while (rc == 1)
+        rc = qw_db_wait_notify(db, 100, -1, append_payload, &all, &err);
+    if (rc < 0)
+        fail_msg("waiting for notifications: %s", err.msg);
+    return all;
+}
+
 char *itest_db_create(const char *hint, int migrate)
 {
     return itest_db_create_with(hint, "", migrate);

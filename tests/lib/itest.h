@@ -73,6 +73,21 @@ int itest_pair_teardown(void **state);
  */
 char *itest_incarnation(struct qw_db *db, const char *instance);
 
+/**
+ * A new session on `conninfo` that LISTENs on the own channel of
+ * `instance` (QW_CLAIMS_CHANNEL_PREFIX and its current incarnation), as
+ * that instance's worker does. Close it with qw_db_close(). Fails the test
+ * on error.
+ */
+struct qw_db *itest_listen_instance(const char *conninfo, const char *instance);
+
+/**
+ * Waits up to `timeout_ms` for a notification on `db`, then collects those
+ * that follow within 100 ms of each other. Returns their payloads in
+ * arrival order, each followed by a newline (malloc'd; "" when none came).
+ */
+char *itest_notifications(struct qw_db *db, int timeout_ms);
+
 /** Runs `sql` (simple protocol) or fails the test. */
 void itest_exec(struct qw_db *db, const char *sql);
 
