@@ -1,0 +1,712 @@
+/*
+ * Integration: how claims move without a claims transaction
+ * (migrations/0019_coordination.sql, docs/CLAIMS.md).
+ *
+ * - The count of work is split by writer (service_ingest.n_in for inserts,
+ *   service_id_claims.n_out for updates and deletes) and stays exact when
+ *   enqueues and a worker's marks and outcomes run at once.
+ * - An enqueue gives a free service to a live instance below an even share
+ *   and its worker.max_claims, at claim_epoch + 1, and wakes the holder on
+ *   its own channel with "<service>:<epoch>" ("*" for more than eight);
+ *   with no instance live the service stays free with work, at its head's
+ *   priority.
+ * - An enqueue of a held service neither writes nor waits for its claim
+ *   row, and a worker's lock on that row does not wait for the enqueue.
+ * - Release, graceful release and maintenance skip a service with an
+ *   enqueue in progress (its ingest row locked) and move the others.
+ * - A new registration of an instance_id fences the earlier incarnation:
+ *   its lease renewal and its fenced writes match nothing.
+ */
+#include "itest.h"
+
+#include "common/hex.h"
+#include "db/pgarray.h"
+#include "ingest/batchlist.h"
+#include "queuer/claims.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define S1 "assig-aaaaa::0001"
+#define S2 "assig-aaaaa::0002"
+#define S3 "assig-aaaaa::0003"
+
+struct fixture {
+    struct itest_pair pg; /* a: the owner, an application or w1; b: another session */
+    uint64_t seed;        /* next sample seed */
+    char *inc;            /* w1's incarnation */
+};
+_Static_assert(offsetof(struct fixture, pg) == 0, "itest_pair_teardown() frees the fixture");
+
+/* w1 and w2, live: leases of an hour (soft) and two (hard). */
+static const struct itest_instance live[] = {
+    {"w1", 3600 * 1000, 7200 * 1000},
+    {"w2", 3600 * 1000, 7200 * 1000},
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    f->seed = 9000;
+    itest_pair_open(&f->pg, "claims_assign", live, 2);
+    f->inc = itest_incarnation(f->pg.a, "w1");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    free(f->inc);
+    return itest_pair_teardown(state);
+}
+
+/* itest_scalar() on the second session of printf-formatted SQL. */
+__attribute__((format(printf, 2, 3))) static int64_t scalar(struct fixture *f, const char *fmt, ...)
+{
+    char sql[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof(sql), fmt, ap);
+    va_end(ap);
+    return itest_scalar(f->pg.b, sql);
+}
+
+/* The claimant of a service ("-" for none), malloc'd. */
+static char *holder(struct fixture *f, const char *svc)
+{
+    char sql[200];
+    snprintf(sql, sizeof(sql),
+             "SELECT coalesce(claimant, '-') FROM queuer.service_id_claims WHERE service_id = '%s'",
+             svc);
+    return itest_string(f->pg.b, sql);
+}
+
+static void assert_holder(struct fixture *f, const char *svc, const char *expected)
+{
+    char *who = holder(f, svc);
+    assert_string_equal(who, expected);
+    free(who);
+}
+
+static int64_t epoch_of(struct fixture *f, const char *svc)
+{
+    return scalar(f, "SELECT claim_epoch FROM queuer.service_id_claims WHERE service_id = '%s'",
+                  svc);
+}
+
+/* Gives `svc` (both its rows present) to `who` at the next epoch, by hand. */
+static void hold(struct fixture *f, const char *svc, const char *who)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.service_id_claims SET claimant = '%s', claim_epoch = claim_epoch + 1, "
+             "expiry_1 = now(), expiry_2 = now() WHERE service_id = '%s'",
+             who, svc);
+    itest_exec(f->pg.a, sql);
+}
+
+/* A service without work held by `who`, its rows as an enqueue creates them. */
+static void idle_held(struct fixture *f, const char *svc, const char *who)
+{
+    char sql[320];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO queuer.service_ingest (service_id) VALUES ('%s'); "
+             "INSERT INTO queuer.service_id_claims (service_id, claimant, claim_epoch, expiry_1, "
+             "expiry_2) VALUES ('%s', '%s', 1, now(), now())",
+             svc, svc, who);
+    itest_exec(f->pg.a, sql);
+}
+
+static void enqueue(struct fixture *f, struct qw_db *db, const char *svc, char *id_out)
+{
+    itest_enqueue_sample(db, svc, f->seed++, id_out);
+}
+
+/* Enqueues one batch for each of the `n` services in one statement (one
+ * trigger call), through queuer.enqueue_rows(). */
+static void enqueue_one_statement(struct fixture *f, const char *const *svcs, size_t n)
+{
+    struct qw_pgarray s, b, p;
+    qw_pgarray_init(&s);
+    qw_pgarray_init(&b);
+    qw_pgarray_init(&p);
+    for (size_t i = 0; i < n; i++) {
+        char id[129];
+        uint64_t seed = f->seed++;
+        qw_batchlist_sample_id(seed, id);
+        uint8_t *payload = NULL;
+        size_t len = 0;
+        assert_int_equal(qw_batchlist_sample(id, seed, &payload, &len), 0);
+        char *hex = malloc(2 * len + 1);
+        assert_non_null(hex);
+        qw_hex_encode(payload, len, hex);
+        qw_pgarray_text(&s, svcs[i]);
+        qw_pgarray_text(&b, id);
+        qw_pgarray_text(&p, hex);
+        free(hex);
+        free(payload);
+    }
+    const char *params[] = {qw_pgarray_finish(&s), qw_pgarray_finish(&b), qw_pgarray_finish(&p)};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query_sql(f->pg.a,
+                        "SELECT count(*) FROM queuer.enqueue_rows((SELECT array_agg(ROW(x.o, "
+                        "x.s, x.b, decode(x.p, 'hex'))::queuer.enqueue_row ORDER BY x.o) FROM "
+                        "unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY "
+                        "AS x(s, b, p, o)), false)",
+                        3, params, &res, &err) != QW_OK)
+        fail_msg("enqueue_rows: %s", err.msg);
+    assert_int_equal(qw_db_res_int(res, 0, 0), 0); /* no refusals */
+    qw_db_res_free(res);
+    qw_pgarray_free(&s);
+    qw_pgarray_free(&b);
+    qw_pgarray_free(&p);
+}
+
+/* Marks `id` of `svc` for w1 at `epoch` (batches_mark); returns the rows marked. */
+static int mark(struct qw_db *db, const char *inc, const char *svc, const char *id, int64_t epoch)
+{
+    char ids[160], svcs[64], epochs[32];
+    snprintf(ids, sizeof(ids), "{%s}", id);
+    snprintf(svcs, sizeof(svcs), "{%s}", svc);
+    snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch);
+    const char *params[] = {"w1", ids, svcs, epochs, "{\"\"}", inc};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(db, "batches_mark", 6, params, &res, &err) != QW_OK)
+        fail_msg("batches_mark: %s", err.msg);
+    int rows = qw_db_res_rows(res);
+    qw_db_res_free(res);
+    return rows;
+}
+
+/* Records Committed for `id` of `svc` (being posted) as w1 at `epoch`; returns
+ * the rows of kind 'w' (outcomes written). */
+static int record_committed(struct qw_db *db, const char *inc, const char *svc, const char *id,
+                            int64_t epoch)
+{
+    char outcomes[512];
+    snprintf(outcomes, sizeof(outcomes), "{\"(%s,%s,%lld,posting,Committed,t,0,,,test,f,f)\"}", id,
+             svc, (long long)epoch);
+    const char *params[] = {"w1", outcomes, inc};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(db, "outcomes_record", 3, params, &res, &err) != QW_OK)
+        fail_msg("outcomes_record: %s", err.msg);
+    int written = 0;
+    for (int i = 0; i < qw_db_res_rows(res); i++)
+        written += strcmp(qw_db_res_get(res, i, 0), "w") == 0;
+    qw_db_res_free(res);
+    return written;
+}
+
+/* The view's n_open of every service equals its count of work. */
+static void assert_work_counted(struct fixture *f)
+{
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.claims c "
+                               "WHERE c.n_open <> (SELECT count(*) FROM queuer.batches b "
+                               "WHERE b.service_id = c.service_id "
+                               "AND queuer.batch_is_work(b.status, b.retry_at))"),
+                     0);
+}
+
+/*
+ * Both writers of the count with open transactions at once: an enqueue of
+ * S1 (n_in, on the ingest row) stays open while w1 marks and ends a batch of
+ * S1 (n_out, on the claim row); neither waits for the other, and once both
+ * committed the count is exact.
+ */
+static void test_split_counter_interleaved(void **state)
+{
+    struct fixture *f = *state;
+    char first[129];
+    enqueue(f, f->pg.a, S1, first);
+    hold(f, S1, "w1");
+    int64_t epoch = epoch_of(f, S1);
+
+    itest_exec(f->pg.b, "BEGIN");
+    enqueue(f, f->pg.b, S1, NULL);
+    struct qw_db *w1 = itest_connect(f->pg.conninfo);
+    itest_exec(w1, "SET lock_timeout = '5s'");
+    itest_exec(w1, "BEGIN");
+    assert_int_equal(mark(w1, f->inc, S1, first, epoch), 1);
+    assert_int_equal(record_committed(w1, f->inc, S1, first, epoch), 1);
+    itest_exec(w1, "COMMIT");
+    qw_db_close(w1);
+    itest_exec(f->pg.b, "COMMIT");
+    assert_int_equal(scalar(f, "SELECT n_open FROM queuer.claims WHERE service_id = '" S1 "'"), 1);
+    assert_work_counted(f);
+}
+
+/* The enqueuing child: `n` batches of S1, S2, S3 in turn, each its own transaction. */
+static int enqueuer_child(const char *conninfo, uint64_t seed, int n)
+{
+    struct qw_db *db = itest_connect(conninfo);
+    static const char *const svcs[] = {S1, S2, S3};
+    /* back pressure stays on (it reads the count too), with marks above this load */
+    itest_exec(db, "SET queuer.ingest_high = '100000'; SET queuer.ingest_low = '50000'");
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        struct qw_error err;
+        if (itest_enqueue_sample_try(db, svcs[i % 3], seed + (uint64_t)i, NULL, &err) != QW_OK) {
+            fprintf(stderr, "enqueuer: %s\n", err.msg);
+            rc = 1;
+        }
+    }
+    qw_db_close(db);
+    return rc;
+}
+
+/* The worker child: w1 marks and ends the oldest batch of each service in
+ * turn, as the queuer and the submitter do, until `total` batches were
+ * enqueued (at most 20,000 turns). */
+static int worker_child(const char *conninfo, const char *inc, const int64_t *epochs, int total)
+{
+    struct qw_db *db = itest_connect(conninfo);
+    static const char *const svcs[] = {S1, S2, S3};
+    int ended = 0;
+    for (int i = 0; i < 20000; i++) {
+        if (i % 3 == 0 && itest_scalar(db, "SELECT count(*) FROM queuer.batches") >= total)
+            break;
+        const char *svc = svcs[i % 3];
+        const char *params[] = {svc};
+        struct qw_db_res *res = NULL;
+        struct qw_error err;
+        qw_error_clear(&err);
+        if (qw_db_query_sql(db,
+                            "SELECT batch_id FROM queuer.batches WHERE service_id = $1 "
+                            "AND status IS NULL AND NOT submitted ORDER BY created_at LIMIT 1",
+                            1, params, &res, &err) != QW_OK) {
+            fprintf(stderr, "worker: %s\n", err.msg);
+            return 1;
+        }
+        if (qw_db_res_rows(res) == 1) {
+            char id[129];
+            snprintf(id, sizeof(id), "%s", qw_db_res_get(res, 0, 0));
+            if (mark(db, inc, svc, id, epochs[i % 3]) == 1)
+                ended += record_committed(db, inc, svc, id, epochs[i % 3]);
+        }
+        qw_db_res_free(res);
+    }
+    qw_db_close(db);
+    fprintf(stderr, "worker: ended %d batches\n", ended);
+    return ended > 0 ? 0 : 2;
+}
+
+/*
+ * Many enqueues and many marks and outcomes of the same services at once,
+ * from two processes: the count stays exact.
+ */
+static void test_split_counter_concurrent(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const svcs[] = {S1, S2, S3};
+    int64_t epochs[3];
+    for (int i = 0; i < 3; i++) {
+        enqueue(f, f->pg.a, svcs[i], NULL);
+        hold(f, svcs[i], "w1");
+        epochs[i] = epoch_of(f, svcs[i]);
+    }
+    pid_t enq = fork();
+    assert_true(enq >= 0);
+    if (enq == 0)
+        _exit(enqueuer_child(f->pg.conninfo, 100000, 300));
+    pid_t wrk = fork();
+    assert_true(wrk >= 0);
+    if (wrk == 0)
+        _exit(worker_child(f->pg.conninfo, f->inc, epochs, 3 + 300));
+    int st_enq = 0, st_wrk = 0;
+    assert_int_equal(waitpid(enq, &st_enq, 0), enq);
+    assert_int_equal(waitpid(wrk, &st_wrk, 0), wrk);
+    assert_true(WIFEXITED(st_enq) && WEXITSTATUS(st_enq) == 0);
+    assert_true(WIFEXITED(st_wrk) && WEXITSTATUS(st_wrk) == 0);
+    assert_true(scalar(f, "SELECT count(*) FROM queuer.batches WHERE status = 'Committed'") > 0);
+    assert_int_equal(scalar(f, "SELECT sum(n_open) FROM queuer.claims WHERE service_id IN ('" S1
+                               "', '" S2 "', '" S3 "')"),
+                     scalar(f, "SELECT count(*) FROM queuer.batches WHERE status IS NULL"));
+    assert_work_counted(f);
+}
+
+/* With no instance live, an enqueue leaves a new service free with work at
+ * its first batch's priority: pickup serves it. */
+static void test_enqueue_with_none_live_leaves_it_free(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
+    itest_enqueue_sample_at(f->pg.a, S1, f->seed++, 7, NULL);
+    itest_enqueue_sample_at(f->pg.a, S1, f->seed++, 9, NULL);
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims WHERE service_id "
+                               "= '" S1 "' AND claimant IS NULL AND has_work "
+                               "AND head_priority = 7 AND claim_epoch = 0"),
+                     1);
+}
+
+/*
+ * A free service that gets work goes to a live instance in the enqueue's
+ * statement, at the next epoch, and the holder alone is woken on its own
+ * channel with "<service>:<epoch>"; a further enqueue of the held service
+ * wakes the holder again at the same epoch.
+ */
+static void test_enqueue_gives_a_free_service_and_wakes_the_holder(void **state)
+{
+    struct fixture *f = *state;
+    struct qw_db *l1 = itest_listen_instance(f->pg.conninfo, "w1");
+    struct qw_db *l2 = itest_listen_instance(f->pg.conninfo, "w2");
+    enqueue(f, f->pg.a, S1, NULL);
+    char *who = holder(f, S1);
+    assert_true(strcmp(who, "w1") == 0 || strcmp(who, "w2") == 0);
+    assert_int_equal(epoch_of(f, S1), 1);
+    char want[64];
+    snprintf(want, sizeof(want), S1 ":1\n");
+    struct qw_db *mine = strcmp(who, "w1") == 0 ? l1 : l2;
+    struct qw_db *other = mine == l1 ? l2 : l1;
+    char *got = itest_notifications(mine, 5000);
+    assert_string_equal(got, want);
+    free(got);
+    got = itest_notifications(other, 300);
+    assert_string_equal(got, "");
+    free(got);
+
+    enqueue(f, f->pg.a, S1, NULL);
+    assert_int_equal(epoch_of(f, S1), 1);
+    assert_string_equal(holder(f, S1), who);
+    got = itest_notifications(mine, 5000);
+    assert_string_equal(got, want);
+    free(got);
+    free(who);
+    qw_db_close(l1);
+    qw_db_close(l2);
+}
+
+/* Nine services given to one holder in one statement: one notification,
+ * "*" (read your claims); two: both named. */
+static void test_wake_up_names_up_to_eight(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->pg.a, "DELETE FROM queuer.instances WHERE instance_id = 'w2'");
+    struct qw_db *l1 = itest_listen_instance(f->pg.conninfo, "w1");
+    static const char *const nine[] = {
+        "assig-bbbbb::0001", "assig-bbbbb::0002", "assig-bbbbb::0003",
+        "assig-bbbbb::0004", "assig-bbbbb::0005", "assig-bbbbb::0006",
+        "assig-bbbbb::0007", "assig-bbbbb::0008", "assig-bbbbb::0009"};
+    enqueue_one_statement(f, nine, 9);
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims "
+                               "WHERE claimant = 'w1' AND claim_epoch = 1"),
+                     9);
+    char *got = itest_notifications(l1, 5000);
+    assert_string_equal(got, QW_CLAIMS_ALL "\n");
+    free(got);
+    static const char *const two[] = {S2, S1};
+    enqueue_one_statement(f, two, 2);
+    got = itest_notifications(l1, 5000);
+    if (strcmp(got, S1 ":1 " S2 ":1\n") != 0 && strcmp(got, S2 ":1 " S1 ":1\n") != 0)
+        fail_msg("wake-up for two services: '%s'", got);
+    free(got);
+    qw_db_close(l1);
+}
+
+/*
+ * An enqueue gives new services only to live instances below an even share
+ * (by the claims they reported) and below their worker.max_claims; when
+ * every live instance is at its cap, the service stays free with work.
+ */
+static void test_enqueue_respects_share_and_cap(void **state)
+{
+    struct fixture *f = *state;
+    /* w1 reports 4 claims, w2 none: the even share of 4 + 1 is 3, w1 is over it */
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET claims_held = 4 WHERE instance_id = 'w1'");
+    static const char *const three[] = {"assig-ccccc::0001", "assig-ccccc::0002",
+                                        "assig-ccccc::0003"};
+    for (int i = 0; i < 3; i++) {
+        enqueue(f, f->pg.a, three[i], NULL);
+        assert_holder(f, three[i], "w2");
+    }
+    /* w2 at its cap (reported): w1 gets them, over its share or not */
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET claims_held = 3, max_claims = 3 "
+                        "WHERE instance_id = 'w2'");
+    enqueue(f, f->pg.a, "assig-ccccc::0004", NULL);
+    assert_holder(f, "assig-ccccc::0004", "w1");
+    /* both at their caps: free, with work, for pickup */
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET max_claims = 4 WHERE instance_id = 'w1'");
+    enqueue(f, f->pg.a, "assig-ccccc::0005", NULL);
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims WHERE service_id "
+                               "= 'assig-ccccc::0005' AND claimant IS NULL AND has_work"),
+                     1);
+}
+
+/*
+ * An enqueue of a held service does not write its claim row: a worker
+ * holding that row (FOR NO KEY UPDATE, as its fenced statements do) does not
+ * hold up the enqueue, and an enqueue in progress does not hold up the
+ * worker's lock of the row (NOWAIT).
+ */
+static void test_enqueue_of_a_held_service_leaves_its_claim_row(void **state)
+{
+    struct fixture *f = *state;
+    enqueue(f, f->pg.a, S1, NULL);
+    hold(f, S1, "w1");
+    int64_t epoch = epoch_of(f, S1);
+
+    /* the worker holds the claim row; the enqueue does not wait */
+    struct qw_db *w1 = itest_connect(f->pg.conninfo);
+    itest_exec(w1, "BEGIN");
+    itest_exec(w1, "SELECT 1 FROM queuer.service_id_claims WHERE service_id = '" S1
+                   "' FOR NO KEY UPDATE");
+    itest_exec(f->pg.b, "SET lock_timeout = '3s'");
+    struct qw_error err;
+    if (itest_enqueue_sample_try(f->pg.b, S1, f->seed++, NULL, &err) != QW_OK)
+        fail_msg("the enqueue of a held service waited for its claim row: %s (SQLSTATE %s)",
+                 err.msg, err.sqlstate);
+    itest_exec(w1, "COMMIT");
+
+    /* the enqueue is open; the worker locks the claim row at once */
+    itest_exec(f->pg.b, "BEGIN");
+    enqueue(f, f->pg.b, S1, NULL);
+    itest_exec(w1, "BEGIN");
+    qw_error_clear(&err);
+    if (qw_db_exec(w1,
+                   "SELECT 1 FROM queuer.service_id_claims WHERE service_id = '" S1
+                   "' FOR NO KEY UPDATE NOWAIT",
+                   &err) != QW_OK)
+        fail_msg("an open enqueue holds the claim row of a held service: %s (SQLSTATE %s)", err.msg,
+                 err.sqlstate);
+    itest_exec(w1, "COMMIT");
+    itest_exec(f->pg.b, "COMMIT");
+    qw_db_close(w1);
+    assert_holder(f, S1, "w1");
+    assert_int_equal(epoch_of(f, S1), epoch);
+    assert_int_equal(scalar(f, "SELECT n_open FROM queuer.claims WHERE service_id = '" S1 "'"), 3);
+}
+
+/* claims_release of `list` (a text[] literal) by w1; returns the rows released. */
+static int release(struct qw_db *db, const char *list)
+{
+    const char *params[] = {"w1", list};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(db, "claims_release", 2, params, &res, &err) != QW_OK)
+        fail_msg("claims_release: %s", err.msg);
+    int rows = qw_db_res_rows(res);
+    qw_db_res_free(res);
+    return rows;
+}
+
+/* w1 holds S1 (work), S2 (no work) and S3 (work). */
+static void w1_holds_three(struct fixture *f)
+{
+    enqueue(f, f->pg.a, S1, NULL);
+    enqueue(f, f->pg.a, S3, NULL);
+    idle_held(f, S2, "w1");
+    hold(f, S1, "w1");
+    hold(f, S3, "w1");
+}
+
+/*
+ * A release skips a service with an enqueue in progress (its ingest row is
+ * locked) without waiting and gives the others back, each saying exactly
+ * whether it has work; once the enqueue committed, the skipped one goes
+ * back with its work.
+ */
+static void test_release_skips_an_enqueue_in_progress(void **state)
+{
+    struct fixture *f = *state;
+    w1_holds_three(f);
+    itest_exec(f->pg.b, "BEGIN");
+    enqueue(f, f->pg.b, S2, NULL);
+    struct qw_db *w1 = itest_connect(f->pg.conninfo);
+    itest_exec(w1, "SET lock_timeout = '5s'");
+    assert_int_equal(release(w1, "{" S1 "," S2 "," S3 "}"), 2);
+    assert_holder(f, S1, "-");
+    assert_holder(f, S2, "w1");
+    assert_holder(f, S3, "-");
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims WHERE service_id "
+                               "IN ('" S1 "', '" S3 "') AND has_work"),
+                     2);
+    itest_exec(f->pg.b, "COMMIT");
+    assert_int_equal(release(w1, "{" S2 "}"), 1);
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims WHERE service_id "
+                               "= '" S2 "' AND claimant IS NULL AND has_work"),
+                     1);
+    /* without work: exactly so */
+    idle_held(f, "assig-ddddd::0001", "w1");
+    assert_int_equal(release(w1, "{assig-ddddd::0001}"), 1);
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims WHERE service_id "
+                               "= 'assig-ddddd::0001' AND claimant IS NULL AND NOT has_work"),
+                     1);
+    qw_db_close(w1);
+}
+
+/* The graceful stop gives back all but a service with an enqueue in
+ * progress, and ends the lease: maintenance hands that one over. */
+static void test_release_all_skips_an_enqueue_in_progress(void **state)
+{
+    struct fixture *f = *state;
+    w1_holds_three(f);
+    itest_exec(f->pg.b, "BEGIN");
+    enqueue(f, f->pg.b, S2, NULL);
+    struct qw_db *w1 = itest_connect(f->pg.conninfo);
+    itest_exec(w1, "SET lock_timeout = '5s'");
+    int released = -1;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_claims_release_all(w1, "w1", f->inc, &released, &err) != QW_OK)
+        fail_msg("release all: %s", err.msg);
+    qw_db_close(w1);
+    assert_int_equal(released, 2);
+    assert_holder(f, S2, "w1");
+    itest_exec(f->pg.b, "COMMIT");
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.instances WHERE instance_id = 'w1' "
+                               "AND stopped_at IS NOT NULL AND lease_1 <= now()"),
+                     1);
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
+    struct qw_db_res *res = NULL;
+    qw_error_clear(&err);
+    if (qw_db_query(f->pg.b, "claims_maintain", 5, params, &res, &err) != QW_OK)
+        fail_msg("claims_maintain: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    qw_db_res_free(res);
+    assert_holder(f, S2, "w2");
+}
+
+/*
+ * Maintenance skips a lapsed holder's service with an enqueue in progress
+ * (that enqueue wakes the holder it saw) and hands the others over, with or
+ * without work; once the enqueue committed, the next call hands it over.
+ */
+static void test_maintenance_skips_an_enqueue_in_progress(void **state)
+{
+    struct fixture *f = *state;
+    w1_holds_three(f);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
+                        "WHERE instance_id = 'w1'");
+    itest_exec(f->pg.b, "BEGIN");
+    enqueue(f, f->pg.b, S2, NULL);
+    struct qw_db *w2 = itest_connect(f->pg.conninfo);
+    itest_exec(w2, "SET lock_timeout = '5s'");
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(w2, "claims_maintain", 5, params, &res, &err) != QW_OK)
+        fail_msg("claims_maintain: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 2);
+    qw_db_res_free(res);
+    assert_holder(f, S1, "w2");
+    assert_holder(f, S2, "w1");
+    assert_holder(f, S3, "w2");
+    itest_exec(f->pg.b, "COMMIT");
+    qw_error_clear(&err);
+    if (qw_db_query(w2, "claims_maintain", 5, params, &res, &err) != QW_OK)
+        fail_msg("claims_maintain: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    qw_db_res_free(res);
+    qw_db_close(w2);
+    assert_holder(f, S2, "w2");
+}
+
+/* The lease renewal of w1 as incarnation `inc`. */
+static int renew(struct fixture *f, const char *inc)
+{
+    struct qw_claims_params p = {
+        .instance_id = "w1", .incarnation = inc, .lease_ms = 30000, .hard_expiry_ms = 60000};
+    struct qw_claims_result r = {0};
+    struct qw_error err;
+    qw_error_clear(&err);
+    int rc = qw_claims_lease(f->pg.a, &p, &r, &err);
+    qw_claims_result_free(&r);
+    return rc;
+}
+
+/*
+ * A later registration of w1 (a new process taking over a frozen one) gets
+ * a new incarnation; the earlier incarnation's lease renewal answers
+ * QW_ERR_SUPERSEDED and its fenced writes (mark, outcome, note, graceful
+ * release, stop) match nothing, while the new incarnation's do.
+ */
+static void test_new_incarnation_fences_the_old(void **state)
+{
+    struct fixture *f = *state;
+    char id[129];
+    enqueue(f, f->pg.a, S1, id);
+    hold(f, S1, "w1");
+    int64_t epoch = epoch_of(f, S1);
+    assert_int_equal(renew(f, f->inc), QW_OK);
+
+    const char *reg[] = {"w1", "h2", "4242", "v", "60000", "true"};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->pg.b, "instance_register", 6, reg, &res, &err) != QW_OK)
+        fail_msg("instance_register: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    char *fresh = strdup(qw_db_res_get(res, 0, 1));
+    qw_db_res_free(res);
+    assert_string_not_equal(fresh, f->inc);
+
+    assert_int_equal(renew(f, f->inc), QW_ERR_SUPERSEDED);
+    assert_int_equal(mark(f->pg.a, f->inc, S1, id, epoch), 0);
+    assert_int_equal(renew(f, fresh), QW_OK);
+    assert_int_equal(mark(f->pg.a, fresh, S1, id, epoch), 1);
+    assert_int_equal(record_committed(f->pg.a, f->inc, S1, id, epoch), 0);
+    const char *note[] = {"w1", id, S1, "", "old", f->inc};
+    char epoch_text[24];
+    snprintf(epoch_text, sizeof(epoch_text), "%lld", (long long)epoch);
+    note[3] = epoch_text;
+    qw_error_clear(&err);
+    res = NULL;
+    if (qw_db_query(f->pg.a, "batches_note", 6, note, &res, &err) != QW_OK)
+        fail_msg("batches_note: %s", err.msg);
+    qw_db_res_free(res);
+    int released = -1;
+    if (qw_claims_release_all(f->pg.a, "w1", f->inc, &released, &err) != QW_OK)
+        fail_msg("release all: %s", err.msg);
+    assert_int_equal(released, 0);
+    assert_holder(f, S1, "w1");
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.instances WHERE instance_id = 'w1' "
+                               "AND stopped_at IS NULL AND lease_1 > now()"),
+                     1);
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.batches WHERE service_id = '" S1
+                               "' AND submitted AND status IS NULL AND last_error IS NULL"),
+                     1);
+    /* the new incarnation writes */
+    assert_int_equal(record_committed(f->pg.a, fresh, S1, id, epoch), 1);
+    free(fresh);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_split_counter_interleaved, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_counter_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_with_none_live_leaves_it_free, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_gives_a_free_service_and_wakes_the_holder,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wake_up_names_up_to_eight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_respects_share_and_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_of_a_held_service_leaves_its_claim_row, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_release_skips_an_enqueue_in_progress, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_all_skips_an_enqueue_in_progress, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_skips_an_enqueue_in_progress, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_new_incarnation_fences_the_old, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
