@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Scenario: a worker woken again and again renews its lease at most every
-# half cycle, and still at least once a cycle. A notification that is not
-# the name of a service the worker holds wakes a claims cycle, and every
-# claims cycle used to renew the lease first: an UPDATE of the instance
-# row with a synchronous commit, in front of the claim. Under a stream of
-# lone batches (W5) that was one lease write per new batch and per worker.
+# half cycle, and still at least once a cycle. A notification on
+# queuer_claims (a registration, claims given back) wakes a claims cycle;
+# a lease renewal is an UPDATE of the instance row with a synchronous
+# commit, so renewing in front of every woken cycle would cost one write
+# per wake-up and per worker.
 #
-# Here one worker with a 2 s cycle gets 60 'claims' notifications over
+# Here one worker with a 2 s cycle gets 60 queuer_claims notifications over
 # about 3 s, each in its own transaction. A trigger on queuer.instances
 # records each renewal (an update of lease_1). The worker must run a claims
 # cycle for most of the notifications (its debug log) while renewing the
@@ -41,7 +41,7 @@ sleep 1
 cycles_before=$(grep -c 'claims\.done' "$SC_DIR/w1.log")
 t0=$(sc_db_now)
 for _ in $(seq 1 $N); do
-    echo "NOTIFY queuer_work, 'claims';"
+    echo "NOTIFY queuer_claims;"
     echo "SELECT pg_sleep(0.05);"
 done | psql -X -q -o /dev/null -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" ||
     sc_fail "cannot send the notifications"
