@@ -76,28 +76,30 @@ outcome="ROW(batch_id, service_id, 1, 'posting', 'Committed', false, 1, NULL, NU
              true, $fast_path)::queuer.outcome"
 in_flight="FROM queuer.batches WHERE submitted AND status IS NULL"
 # every service's oldest batch not yet submitted, GROUP per statement
-mark_heads="SELECT format('EXECUTE mark(%L, %L, %L, %L, %L)', 'w1', array_agg(batch_id),
-              array_agg(service_id), array_agg(1::bigint), array_agg(''::text))
+mark_heads="SELECT format('EXECUTE mark(%L, %L, %L, %L, %L, %s)', 'w1', array_agg(batch_id),
+              array_agg(service_id), array_agg(1::bigint), array_agg(''::text), :incarnation)
   FROM (SELECT service_id, batch_id, (row_number() OVER (ORDER BY service_id) - 1) / $group AS g
           FROM (SELECT DISTINCT ON (service_id) service_id, batch_id FROM queuer.batches
                  WHERE status IS NULL AND NOT submitted ORDER BY service_id, created_at) h) f
  GROUP BY g \\gexec"
 {
     echo "SET plan_cache_mode = force_generic_plan;"
-    echo "PREPARE mark(text, text[], text[], bigint[], text[]) AS $(cat "$sql_dir/batches_mark.sql");"
-    echo "PREPARE rec(text, queuer.outcome[]) AS $(cat "$sql_dir/outcomes_record.sql");"
+    echo "SELECT incarnation FROM queuer.instances WHERE instance_id = 'w1' \\gset"
+    echo "PREPARE mark(text, text[], text[], bigint[], text[], bigint) AS $(cat "$sql_dir/batches_mark.sql");"
+    echo "PREPARE rec(text, queuer.outcome[], bigint) AS $(cat "$sql_dir/outcomes_record.sql");"
     for round in $(seq 1 "$batches"); do
         if [ "$round" = 1 ] || [ "$fast_path" = false ]; then echo "$mark_heads"; fi
         if [ "$round" = $(((batches + 1) / 2)) ]; then
             cat <<SQL
 \o $work/explain.txt
-SELECT format('EXPLAIN (ANALYZE, BUFFERS, WAL) EXECUTE rec(%L, %L)', 'w1', array_agg($outcome))
+SELECT format('EXPLAIN (ANALYZE, BUFFERS, WAL) EXECUTE rec(%L, %L, %s)', 'w1', array_agg($outcome),
+              :incarnation)
   FROM (SELECT batch_id, service_id $in_flight ORDER BY service_id LIMIT $group) f \gexec
 \o
 SQL
         fi
         cat <<SQL
-SELECT format('EXECUTE rec(%L, %L)', 'w1', array_agg($outcome))
+SELECT format('EXECUTE rec(%L, %L, %s)', 'w1', array_agg($outcome), :incarnation)
   FROM (SELECT batch_id, service_id, (row_number() OVER (ORDER BY service_id) - 1) / $group AS g
           $in_flight) f
  GROUP BY g \gexec
