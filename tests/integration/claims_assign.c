@@ -370,8 +370,7 @@ static void test_enqueue_gives_a_free_service_and_wakes_the_holder(void **state)
     char *who = holder(f, S1);
     assert_true(strcmp(who, "w1") == 0 || strcmp(who, "w2") == 0);
     assert_int_equal(epoch_of(f, S1), 1);
-    char want[64];
-    snprintf(want, sizeof(want), S1 ":1\n");
+    static const char want[] = S1 ":1\n";
     struct qw_db *mine = strcmp(who, "w1") == 0 ? l1 : l2;
     struct qw_db *other = mine == l1 ? l2 : l1;
     char *got = itest_notifications(mine, 5000);
@@ -383,7 +382,7 @@ static void test_enqueue_gives_a_free_service_and_wakes_the_holder(void **state)
 
     enqueue(f, f->pg.a, S1, NULL);
     assert_int_equal(epoch_of(f, S1), 1);
-    assert_string_equal(holder(f, S1), who);
+    assert_holder(f, S1, who);
     got = itest_notifications(mine, 5000);
     assert_string_equal(got, want);
     free(got);
