@@ -69,6 +69,20 @@ COMMENT ON FUNCTION queuer.batch_is_work(text, timestamptz) IS
     'A batch is work for its service while it is not final and not parked (Delayed with '
     'retry_at = infinity: it waits for an operator).';
 
+-- Whether a service's head (its oldest non-final batch) is parked: the
+-- batches behind it wait for the operator too, so the service has no work
+-- a worker can do.
+CREATE FUNCTION queuer.head_parked(p_service_id text) RETURNS boolean
+LANGUAGE sql STABLE AS $fn$
+    SELECT coalesce((SELECT h.status = 'Delayed' AND h.retry_at = 'infinity'::timestamptz
+                       FROM queuer.batches h
+                      WHERE h.service_id = p_service_id
+                        AND (h.status IS NULL OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                      ORDER BY h.created_at, h.batch_id
+                      LIMIT 1), false)
+$fn$;
+GRANT EXECUTE ON FUNCTION queuer.head_parked(text) TO queuer_worker;
+
 -- The split counter.
 ALTER TABLE queuer.service_ingest ADD COLUMN n_in bigint NOT NULL DEFAULT 0;
 COMMENT ON COLUMN queuer.service_ingest.n_in IS
@@ -131,120 +145,159 @@ CREATE INDEX service_id_claims_free_work
 -- column, and workers write none.
 GRANT UPDATE (blocked) ON queuer.service_ingest TO queuer_worker;
 
--- Wakes the holders of the listed services: one notification per holder on
--- its channel, "<service>:<epoch>" items separated by spaces, or "*" when
--- there are more than eight (read your claims, fetch them all). Delivered
--- when the calling transaction commits.
-CREATE FUNCTION queuer.wake_holders(p_services text[]) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
-    SELECT count(pg_notify('queuer_i' || i.incarnation, x.payload))
-      FROM (SELECT c.claimant,
-                   CASE WHEN count(*) <= 8
-                        THEN string_agg(c.service_id || ':' || c.claim_epoch, ' ')
-                        ELSE '*' END AS payload
-              FROM queuer.service_id_claims c
-             WHERE c.service_id = ANY (p_services) AND c.claimant IS NOT NULL
-             GROUP BY c.claimant) x
-      JOIN queuer.instances i ON i.instance_id = x.claimant;
-$fn$;
-REVOKE ALL ON FUNCTION queuer.wake_holders(text[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queuer.wake_holders(text[]) TO queuer_worker;
-
 -- Follows the statements on queuer.batches:
--- - INSERT (an enqueue): counts the new non-final batches on the services'
---   ingest rows (locked by the enqueue already), creates missing claim rows,
---   gives free services to a live instance (or, with none live, marks them
---   free with work), then wakes each holder. Held claim rows are read, not
---   written.
+-- - INSERT (an enqueue): counts the new work on the services' ingest rows
+--   (locked by the enqueue already), creates missing claim rows, gives free
+--   services to a live instance (or, with none live, marks them free with
+--   work), then wakes each holder. Held claim rows are read, not written.
 -- - UPDATE, DELETE (workers' fenced statements, operator actions): n_out
 --   and `submitting` on the claim row, which a worker's statement has
 --   locked already; a free service that gets work back is marked so, and
 --   the holder of a held one is woken.
+-- A statement on one batch (a lone enqueue, a worker's mark or outcome of
+-- one batch) takes plain statements on that one service, whose plans the
+-- function keeps; a statement that reads the transition tables is planned
+-- again on every call, which for the set-based statements below costs more
+-- than the work itself.
 CREATE OR REPLACE FUNCTION queuer.claims_follow_batches() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
 DECLARE
-    touched text[]; -- services given work: their holders are woken
+    touched text[];   -- services given work: their holders are woken
+    one     record;   -- the statement's first row, and how many it has
+    ids     text[];   -- instances a free service may be given to
+    n_new   bigint;   -- services an insert may give out
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        WITH added AS MATERIALIZED (
-            SELECT n.service_id, count(*) AS n
-              FROM new_rows n
-             WHERE queuer.batch_is_work(n.status, n.retry_at)
-             GROUP BY n.service_id
-        ), counted AS (
-            INSERT INTO queuer.service_ingest AS i (service_id, n_in)
-            SELECT a.service_id, a.n FROM added a ORDER BY a.service_id
-            ON CONFLICT (service_id) DO UPDATE SET n_in = i.n_in + EXCLUDED.n_in
-        )
-        INSERT INTO queuer.service_id_claims (service_id)
-        SELECT a.service_id FROM added a ORDER BY a.service_id
-        ON CONFLICT DO NOTHING;
-        -- (a statement of its own: it sees the claim rows just created)
-        WITH added AS MATERIALIZED (
-            SELECT n.service_id,
-                   (array_agg(n.priority ORDER BY n.created_at, n.batch_id))[1] AS first_priority
-              FROM new_rows n
-             WHERE queuer.batch_is_work(n.status, n.retry_at)
-             GROUP BY n.service_id
-        ), live AS MATERIALIZED (
-            -- instances whose lease runs, below their worker.max_claims,
-            -- that hold less than an even share (counting what this
-            -- statement gives out); all of those when none does
-            SELECT coalesce(array_agg(l.instance_id ORDER BY l.instance_id)
-                                FILTER (WHERE l.claims_held < l.even),
-                            array_agg(l.instance_id ORDER BY l.instance_id)) AS ids
-              FROM (SELECT i.instance_id, i.claims_held,
-                           ceil((sum(i.claims_held) OVER () + (SELECT count(*) FROM added))
-                                / count(*) OVER ()) AS even
-                      FROM queuer.instances i
-                     WHERE i.lease_1 > now() AND i.stopped_at IS NULL
-                       AND (i.max_claims = 0 OR i.claims_held < i.max_claims)) l
-        ), given AS (
-            UPDATE queuer.service_id_claims c
-               SET claimant = l.ids[1 + abs(hashtext(c.service_id)::bigint) % cardinality(l.ids)],
-                   claim_epoch = c.claim_epoch + 1, expiry_1 = now(), expiry_2 = now()
-              FROM added a, live l
-             WHERE c.service_id = a.service_id AND c.claimant IS NULL AND l.ids IS NOT NULL
-            RETURNING c.service_id
-        ), marked AS (
-            -- no instance is live (or below its cap): free with work, for
-            -- pickup
-            UPDATE queuer.service_id_claims c
-               SET has_work = true, head_priority = a.first_priority
-              FROM added a, live l
-             WHERE c.service_id = a.service_id AND c.claimant IS NULL AND l.ids IS NULL
-               AND NOT c.has_work
-        )
-        SELECT array_agg(a.service_id) INTO touched FROM added a;
+        SELECT n.service_id, n.status, n.retry_at, n.priority, n.submitted,
+               count(*) OVER () AS k
+          INTO one FROM new_rows n LIMIT 1;
         IF EXISTS (SELECT 1 FROM new_rows n WHERE n.submitted AND n.status IS NULL) THEN
             UPDATE queuer.service_id_claims c SET submitting = true
              WHERE c.service_id IN (SELECT n.service_id FROM new_rows n
                                      WHERE n.submitted AND n.status IS NULL)
                AND NOT c.submitting;
         END IF;
-    ELSIF TG_OP = 'UPDATE' THEN
-        WITH up AS (
+        -- the live instances a free service may go to: lease running, below
+        -- their worker.max_claims, holding less than an even share
+        -- (counting the services this statement may give out); all of
+        -- those when none does; NULL when none is live (one batch of a held
+        -- service, the common case, needs none of this)
+        n_new := CASE WHEN one.k = 1 THEN 1
+                      ELSE (SELECT count(DISTINCT n.service_id) FROM new_rows n) END;
+        IF one.k > 1 OR NOT EXISTS (SELECT 1 FROM queuer.service_id_claims c
+                                     WHERE c.service_id = one.service_id
+                                       AND c.claimant IS NOT NULL) THEN
+            SELECT coalesce(array_agg(l.instance_id ORDER BY l.instance_id)
+                                FILTER (WHERE l.claims_held < l.even),
+                            array_agg(l.instance_id ORDER BY l.instance_id))
+              INTO ids
+              FROM (SELECT i.instance_id, i.claims_held,
+                           ceil((sum(i.claims_held) OVER () + n_new) / count(*) OVER ()) AS even
+                      FROM queuer.instances i
+                     WHERE i.lease_1 > now() AND i.stopped_at IS NULL
+                       AND (i.max_claims = 0 OR i.claims_held < i.max_claims)) l;
+        END IF;
+        IF one.k = 1 THEN
+            IF NOT queuer.batch_is_work(one.status, one.retry_at) THEN
+                RETURN NULL;
+            END IF;
+            INSERT INTO queuer.service_ingest AS i (service_id, n_in) VALUES (one.service_id, 1)
+            ON CONFLICT (service_id) DO UPDATE SET n_in = i.n_in + 1;
+            INSERT INTO queuer.service_id_claims (service_id) VALUES (one.service_id)
+            ON CONFLICT DO NOTHING;
             UPDATE queuer.service_id_claims c
-               SET n_out = c.n_out - s.d_open,
-                   submitting = s.mid_now OR (c.submitting AND NOT s.mid_before),
-                   has_work = c.has_work OR (c.claimant IS NULL AND s.d_open > 0),
+               SET claimant = ids[1 + abs(hashtext(c.service_id)::bigint) % cardinality(ids)],
+                   claim_epoch = c.claim_epoch + 1, expiry_1 = now(), expiry_2 = now()
+             WHERE c.service_id = one.service_id AND c.claimant IS NULL AND ids IS NOT NULL;
+            UPDATE queuer.service_id_claims c SET has_work = true, head_priority = one.priority
+             WHERE c.service_id = one.service_id AND c.claimant IS NULL AND NOT c.has_work
+               AND ids IS NULL;
+            touched := ARRAY[one.service_id];
+        ELSIF one.k > 1 THEN
+            WITH added AS MATERIALIZED (
+                SELECT n.service_id, count(*) AS n
+                  FROM new_rows n
+                 WHERE queuer.batch_is_work(n.status, n.retry_at)
+                 GROUP BY n.service_id
+            ), counted AS (
+                INSERT INTO queuer.service_ingest AS i (service_id, n_in)
+                SELECT a.service_id, a.n FROM added a ORDER BY a.service_id
+                ON CONFLICT (service_id) DO UPDATE SET n_in = i.n_in + EXCLUDED.n_in
+            )
+            INSERT INTO queuer.service_id_claims (service_id)
+            SELECT a.service_id FROM added a ORDER BY a.service_id
+            ON CONFLICT DO NOTHING;
+            -- (a statement of its own: it sees the claim rows just created)
+            WITH added AS MATERIALIZED (
+                SELECT n.service_id,
+                       (array_agg(n.priority ORDER BY n.created_at, n.batch_id))[1]
+                           AS first_priority
+                  FROM new_rows n
+                 WHERE queuer.batch_is_work(n.status, n.retry_at)
+                 GROUP BY n.service_id
+            ), given AS (
+                UPDATE queuer.service_id_claims c
+                   SET claimant = ids[1 + abs(hashtext(c.service_id)::bigint) % cardinality(ids)],
+                       claim_epoch = c.claim_epoch + 1, expiry_1 = now(), expiry_2 = now()
+                  FROM added a
+                 WHERE c.service_id = a.service_id AND c.claimant IS NULL AND ids IS NOT NULL
+            ), marked AS (
+                -- no instance is live (or below its cap): free with work,
+                -- for pickup
+                UPDATE queuer.service_id_claims c
+                   SET has_work = true, head_priority = a.first_priority
+                  FROM added a
+                 WHERE c.service_id = a.service_id AND c.claimant IS NULL AND ids IS NULL
+                   AND NOT c.has_work
+            )
+            SELECT array_agg(a.service_id) INTO touched FROM added a;
+        END IF;
+    ELSIF TG_OP = 'UPDATE' THEN
+        SELECT n.service_id, n.priority,
+               queuer.batch_is_work(n.status, n.retry_at)::int
+                   - queuer.batch_is_work(o.status, o.retry_at)::int AS d_work,
+               n.submitted AND n.status IS NULL AS mid_now,
+               o.submitted AND o.status IS NULL AS mid_before,
+               count(*) OVER () AS k
+          INTO one FROM new_rows n JOIN old_rows o ON o.batch_id = n.batch_id LIMIT 1;
+        IF one.k = 1 THEN
+            UPDATE queuer.service_id_claims c
+               SET n_out = c.n_out - one.d_work,
+                   submitting = one.mid_now OR (c.submitting AND NOT one.mid_before),
+                   has_work = c.has_work OR (c.claimant IS NULL AND one.d_work > 0),
                    head_priority = CASE WHEN c.claimant IS NULL AND NOT c.has_work
-                                         AND s.d_open > 0
-                                        THEN s.priority ELSE c.head_priority END
-              FROM (SELECT n.service_id,
-                           sum(queuer.batch_is_work(n.status, n.retry_at)::int
-                               - queuer.batch_is_work(o.status, o.retry_at)::int) AS d_open,
-                           max(n.priority) AS priority,
-                           bool_or(n.submitted AND n.status IS NULL) AS mid_now,
-                           bool_or(o.submitted AND o.status IS NULL) AS mid_before
-                      FROM new_rows n JOIN old_rows o ON o.batch_id = n.batch_id
-                     GROUP BY n.service_id) s
-             WHERE c.service_id = s.service_id
-               AND (s.d_open <> 0 OR c.submitting <> (s.mid_now OR (c.submitting AND NOT s.mid_before)))
-            RETURNING c.service_id, c.claimant, s.d_open
-        )
-        SELECT array_agg(u.service_id) INTO touched
-          FROM up u WHERE u.d_open > 0 AND u.claimant IS NOT NULL;
+                                         AND one.d_work > 0
+                                        THEN one.priority ELSE c.head_priority END
+             WHERE c.service_id = one.service_id
+               AND (one.d_work <> 0
+                    OR c.submitting <> (one.mid_now OR (c.submitting AND NOT one.mid_before)));
+            IF one.d_work > 0 THEN
+                touched := ARRAY[one.service_id];
+            END IF;
+        ELSIF one.k > 1 THEN
+            WITH up AS (
+                UPDATE queuer.service_id_claims c
+                   SET n_out = c.n_out - s.d_open,
+                       submitting = s.mid_now OR (c.submitting AND NOT s.mid_before),
+                       has_work = c.has_work OR (c.claimant IS NULL AND s.d_open > 0),
+                       head_priority = CASE WHEN c.claimant IS NULL AND NOT c.has_work
+                                             AND s.d_open > 0
+                                            THEN s.priority ELSE c.head_priority END
+                  FROM (SELECT n.service_id,
+                               sum(queuer.batch_is_work(n.status, n.retry_at)::int
+                                   - queuer.batch_is_work(o.status, o.retry_at)::int) AS d_open,
+                               max(n.priority) AS priority,
+                               bool_or(n.submitted AND n.status IS NULL) AS mid_now,
+                               bool_or(o.submitted AND o.status IS NULL) AS mid_before
+                          FROM new_rows n JOIN old_rows o ON o.batch_id = n.batch_id
+                         GROUP BY n.service_id) s
+                 WHERE c.service_id = s.service_id
+                   AND (s.d_open <> 0
+                        OR c.submitting <> (s.mid_now OR (c.submitting AND NOT s.mid_before)))
+                RETURNING c.service_id, s.d_open
+            )
+            SELECT array_agg(u.service_id) INTO touched FROM up u WHERE u.d_open > 0;
+        END IF;
     ELSE
         UPDATE queuer.service_id_claims c
            SET n_out = c.n_out + s.d_open,
@@ -256,8 +309,22 @@ BEGIN
          WHERE c.service_id = s.service_id
            AND (s.d_open <> 0 OR (c.submitting AND s.mid_before));
     END IF;
+    -- Wake the holders of the services given work: one notification per
+    -- holder on its channel, "<service>:<epoch>" items separated by spaces,
+    -- or "*" when there are more than eight (read your claims, fetch them
+    -- all); delivered when the transaction commits. A fresh snapshot: it
+    -- sees a claim another transaction took while this one waited on the
+    -- row, and so wakes the real holder.
     IF touched IS NOT NULL THEN
-        PERFORM queuer.wake_holders(touched);
+        PERFORM pg_notify('queuer_i' || i.incarnation, x.payload)
+           FROM (SELECT c.claimant,
+                        CASE WHEN count(*) <= 8
+                             THEN string_agg(c.service_id || ':' || c.claim_epoch, ' ')
+                             ELSE '*' END AS payload
+                   FROM queuer.service_id_claims c
+                  WHERE c.service_id = ANY (touched) AND c.claimant IS NOT NULL
+                  GROUP BY c.claimant) x
+           JOIN queuer.instances i ON i.instance_id = x.claimant;
     END IF;
     RETURN NULL;
 END

@@ -4,13 +4,15 @@
 -- (their ingest row is locked: given back now, the service would wait for
 -- its batch until a full fetch, as that enqueue wakes the holder it saw).
 -- The freed row says exactly whether the service has work (n_in - n_out,
--- both rows locked) and, when it has, the priority of its head: free
--- services with work are picked up (claims_acquire.sql), those without
--- are given to a live instance by the next enqueue. $1 instance, $2
+-- both rows locked, and a head that is not parked) and, when it has, the
+-- priority of its head: free services with work are picked up
+-- (claims_acquire.sql), those without are given to a live instance by the
+-- next enqueue. $1 instance, $2
 -- service ids (text[]). Returns the released services and whether each
 -- has work.
 WITH r AS MATERIALIZED (
-    SELECT c.ctid, c.service_id, g.n_in - c.n_out > 0 AS has_work
+    SELECT c.ctid, c.service_id,
+           g.n_in - c.n_out > 0 AND NOT queuer.head_parked(c.service_id) AS has_work
       FROM queuer.service_id_claims c
       JOIN queuer.service_ingest g ON g.service_id = c.service_id
      WHERE c.service_id = ANY ($2::text[])
@@ -28,6 +30,7 @@ UPDATE queuer.service_id_claims c
                                             WHERE b.service_id = r.service_id
                                               AND (b.status IS NULL
                                                    OR b.status IN ('Pending', 'Unknown', 'Delayed'))
+                                              AND queuer.batch_is_work(b.status, b.retry_at)
                                             ORDER BY b.created_at, b.batch_id
                                             LIMIT 1), 0)
                             ELSE 0 END

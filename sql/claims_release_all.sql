@@ -7,7 +7,8 @@
 -- the claims are the later registration's). Returns the released services
 -- and whether each has work.
 WITH r AS MATERIALIZED (
-    SELECT c.ctid, c.service_id, g.n_in - c.n_out > 0 AS has_work
+    SELECT c.ctid, c.service_id,
+           g.n_in - c.n_out > 0 AND NOT queuer.head_parked(c.service_id) AS has_work
       FROM queuer.service_id_claims c
       JOIN queuer.service_ingest g ON g.service_id = c.service_id
      WHERE c.claimant = $1
@@ -24,6 +25,7 @@ UPDATE queuer.service_id_claims c
                                             WHERE b.service_id = r.service_id
                                               AND (b.status IS NULL
                                                    OR b.status IN ('Pending', 'Unknown', 'Delayed'))
+                                              AND queuer.batch_is_work(b.status, b.retry_at)
                                             ORDER BY b.created_at, b.batch_id
                                             LIMIT 1), 0)
                             ELSE 0 END
