@@ -6,7 +6,7 @@
  * scabbard-sim stamps its events with), for bench-analyze --enqueue-log.
  *
  *   bench-load --rate N --services S --seconds D --out FILE
- *              [--tick-ms T] [--seed X] [--single [--prepared]]
+ *              [--tick-ms T] [--seed X] [--single [--prepared] | --graphile]
  *
  * Every tick (default 5 ms) it enqueues the batches due by then in one
  * call of queuer.enqueue_rows() (the application's SQL path, the payload
@@ -24,6 +24,11 @@
  * instead, in an unnamed statement (as most drivers send a query), or with
  * --prepared through a statement prepared once per session: the one-batch
  * path an application calls.
+ *
+ * --graphile sends every batch as its own graphile-worker job instead
+ * (graphile_worker.add_job('submit_batch', ...) in the queue named after
+ * its service, an unnamed statement): the same open loop for the peer that
+ * bench/run.sh compares with (workload G5).
  *
  * Prints one line of key=value figures at the end (batches, refused, the
  * achieved rate, the latest tick, the enqueue calls: each a transaction of
@@ -54,6 +59,9 @@ static const char SQL_ENQUEUE[] =
     "u.p)::queuer.enqueue_row ORDER BY u.o) FROM unnest($1::text[], $2::text[], $3::bytea[]) "
     "WITH ORDINALITY AS u(s, b, p, o)), true) o";
 static const char SQL_ENQUEUE_ONE[] = "SELECT queuer.enqueue_batch($1, $2, $3::bytea)";
+static const char SQL_GRAPHILE_ONE[] =
+    "SELECT graphile_worker.add_job('submit_batch', json_build_object('service_id', $1::text, "
+    "'batch_id', $2::text, 'payload_hex', $3::text), queue_name := $1::text)";
 
 struct opts {
     long rate;       /* batches per second */
@@ -64,6 +72,7 @@ struct opts {
     const char *out; /* enqueue log */
     int single;      /* one queuer.enqueue_batch() call per batch */
     int prepared;    /* with single: through a prepared statement */
+    int graphile;    /* one graphile-worker job per batch (implies single) */
 };
 
 /* One tick's batches. */
@@ -88,18 +97,25 @@ static int64_t wall_us(void)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: bench-load --rate N --services S --seconds D --out FILE\n"
-                 "                  [--tick-ms T] [--seed X] [--single [--prepared]]\n");
+    fprintf(out,
+            "usage: bench-load --rate N --services S --seconds D --out FILE\n"
+            "                  [--tick-ms T] [--seed X] [--single [--prepared] | --graphile]\n");
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     static const struct option longopts[] = {
-        {"rate", required_argument, NULL, 'r'},    {"services", required_argument, NULL, 'n'},
-        {"seconds", required_argument, NULL, 'd'}, {"tick-ms", required_argument, NULL, 't'},
-        {"seed", required_argument, NULL, 's'},    {"out", required_argument, NULL, 'o'},
-        {"single", no_argument, NULL, '1'},        {"prepared", no_argument, NULL, 'p'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"rate", required_argument, NULL, 'r'},
+        {"services", required_argument, NULL, 'n'},
+        {"seconds", required_argument, NULL, 'd'},
+        {"tick-ms", required_argument, NULL, 't'},
+        {"seed", required_argument, NULL, 's'},
+        {"out", required_argument, NULL, 'o'},
+        {"single", no_argument, NULL, '1'},
+        {"prepared", no_argument, NULL, 'p'},
+        {"graphile", no_argument, NULL, 'g'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -129,6 +145,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'p':
             o->prepared = 1;
             break;
+        case 'g':
+            o->graphile = o->single = 1;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -141,7 +160,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         }
     }
     if (optind != argc || !o->rate || !o->services || !o->seconds || !o->out ||
-        (o->prepared && !o->single)) {
+        (o->prepared && (!o->single || o->graphile))) {
         usage(stderr);
         return -1;
     }
@@ -226,17 +245,20 @@ static int enqueue_tick(struct qw_db *db, struct tick *t, struct qw_error *err)
 }
 
 /*
- * One queuer.enqueue_batch() call per batch of the tick on `pg` (a plain
- * libpq connection: the unnamed statement of PQexecParams, or the statement
- * prepared as "one"); back pressure marks a batch refused.
+ * One queuer.enqueue_batch() call (or graphile-worker job) per batch of the
+ * tick on `pg` (a plain libpq connection: the unnamed statement of
+ * PQexecParams, or the statement prepared as "one"); back pressure marks a
+ * batch refused.
  */
 static int enqueue_single(PGconn *pg, const struct opts *o, struct tick *t, struct qw_error *err)
 {
     for (long i = 0; i < t->n; i++) {
-        const char *params[3] = {t->service[i], t->id[i], t->hex[i]};
+        /* (graphile-worker's job takes the payload's hex digits, without "\x") */
+        const char *params[3] = {t->service[i], t->id[i], o->graphile ? t->hex[i] + 2 : t->hex[i]};
         PGresult *r = o->prepared
                           ? PQexecPrepared(pg, "one", 3, params, NULL, NULL, 0)
-                          : PQexecParams(pg, SQL_ENQUEUE_ONE, 3, NULL, params, NULL, NULL, 0);
+                          : PQexecParams(pg, o->graphile ? SQL_GRAPHILE_ONE : SQL_ENQUEUE_ONE, 3,
+                                         NULL, params, NULL, NULL, 0);
         const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
         if (PQresultStatus(r) != PGRES_TUPLES_OK && !(state && strcmp(state, "QU429") == 0)) {
             qw_error_set(err, QW_ERR_DB, "%s", PQresultErrorMessage(r));
