@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the variables set here are read by the scripts that source this file
 # W7 of bench/run.sh: shared ledger capacity. Source this file
 # (bash) from run.sh; it defines variables and functions only and uses
 # run.sh's own (run_queuer, say, QUEUER_BIN, DB_CONNINFO, RESULTS, ...).
@@ -64,7 +65,7 @@ w7_report() {
     echo
     echo "| run | batches/s | POSTs | 429s | 429s of POSTs | refused: node queue / rate | most pending at the ledger | order violations | status |"
     echo "|---|---|---|---|---|---|---|---|---|"
-    for run in $(awk -F'\t' 'NR > 1 && $1 ~ /^W7-/ { print $1 }' "$RESULTS"); do
+    while IFS= read -r run; do
         line=$(awk -F'\t' -v r="$run" '$1 == r' "$RESULTS")
         dir=$WORK/$run
         stats=$(cat "$dir/sim_stats.json" 2>/dev/null || echo '{}')
@@ -79,7 +80,7 @@ w7_report() {
             W7_CAP_LINE=$(echo "$line" | awk -F'\t' -v q="$max_q" -v o="$order" '{
                 print $9, $16, $17, q, o, $7, $8, $5 * $6 }')
         fi
-    done
+    done < <(awk -F'\t' 'NR > 1 && $1 ~ /^W7-/ { print $1 }' "$RESULTS")
     [ -n "${W7_CAP_LINE:-}" ] || return 0
     echo "$W7_CAP_LINE" | awk '{
         bps = $1; posts = $2; p429 = $3; q = $4; o = $5; st = $6; n = $7; want = $8

@@ -20,6 +20,7 @@ trap 'rm -rf "$work"' EXIT
 "$build/tools/queuer-gen" --services 400 --batches 24 --seed 9 >"$work/gen.tsv"
 awk -F'\t' 'BEGIN{OFS="\t"} {print $0, 0}' "$work/gen.tsv" >"$work/zero.tsv"
 awk -F'\t' 'BEGIN{OFS="\t"} {print $0, (NR % 2) * 10}' "$work/gen.tsv" >"$work/mixed.tsv"
+# shellcheck disable=SC2016 # $fn$ is the function's SQL dollar quote, not a shell expansion
 old_fn=$(sed -n '/^CREATE FUNCTION queuer.claims_follow_batches/,/^\$fn\$;/p' \
     migrations/0008_claims_scale.sql | sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/')
 # server side, one transaction per iteration (no client round trips in the figure)

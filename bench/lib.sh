@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the variables set here are read by the scripts that source this file
 # Helpers of bench/run.sh: /proc readings (CPU, peak RSS), PostgreSQL
 # counters, key=value parsing and the machine description. Source this file
 # (bash); it defines functions only.
@@ -48,23 +49,27 @@ bench__stat_fields() {
 
 bench_cpu_ticks() {
     local f
+    local -a s
     f=$(bench__stat_fields "$1") || {
         echo 0
         return 0
     }
-    set -- $f
-    echo $((${12} + ${13}))
+    read -ra s <<<"$f"
+    echo $((s[11] + s[12]))
 }
 
 bench_cpu_ticks_tree() {
     local pid=$1 f total child
+    local -a s kids=()
     f=$(bench__stat_fields "$pid") || {
         echo 0
         return 0
     }
-    set -- $f
-    total=$((${12} + ${13} + ${14} + ${15}))
-    for child in $(cat "/proc/$pid/task/"*/children 2>/dev/null); do
+    read -ra s <<<"$f"
+    total=$((s[11] + s[12] + s[13] + s[14]))
+    # The children files hold space-separated pids and end without a newline.
+    read -ra kids < <(cat "/proc/$pid/task/"*/children 2>/dev/null) || true
+    for child in "${kids[@]}"; do
         total=$((total + $(bench_cpu_ticks "$child")))
     done
     echo "$total"
@@ -81,12 +86,13 @@ bench_pg_cpu_ticks() {
 
 bench_pg_reaped_ticks() {
     local pid f
-    pid=$(head -1 "$1/postmaster.pid" 2>/dev/null) && f=$(bench__stat_fields "$pid") || {
+    local -a s
+    if ! pid=$(head -1 "$1/postmaster.pid" 2>/dev/null) || ! f=$(bench__stat_fields "$pid"); then
         echo 0
         return 0
-    }
-    set -- $f
-    echo $((${14} + ${15}))
+    fi
+    read -ra s <<<"$f"
+    echo $((s[13] + s[14]))
 }
 
 bench_vmhwm_kb() {
@@ -100,8 +106,8 @@ bench_db_counter() {
 }
 
 bench_db_idle() {
-    local conninfo=$1 db=$2 secs=$3 i n
-    for i in $(seq 1 $((secs * 10))); do
+    local conninfo=$1 db=$2 secs=$3 n
+    for _ in $(seq 1 $((secs * 10))); do
         n=$(psql -X -q -t -A "$conninfo" \
             -c "SELECT count(*) FROM pg_stat_activity WHERE datname = '$db'")
         [ "$n" = 0 ] && return 0

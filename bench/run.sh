@@ -369,7 +369,7 @@ wait_all_final() {
         [ "$out" = t ] && return 0
         sleep 0.1
     done
-    RUN_STATUS=db-not-final
+    RUN_STATUS="db-not-final"
 }
 
 # Fills the per-process columns from PIDs in "$@" (at the end snapshot).

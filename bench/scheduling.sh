@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The scheduling workloads of bench/run.sh: several ledger
 # nodes, priority and fairness. Sourced by run.sh after its helpers; each
 # run appends "name<TAB>key<TAB>value" lines to $SCHED, which

@@ -141,7 +141,9 @@ log_marks() {
 
 # Warn/error lines each worker logged since the marks; prints the largest count.
 warn_lines_since() {
-    local marks=($1) i=0 w n max=0
+    local -a marks
+    local i=0 w n max=0
+    read -ra marks <<<"$1"
     for w in w1 w2 w3; do
         n=$(tail -n +$((marks[i] + 1)) "$SC_DIR/$w.log" | grep -cE 'level=(warn|error) ')
         tail -n +$((marks[i] + 1)) "$SC_DIR/$w.log" | grep -E 'level=(warn|error) ' |
@@ -185,7 +187,9 @@ fault() {
         "$HA_SH" switchover >>"$SC_DIR/ha-ops.out" 2>&1 || sc_fail "$name: switchover failed"
     else
         sc_log "$name: kill -9 $pids ($kind of $before)"
-        kill -9 $pids
+        local -a victims
+        read -ra victims <<<"$pids"
+        kill -9 "${victims[@]}"
         probe_start "$SC_DIR/$name.writable"
     fi
     wait "$PROBE_PID"

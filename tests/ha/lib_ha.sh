@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the tests in tests/ha/: the scenario harness, and the skip rule.
 # shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../scenarios/lib_scenario.sh"

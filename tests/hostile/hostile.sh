@@ -18,6 +18,7 @@
 #                over the size cap: counted, logged, noted in last_error
 #   huge-post    a 202 with a 4 MiB body (over the cap): a failed attempt
 set -euo pipefail
+# shellcheck disable=SC2153 # QW_SOURCE_ROOT comes from the environment (meson test)
 . "$QW_SOURCE_ROOT/tests/scenarios/e2e_common.sh"
 
 TOKEN=hostile-canary-7f3a9c2e
@@ -67,7 +68,7 @@ metric() {
 
 # admin.listen takes no port 0: ask the kernel for a free port first.
 ADMIN_PORT=$(qw_free_port)
-e2e_worker w1 QUEUER_DLT_TOKEN=$TOKEN QUEUER_ADMIN_LISTEN=127.0.0.1:$ADMIN_PORT \
+e2e_worker w1 QUEUER_DLT_TOKEN=$TOKEN "QUEUER_ADMIN_LISTEN=127.0.0.1:$ADMIN_PORT" \
     QUEUER_DLT_MAX_RESPONSE_BYTES=1048576
 qw_wait_sql 15 "SELECT EXISTS (SELECT 1 FROM queuer.instances WHERE instance_id = 'w1')" ||
     e2e_fail "the worker did not start: $(cat "$E2E_DIR/workers/w1.log")"

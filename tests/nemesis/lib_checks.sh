@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the variables set here are read by the scripts that source this file
 # The nemesis's checks after the faults stop (sourced by run.sh): drain,
 # stop, then
 #   I1-I4  qw-check over the simulator's event log and the database

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the variables set here are read by the scripts that source this file
 # The nemesis cluster (sourced by tests/nemesis/run.sh): a private
 # PostgreSQL with password auth for the workers (canary password) and
 # commit timestamps on, scabbard-sim with a canary bearer token, N host
@@ -205,8 +206,7 @@ listen_addresses = '$NM_DB_ADDR'"
     qw_pg_hba_prepend "${lines[@]}" || nm_die "cannot configure pg_hba.conf"
     # The password is really needed: once the server has read the new rules,
     # the workers' role is refused without it.
-    local i
-    for i in $(seq 1 100); do
+    for _ in $(seq 1 100); do
         PGPASSWORD='' psql -X -w -q -t -A "host=$QW_PG_DIR/sock user=qw_nemesis dbname=postgres" \
             -c "SELECT 1" >/dev/null 2>&1 || return 0
         sleep 0.05

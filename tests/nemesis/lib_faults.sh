@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The nemesis's faults (sourced by tests/nemesis/run.sh). Each fault kind
 # is one function nm_fault_<kind> that injects the fault, holds it for the
 # scheduled duration, ends it, and sets:
@@ -107,11 +108,13 @@ nm_worker_rename() {
     gen=0
     [ "$old" != "$base" ] && gen=${old#*.}
     new="$base.$((gen + 1))"
-    NM_HOST_WORKERS[$target]=$new
+    NM_HOST_WORKERS[target]=$new
     for i in "${!NM_WORKERS[@]}"; do
-        [ "${NM_WORKERS[$i]}" = "$old" ] && NM_WORKERS[$i]=$new
+        [ "${NM_WORKERS[i]}" = "$old" ] && NM_WORKERS[i]=$new
     done
+    # shellcheck disable=SC2004 # associative arrays (lib_cluster.sh): the key is the value of $new
     NM_WMODE[$new]=${NM_WMODE[$old]}
+    # shellcheck disable=SC2004
     NM_PID[$new]=${NM_PID[$old]}
     unset "NM_PID[$old]"
     NM_NEW_NAME=$new

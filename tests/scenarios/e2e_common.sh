@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the e2e_* scenario tests (sourced, not a test itself), on top of
 # lib_scenario.sh: a private PostgreSQL, scabbard-sim and workers in the
 # test's directory (workers in E2E_DIR/workers), a generated workload,
@@ -15,6 +16,7 @@ done
 QW_CHECK_BIN=${QW_CHECK_BIN:-$QW_BUILD_ROOT/tools/qw-check}
 
 # shellcheck source=tests/scenarios/lib_scenario.sh
+# shellcheck disable=SC2153 # QW_SOURCE_ROOT comes from the environment (meson test)
 . "$QW_SOURCE_ROOT/tests/scenarios/lib_scenario.sh"
 set -e
 

@@ -25,7 +25,7 @@ e2e_db
 e2e_workload "$SERVICES" "$BATCHES"
 qw_sim_start "$E2E_DIR/sim" --commit-delay-ms 100 --listen 127.0.0.1:0 --listen 127.0.0.1:0 \
     --node-latency-ms 1:150
-IFS=, read -r NODE0 NODE1 NODE2 <<<"$QW_SIM_URLS"
+IFS=, read -r _ _ NODE2 <<<"$QW_SIM_URLS"
 [ -n "$NODE2" ] || e2e_fail "the simulator did not report three node addresses ($QW_SIM_URLS)"
 e2e_log "ledger nodes: $QW_SIM_URLS (node 1 +150 ms); starting 2 workers"
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for the scenario scripts (tests/scenarios/*.sh), on top of
 # the harness tests/lib/cluster.sh (processes, PostgreSQL, simulator,
 # workloads): a private temporary directory, a trap that always stops what
@@ -75,7 +76,7 @@ sc_begin() {
     # A POST must end before a claim can be taken over: request timeout <
     # hard expiry - lease (the worker refuses anything else).
     SC_WORKER_ENV=("QUEUER_WORKER_LEASE_MS=$SC_LEASE_MS" "QUEUER_WORKER_HARD_EXPIRY_MS=$SC_HARD_MS"
-                   "QUEUER_WORKER_CYCLE_MS=$SC_CYCLE_MS" QUEUER_LOG_LEVEL=${SC_LOG_LEVEL:-info}
+                   "QUEUER_WORKER_CYCLE_MS=$SC_CYCLE_MS" "QUEUER_LOG_LEVEL=${SC_LOG_LEVEL:-info}"
                    "QUEUER_DLT_REQUEST_TIMEOUT_MS=$((SC_HARD_MS - SC_LEASE_MS - 100))")
     trap sc_cleanup EXIT
     trap 'exit 130' INT TERM

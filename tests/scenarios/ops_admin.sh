@@ -24,8 +24,8 @@ body() { cat "$SC_DIR/body"; }
 # metric NAME{LABELS}: the sample's value (empty when absent)
 metric() { awk -v k="$1" '$1 == k { print $2 }' "$SC_DIR/metrics"; }
 wait_http() { # PATH CODE SECS
-    local i code=
-    for i in $(seq 1 $(($3 * 10))); do
+    local code=
+    for _ in $(seq 1 $(($3 * 10))); do
         code=$(get "$1")
         [ "$code" = "$2" ] && return 0
         sleep 0.1

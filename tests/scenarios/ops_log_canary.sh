@@ -39,7 +39,7 @@ hba="$QW_PG_DIR/data/pg_hba.conf"
 cat "$SC_DIR/hba.new" >"$hba" # keeps the file's owner and mode
 sc_check_sql "pg_hba.conf reloaded" t "SELECT pg_reload_conf()"
 CANARY_CONNINFO="host=$QW_PG_DIR/sock port=5432 dbname=postgres user=canary_worker"
-if PGPASSWORD= psql -X -w "$CANARY_CONNINFO" -c 'SELECT 1' >"$OUT/nopassword.out" 2>&1; then
+if PGPASSWORD='' psql -X -w "$CANARY_CONNINFO" -c 'SELECT 1' >"$OUT/nopassword.out" 2>&1; then
     sc_fail "canary_worker could connect without its password: the test would prove nothing"
 fi
 grep -q 'password' "$OUT/nopassword.out" || sc_fail "unexpected refusal: $(cat "$OUT/nopassword.out")"

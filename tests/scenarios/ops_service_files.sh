@@ -22,12 +22,15 @@ fail() { echo "ops_service_files: FAIL: $*" >&2; exit 1; }
 if command -v systemd-analyze >/dev/null; then
     unit=$root/etc/queuer.service
     grep -qx 'KillSignal=SIGTERM' "$unit" || fail "queuer.service: no KillSignal=SIGTERM"
+    # shellcheck disable=SC2016 # $MAINPID is systemd's, written literally in the unit
     grep -qx 'ExecReload=/bin/kill -HUP $MAINPID' "$unit" || fail "queuer.service: no SIGHUP reload"
     grep -q '^ExecStart=/usr/local/bin/queuer run ' "$unit" || fail "queuer.service: ExecStart is not queuer run"
     sed "s#/usr/local/bin/queuer#$queuer#g" "$unit" >"$dir/queuer.service"
     out=$(cd "$dir" && systemd-analyze verify --man=no ./queuer.service 2>&1)
     rc=$?
-    [ "$rc" = 0 ] && [ -z "$out" ] || fail "systemd-analyze verify (exit $rc): $out"
+    if [ "$rc" != 0 ] || [ -n "$out" ]; then
+        fail "systemd-analyze verify (exit $rc): $out"
+    fi
     # The check itself can fail: a misspelt signal is reported.
     sed 's/^KillSignal=SIGTERM/KillSignal=SIGTREM/' "$dir/queuer.service" >"$dir/bad.service"
     out=$(cd "$dir" && systemd-analyze verify --man=no ./bad.service 2>&1)
