@@ -16,9 +16,10 @@ packages=(
     procps iproute2 util-linux curl
 )
 # Only the tests use these: clock skew (nemesis), the compose file check,
-# the `status --watch` screen test, the systemd unit check, the alert rules.
+# the `status --watch` screen test, the systemd unit check, the alert rules,
+# the shell scripts' lint.
 test_packages=(
-    faketime docker-compose python3-yaml tmux systemd prometheus
+    faketime docker-compose python3-yaml tmux systemd prometheus shellcheck
 )
 
 case ${1:-} in
