@@ -134,6 +134,14 @@ static void render_nodes(struct qw_strbuf *b, const struct qw_metrics_snapshot *
            "POSTs in flight on the node (its channels in use, at most dlt.channels).");
     for (size_t i = 0; i < n; i++)
         node_count(b, "ledger_node_posts_in_flight", i, NULL, s->nodes[i].posts_in_flight);
+    family(b, "ledger_node_window", "gauge",
+           "Batches the node's congestion window allows this worker to keep there at once.");
+    for (size_t i = 0; i < n; i++)
+        node_count(b, "ledger_node_window", i, NULL, s->nodes[i].window);
+    family(b, "ledger_node_window_used", "gauge",
+           "Batches this worker keeps at the node now (posted, not yet known final).");
+    for (size_t i = 0; i < n; i++)
+        node_count(b, "ledger_node_window_used", i, NULL, s->nodes[i].window_used);
     family(b, "ledger_node_requests_total", "counter",
            "Requests started on the node: post, status (probes included).");
     for (size_t i = 0; i < n; i++) {

@@ -32,6 +32,9 @@
  *   ledger_node_state{node,state}             gauge 0/1 per state (up, suspect, down)
  *   ledger_node_latency_seconds{node}         gauge: moving average of answered requests
  *   ledger_node_posts_in_flight{node}         gauge: channels in use
+ *   ledger_node_window{node}                  gauge: batches the node's congestion window
+ *                                             allows at once
+ *   ledger_node_window_used{node}             gauge: batches at the node (posted, not final)
  *   ledger_node_requests_total{node,request}  counter: post, status (probes included)
  *   ledger_node_failures_total{node}          counter: failed requests
  *   ledger_node_suspect_total{node}           counter: times it turned suspect
@@ -59,6 +62,8 @@ struct qw_metrics_node {
     int64_t polls;           /* status GETs started (probes included) */
     int64_t failures;        /* failed requests */
     int64_t suspect;         /* times it turned suspect */
+    int64_t window;          /* batches its congestion window allows at once */
+    int64_t window_used;     /* batches at it now (posted, not yet final) */
 };
 
 /** One sample of queuer_ledger_failures_total; strings borrowed, static. */

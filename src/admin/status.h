@@ -80,6 +80,8 @@ struct qw_status_node {
     int64_t posts;           /* POSTs the worker sent it */
     int64_t failures;        /* requests that failed on it */
     int64_t reported_age_s;  /* seconds since the worker reported this */
+    int64_t window;          /* batches its congestion window allows at once; -1 = unknown */
+    int64_t window_used;     /* batches the worker has at it (posted, not final); -1 = unknown */
 };
 
 struct qw_status_report {

@@ -169,6 +169,8 @@ static int load_nodes(struct qw_db *db, int max, struct qw_status_report *r, str
         nd->posts = qw_db_res_int(res, i, 6);
         nd->failures = qw_db_res_int(res, i, 7);
         nd->reported_age_s = qw_db_res_int(res, i, 8);
+        nd->window = qw_db_res_int(res, i, 9);
+        nd->window_used = qw_db_res_int(res, i, 10);
     }
     r->n_nodes = (size_t)n;
     qw_db_res_free(res);

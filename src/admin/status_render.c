@@ -85,31 +85,37 @@ static void render_nodes(struct qw_strbuf *b, const struct qw_status_report *r)
         return;
     qw_strbuf_printf(b, "\nledger nodes (as each live worker sees them):\n");
     struct qw_table t;
-    if (qw_table_init(&t, r->n_nodes + 1, 9) != 0) {
+    if (qw_table_init(&t, r->n_nodes + 1, 10) != 0) {
         b->failed = true;
         return;
     }
-    const char *head[] = {"INSTANCE",  "NODE",  "URL",      "STATE",   "LATENCY",
-                          "IN FLIGHT", "POSTS", "FAILURES", "REPORTED"};
+    const char *head[] = {"INSTANCE",  "NODE",   "URL",   "STATE",    "LATENCY",
+                          "IN FLIGHT", "WINDOW", "POSTS", "FAILURES", "REPORTED"};
     for (int c = 0; c < t.cols; c++)
         qw_table_set(&t, 0, c, head[c]);
     for (size_t i = 0; i < r->n_nodes; i++) {
         const struct qw_status_node *nd = &r->nodes[i];
-        char latency[32], age[32];
+        char latency[32], age[32], window[48];
         if (nd->latency_us < 0)
             snprintf(latency, sizeof(latency), "-");
         else
             snprintf(latency, sizeof(latency), "%.1f ms", (double)nd->latency_us / 1000.0);
         qw_duration_format(nd->reported_age_s, age, sizeof(age));
+        if (nd->window < 0)
+            snprintf(window, sizeof(window), "-");
+        else
+            snprintf(window, sizeof(window), "%lld/%lld", (long long)nd->window_used,
+                     (long long)nd->window);
         qw_table_set(&t, i + 1, 0, nd->instance_id);
         qw_table_set_int(&t, i + 1, 1, nd->node);
         qw_table_set(&t, i + 1, 2, nd->url);
         qw_table_set(&t, i + 1, 3, nd->state);
         qw_table_set(&t, i + 1, 4, latency);
         qw_table_set_int(&t, i + 1, 5, nd->posts_in_flight);
-        qw_table_set_int(&t, i + 1, 6, nd->posts);
-        qw_table_set_int(&t, i + 1, 7, nd->failures);
-        qw_table_set(&t, i + 1, 8, age);
+        qw_table_set(&t, i + 1, 6, window);
+        qw_table_set_int(&t, i + 1, 7, nd->posts);
+        qw_table_set_int(&t, i + 1, 8, nd->failures);
+        qw_table_set(&t, i + 1, 9, age);
     }
     qw_table_render(&t, b);
     qw_table_free(&t);
@@ -281,11 +287,15 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
     for (size_t i = 0; !bad && i < r->n_nodes; i++) {
         const struct qw_status_node *nd = &r->nodes[i];
         json_t *o = json_pack(
-            "{s:s, s:I, s:s, s:s, s:o, s:I, s:I, s:I, s:I}", "instance_id", nd->instance_id, "node",
-            (json_int_t)nd->node, "url", nd->url, "state", nd->state, "latency_ms",
+            "{s:s, s:I, s:s, s:s, s:o, s:I, s:o, s:o, s:I, s:I, s:I}", "instance_id",
+            nd->instance_id, "node", (json_int_t)nd->node, "url", nd->url, "state", nd->state,
+            "latency_ms",
             nd->latency_us >= 0 ? json_real((double)nd->latency_us / 1000.0) : json_null(),
-            "posts_in_flight", (json_int_t)nd->posts_in_flight, "posts", (json_int_t)nd->posts,
-            "failures", (json_int_t)nd->failures, "reported_age_s", (json_int_t)nd->reported_age_s);
+            "posts_in_flight", (json_int_t)nd->posts_in_flight, "window",
+            nd->window >= 0 ? json_integer(nd->window) : json_null(), "window_used",
+            nd->window_used >= 0 ? json_integer(nd->window_used) : json_null(), "posts",
+            (json_int_t)nd->posts, "failures", (json_int_t)nd->failures, "reported_age_s",
+            (json_int_t)nd->reported_age_s);
         bad |= o ? json_array_append_new(nodes, o) : -1;
     }
     if (!bad) {

@@ -119,9 +119,10 @@ static const struct key keys[] = {
 
     STR_KEY("dlt", "url", dlt_url, "http://127.0.0.1:8008", rule_url,
             "http(s)://host[:port][/path]; port 1..65535; no credentials, ? or #; "
-            "up to 16, comma-separated",
+            "up to 16, comma-separated, each optionally followed by circuits or services",
             "base URL of the Splinter node (scabbard REST), or of several nodes of the same "
-            "ledger separated by commas"),
+            "ledger separated by commas; a URL followed by circuits and services serves only "
+            "those (see Ledger nodes and routing)"),
     STR_KEY("dlt", "token_file", dlt_token_file, "", NULL, "path or empty",
             "file holding the bearer token (mode 0600); QUEUER_DLT_TOKEN wins"),
     STR_KEY("dlt", "ca_file", dlt_ca_file, "", NULL, "path or empty",

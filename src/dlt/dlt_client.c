@@ -877,6 +877,11 @@ int qw_dlt_in_flight(const struct qw_dlt_client *c)
     return c->in_flight;
 }
 
+uint32_t qw_dlt_route(const struct qw_dlt_client *c, const char *service_id)
+{
+    return qw_dlt_url_list_route(&c->nodes, service_id);
+}
+
 int qw_dlt_nodes(const struct qw_dlt_client *c)
 {
     return (int)c->nodes.n;

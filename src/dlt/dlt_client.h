@@ -171,6 +171,13 @@ QW_MUST_CHECK int qw_dlt_wakeup(struct qw_dlt_client *c);
 /** Number of transfers started and not yet reported. Owner thread only. */
 int qw_dlt_in_flight(const struct qw_dlt_client *c);
 
+/**
+ * The nodes that serve `service_id`: bit i for node i when its dlt.url
+ * entry names no circuit or service, or names that service or its circuit
+ * (dlt_url.h). 0 when no node serves it. Owner thread only.
+ */
+uint32_t qw_dlt_route(const struct qw_dlt_client *c, const char *service_id);
+
 /** Number of nodes (base URLs), >= 1. */
 int qw_dlt_nodes(const struct qw_dlt_client *c);
 

@@ -140,9 +140,82 @@ static bool is_blank(char c)
 
 void qw_dlt_url_list_free(struct qw_dlt_url_list *list)
 {
-    for (size_t i = 0; i < list->n; i++)
+    for (size_t i = 0; i < list->n; i++) {
         free(list->url[i]);
+        free(list->serves[i]);
+    }
     memset(list, 0, sizeof(*list));
+}
+
+/* A circuit id: [A-Za-z0-9]{5}-[A-Za-z0-9]{5}. */
+static bool circuit_ok(const char *s, size_t len)
+{
+    return len == QW_CIRCUIT_LEN && s[5] == '-' && all_alnum(s, 5) && all_alnum(s + 6, 5);
+}
+
+/* Checks the tags of an entry (blank-separated circuits and services) and
+ * copies them with one blank between each; NULL in *out when there are none. */
+static int tags_parse(const char *p, size_t len, char **out, const char **why)
+{
+    *out = NULL;
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return QW_ERR_NOMEM;
+    size_t w = 0;
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && is_blank(p[i]))
+            i++;
+        size_t start = i;
+        while (i < len && !is_blank(p[i]))
+            i++;
+        if (i == start)
+            break;
+        const char *t = p + start;
+        size_t tl = i - start;
+        bool ok = circuit_ok(t, tl) ||
+                  (tl == QW_CIRCUIT_LEN + 2 + QW_SERVICE_LEN && circuit_ok(t, QW_CIRCUIT_LEN) &&
+                   t[11] == ':' && t[12] == ':' && all_alnum(t + 13, QW_SERVICE_LEN));
+        if (!ok) {
+            free(copy);
+            *why = "must follow a URL only with circuits (abcde-12345) or services "
+                   "(abcde-12345::ab12) that node serves, separated by blanks";
+            return QW_ERR_INVALID;
+        }
+        if (w > 0)
+            copy[w++] = ' ';
+        memcpy(copy + w, t, tl);
+        w += tl;
+    }
+    copy[w] = '\0';
+    if (w == 0)
+        free(copy);
+    else
+        *out = copy;
+    return QW_OK;
+}
+
+uint32_t qw_dlt_url_list_route(const struct qw_dlt_url_list *list, const char *service_id)
+{
+    uint32_t mask = 0;
+    const char *sep = service_id ? strstr(service_id, "::") : NULL;
+    size_t circuit_len = sep ? (size_t)(sep - service_id) : 0;
+    size_t id_len = service_id ? strlen(service_id) : 0;
+    for (size_t i = 0; i < list->n; i++) {
+        const char *t = list->serves[i];
+        bool serves = t == NULL;
+        while (t && *t && !serves) {
+            size_t tl = strcspn(t, " ");
+            serves = (tl == id_len && strncmp(t, service_id, tl) == 0) ||
+                     (tl == circuit_len && circuit_len > 0 && strncmp(t, service_id, tl) == 0);
+            t += tl;
+            while (*t == ' ')
+                t++;
+        }
+        if (serves)
+            mask |= UINT32_C(1) << i;
+    }
+    return mask;
 }
 
 /* Parses into `l` (always filled, so a failure can free it); see dlt_url.h. */
@@ -169,12 +242,18 @@ static int list_split(const char *list, struct qw_dlt_url_list *l, const char **
             *why = "must list at most 16 node URLs";
             return QW_ERR_INVALID;
         }
-        char *url = strndup(p, len);
+        size_t url_len = 0;
+        while (url_len < len && !is_blank(p[url_len]))
+            url_len++;
+        char *url = strndup(p, url_len);
         if (!url)
             return QW_ERR_NOMEM;
         l->url[l->n++] = url;
         if ((*why = qw_dlt_base_url_check(url)) != NULL)
             return QW_ERR_INVALID;
+        int trc = tags_parse(p + url_len, len - url_len, &l->serves[l->n - 1], why);
+        if (trc != QW_OK)
+            return trc;
         for (size_t i = 0; i + 1 < l->n; i++) {
             size_t a = base_len(l->url[i]);
             if (a == base_len(url) && strncasecmp(l->url[i], url, a) == 0) {

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define QW_DLT_MAX_WAIT_S 3600 /* largest long-poll wait a URL may carry, seconds */
 #define QW_DLT_MAX_NODES 16    /* base URLs (nodes of one ledger) a list may hold */
@@ -42,16 +43,21 @@ const char *qw_dlt_base_url_check(const char *base);
 /** True when qw_dlt_base_url_check() accepts `base`. */
 bool qw_dlt_base_url_valid(const char *base);
 
-/** The base URLs of a node list (dlt.url), in the order given. */
+/** The base URLs of a node list (dlt.url), in the order given, with what each serves. */
 struct qw_dlt_url_list {
-    size_t n;                    /* number of URLs, 1..QW_DLT_MAX_NODES */
-    char *url[QW_DLT_MAX_NODES]; /* malloc'd copies, blanks around the commas dropped */
+    size_t n;                       /* number of URLs, 1..QW_DLT_MAX_NODES */
+    char *url[QW_DLT_MAX_NODES];    /* malloc'd copies, blanks around the commas dropped */
+    char *serves[QW_DLT_MAX_NODES]; /* the entry's tags (circuits and services, one blank
+                                       between them, malloc'd), NULL = every service */
 };
 
 /**
- * Parses `list`: one base URL, or several base URLs of nodes of the same
- * ledger separated by commas (blanks around a comma are ignored). Each
- * must pass qw_dlt_base_url_check(); at most QW_DLT_MAX_NODES, no empty
+ * Parses `list`: one entry, or several entries for nodes of the same
+ * ledger separated by commas (blanks around a comma are ignored). An entry
+ * is a base URL, optionally followed (after blanks) by the circuits
+ * (`abcde-12345`) and services (`abcde-12345::ab12`) that node serves,
+ * separated by blanks; an entry without them serves every service. Each
+ * URL must pass qw_dlt_base_url_check(); at most QW_DLT_MAX_NODES, no empty
  * entry, no URL twice (trailing slashes ignored). `out` may be NULL to
  * check only. Returns QW_OK (free `out` with qw_dlt_url_list_free()),
  * QW_ERR_INVALID with a static reason in *why (may be NULL; `out` then
@@ -65,6 +71,13 @@ const char *qw_dlt_url_list_check(const char *list);
 
 /** Frees the copies of a parsed list; leaves it empty. Safe on a zeroed list. */
 void qw_dlt_url_list_free(struct qw_dlt_url_list *list);
+
+/**
+ * The entries of `list` that serve `service_id` (`circuit::service`): bit i
+ * for entry i when it names no circuit or service, names the service, or
+ * names its circuit. 0 when none does.
+ */
+uint32_t qw_dlt_url_list_route(const struct qw_dlt_url_list *list, const char *service_id);
 
 /**
  * Writes `{base}/scabbard/{circuit}/{service}/batches` into `buf`

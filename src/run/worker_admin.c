@@ -76,6 +76,8 @@ static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
             .state = atomic_load_explicit(&ns->state, memory_order_relaxed),
             .latency_us = load(&ns->latency_us),
             .posts_in_flight = load(&ns->posts_in_flight),
+            .window = load(&ns->window),
+            .window_used = load(&ns->window_used),
             .posts = load(&ns->posts),
             .polls = load(&ns->polls),
             .failures = load(&ns->failures),

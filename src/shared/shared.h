@@ -22,6 +22,8 @@ struct qw_node_stats {
     atomic_int state;             /* enum qw_node_state: 0 up, 1 suspect, 2 down */
     atomic_llong latency_us;      /* latency estimate (EWMA), us; 0 = not measured yet */
     atomic_llong posts_in_flight; /* gauge: its channels in use */
+    atomic_llong window;          /* gauge: batches its congestion window allows at once */
+    atomic_llong window_used;     /* gauge: batches this worker has at it (posted, not final) */
     atomic_llong posts;           /* POSTs started on it */
     atomic_llong polls;           /* status GETs started on it (probes included) */
     atomic_llong failures;        /* requests that failed on it */

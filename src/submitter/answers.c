@@ -77,8 +77,8 @@ static void note_poll_errors(struct submitter *s, const struct qw_job *job,
     qw_plan_textf(note, sizeof(note), "status poll failed %d times in a row: %s", poll_errors,
                   r->message ? r->message : "");
     snprintf(epoch, sizeof(epoch), "%lld", (long long)job->epoch);
-    const char *params[] = {s->w->instance_id, job->batch_id, job->service_id,
-                            epoch,           note,          s->w->incarnation};
+    const char *params[] = {s->w->instance_id, job->batch_id, job->service_id, epoch, note,
+                            s->w->incarnation};
     struct qw_error err;
     qw_error_clear(&err);
     if (qw_db_ok(s->db) && qw_db_query(s->db, "batches_note", 6, params, NULL, &err) != QW_OK)
@@ -157,6 +157,7 @@ static void count_and_log(struct submitter *s, const struct qw_job *job,
     case QW_EV_ABANDONED:
     case QW_EV_PENDING:
     case QW_EV_UNKNOWN_SEEN:
+    case QW_EV_UNKNOWN_ELSEWHERE:
         return;
     }
 }
@@ -189,6 +190,36 @@ static void apply_plan(struct submitter *s, struct qw_job *job, const struct qw_
     }
 }
 
+/*
+ * Tells the window of the POST's node how the POST ended (window.h).
+ * Returns true for a 429 the window backs off for: it was above its
+ * minimum, so its shrinking is the response and no pause is needed.
+ */
+static bool window_answer(struct submitter *s, struct qw_job *job, const struct qw_dlt_result *r,
+                          enum qw_node_result nr)
+{
+    int node = job->sub->win_node;
+    if (node < 0 || r->outcome == QW_DLT_ABANDONED)
+        return false;
+    struct qw_window *w = &s->nodes.node[node].win;
+    int cap = qw_submitter_window_cap(s);
+    enum qw_window_answer a = r->outcome == QW_DLT_ACCEPTED       ? QW_WINDOW_ACCEPTED
+                              : r->outcome == QW_DLT_BACKPRESSURE ? QW_WINDOW_REFUSED
+                              : nr == QW_NODE_FAILED              ? QW_WINDOW_FAILED
+                                                                  : QW_WINDOW_ACCEPTED;
+    if (a == QW_WINDOW_ACCEPTED && r->outcome != QW_DLT_ACCEPTED)
+        return false; /* 400, 401/403: says nothing about the node's load */
+    bool above_min = w->cwnd > s->nodes.policy.window.min;
+    if (qw_window_answer(w, &s->nodes.policy.window, a, job->sub->win_epoch,
+                         a == QW_WINDOW_ACCEPTED ? r->latency_us : -1, cap, now_ms()))
+        qw_log_debug("ledger.window_shrunk", "node=%d window=%d reason=%s", node,
+                     qw_window_limit(w, cap),
+                     a == QW_WINDOW_REFUSED  ? "429"
+                     : a == QW_WINDOW_FAILED ? "no_answer"
+                                             : "latency");
+    return a == QW_WINDOW_REFUSED && above_min;
+}
+
 static bool is_probe(const struct submitter *s, const void *user)
 {
     const char *p = user;
@@ -219,10 +250,12 @@ void qw_submitter_on_transfer_done(const struct qw_dlt_result *r, void *arg)
         job->sub->poll_avoid = r->node; /* its next status read goes elsewhere */
     else if (nr == QW_NODE_ANSWERED && !post)
         job->sub->poll_avoid = -1;
+    bool backs_off = false;
     if (post) {
         s->posting--;
         if (r->outcome != QW_DLT_ABANDONED)
             qw_histogram_observe_us(&s->w->stats.ops.ledger_latency, r->latency_us);
+        backs_off = window_answer(s, job, r, nr);
         /* A retried POST prefers another node than the one that failed. */
         if (nr == QW_NODE_FAILED)
             job->avoid_node = r->node;
@@ -230,8 +263,12 @@ void qw_submitter_on_transfer_done(const struct qw_dlt_result *r, void *arg)
             job->avoid_node = -1;
     }
     struct qw_plan_ctx ctx = plan_ctx(s, &s->rng);
+    ctx.window_backs_off = backs_off;
     struct qw_plan plan;
     qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
+    if (r->node == job->sub->post_node &&
+        (plan.event == QW_EV_POST_ACCEPTED || plan.event == QW_EV_PENDING))
+        job->sub->post_node_knew = true; /* its Unknown now means it forgot the batch */
     /* Not at the ledger; but a POST without a usable answer may be: it keeps
      * its units until the status read that follows it says how it ended. */
     if (post && r->outcome != QW_DLT_ACCEPTED && plan.event != QW_EV_POST_UNCERTAIN)

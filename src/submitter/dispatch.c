@@ -19,12 +19,26 @@ int64_t qw_submitter_job_cost(struct submitter *s, struct qw_job *job)
     return job->sub->cost;
 }
 
-/* The job's batch left the ledger (or never got in): its units are free again. */
+/* The job's batch left the ledger (or never got in): its units and its place in its node's
+ * window are free again. */
 void qw_submitter_capacity_give_back(struct submitter *s, struct qw_job *job)
 {
     if (job->sub->cap_taken > 0)
         qw_capacity_give_back(&s->gate, job->sub->cap_taken);
     job->sub->cap_taken = 0;
+    if (job->sub->win_node >= 0)
+        qw_window_give_back(&s->nodes.node[job->sub->win_node].win);
+    job->sub->win_node = -1;
+}
+
+/* The cap on every node's window: the in-flight share of a shared capacity
+ * counted in batches (dlt.cost = batch), else none (0). */
+int qw_submitter_window_cap(const struct submitter *s)
+{
+    const struct qw_capacity_grant *g = &s->gate.grant;
+    if (!g->active || s->cost_kind != QW_COST_BATCH || g->in_flight == QW_CAPACITY_UNLIMITED)
+        return 0;
+    return g->in_flight < 1 ? 1 : g->in_flight > INT32_MAX ? INT32_MAX : (int)g->in_flight;
 }
 
 static struct qw_job *job_of_ready(struct qw_prioq_item *it)
@@ -58,6 +72,10 @@ static bool start_post(struct submitter *s, struct qw_job *job, int node, int64_
         return false;
     job->sub->state = QW_JOB_POSTING;
     job->sub->node = node;
+    job->sub->post_node = node;
+    job->sub->post_node_knew = false;
+    job->sub->win_node = node;
+    job->sub->win_epoch = qw_window_take(&s->nodes.node[node].win);
     job->sub->posted_us = qw_clock_mono_us();
     s->posting++;
     qw_nodes_started(&s->nodes, node, QW_NODE_REQ_POST, t);
@@ -94,6 +112,33 @@ static bool capacity_admits(struct submitter *s, struct qw_job *job, int64_t t, 
     if (at < *next)
         *next = at;
     return false;
+}
+
+/*
+ * Starts the POST of ready entry `it` on a node of `route` when one has a
+ * free channel and room in its window (else adds `route` to *full) and the
+ * shared capacity admits it. Returns false when dispatch must stop for now
+ * (the capacity or the transfer slots are used up).
+ */
+static bool try_post(struct submitter *s, struct qw_prioq_item *it, uint32_t route, int cap,
+                     int64_t t, uint32_t *full)
+{
+    struct qw_job *job = job_of_ready(it);
+    int node = qw_nodes_pick_post(&s->nodes, route, job->avoid_node, cap, t);
+    if (node < 0) {
+        *full |= route;
+        return true;
+    }
+    if (!capacity_admits(s, job, t, &s->cap_retry_ms))
+        return false; /* a finishing POST, the rate or the next grant frees some */
+    qw_prioq_remove(&s->ready, it);
+    if (!start_post(s, job, node, t)) {
+        qw_submitter_capacity_give_back(s, job);
+        if (qw_prioq_push_again(&s->ready, it) != 0)
+            qw_submitter_push_timer(s, job, QW_JOB_WAITING, t + 5);
+        return false; /* no transfer slot: try again when one frees */
+    }
+    return true;
 }
 
 static bool paused(const struct submitter *s, int64_t t)
@@ -137,10 +182,14 @@ static int64_t capacity_target(struct submitter *s)
 /*
  * The dispatch point: the one place a POST starts. The ready queue names
  * the next job (priority with aging, round-robin within a priority); it
- * goes when no pause holds, the node chooser finds an up node with a free
- * channel and the shared capacity admits it (capacity_admits()). What
- * cannot start stays queued, in its turn: the head waits, so scarce
- * capacity of any kind goes to the highest (aged) priority first.
+ * goes when no pause holds, the node chooser finds an up node that serves
+ * its service with a free channel and room in its window, and the shared
+ * capacity admits it (capacity_admits()). What cannot start stays queued,
+ * in its turn: the head waits, so scarce capacity of any kind goes to the
+ * highest (aged) priority first. When the head waits for nodes that are
+ * full, a job whose service other nodes serve may go past it (those nodes
+ * cannot take the head's batch anyway); among jobs that need the same full
+ * nodes, order holds.
  */
 void qw_submitter_dispatch(struct submitter *s, int64_t t)
 {
@@ -151,20 +200,27 @@ void qw_submitter_dispatch(struct submitter *s, int64_t t)
     if (!paused(s, t)) {
         if (atomic_load_explicit(&s->w->stats.paused, memory_order_relaxed))
             atomic_store(&s->w->stats.paused, 0);
+        int cap = qw_submitter_window_cap(s);
+        uint32_t every = s->nodes.n >= 32 ? UINT32_MAX : (UINT32_C(1) << s->nodes.n) - 1;
+        uint32_t full = 0; /* nodes found with no free channel or no room in their window */
         struct qw_prioq_item *it;
-        while ((it = qw_prioq_peek(&s->ready, t)) != NULL) {
-            struct qw_job *job = job_of_ready(it);
-            int node = qw_nodes_pick_post(&s->nodes, job->avoid_node, t);
-            if (node < 0)
-                break; /* no free channel on an up node: a finishing POST frees one */
-            if (!capacity_admits(s, job, t, &s->cap_retry_ms))
-                break; /* a finishing POST, the rate or the next grant frees some */
-            qw_prioq_remove(&s->ready, it);
-            if (!start_post(s, job, node, t)) {
-                qw_submitter_capacity_give_back(s, job);
-                if (qw_prioq_push_again(&s->ready, it) != 0)
-                    qw_submitter_push_timer(s, job, QW_JOB_WAITING, t + 5);
-                break; /* no transfer slot: try again when one frees */
+        bool go_on = true;
+        while (go_on && (it = qw_prioq_peek(&s->ready, t)) != NULL) {
+            uint32_t route = job_of_ready(it)->sub->route & every;
+            go_on = try_post(s, it, route, cap, t, &full);
+            if (go_on && (full & route) == route)
+                break; /* the head waits for its nodes: a finishing POST or batch frees room */
+        }
+        /* The head waits for nodes that are full: a job whose service other
+         * nodes serve may go past it, in queue order. */
+        if (go_on && it && (full & every) != every) {
+            struct qw_prioq_item *next;
+            for (it = qw_prioq_first(&s->ready); it && go_on && (full & every) != every;
+                 it = next) {
+                next = qw_prioq_next(&s->ready, it);
+                uint32_t route = job_of_ready(it)->sub->route & every;
+                if (route & ~full)
+                    go_on = try_post(s, it, route, cap, t, &full);
             }
         }
     }

@@ -6,10 +6,29 @@
 #include "common/log.h"
 #include "submitter/submitter_int.h"
 
+/*
+ * Where a status poll goes: the node that took (or may have taken) the
+ * batch's POST while it is up, since only its history surely holds the
+ * batch; otherwise any up node that serves the service (one that learnt
+ * the commit can say so; its Unknown proves nothing, monitor.h).
+ */
+static uint32_t poll_route(const struct submitter *s, const struct qw_job *job)
+{
+    int pn = job->sub->post_node;
+    if (pn >= 0 && (size_t)pn < s->nodes.n && s->nodes.node[pn].state == QW_NODE_UP)
+        return UINT32_C(1) << pn;
+    return job->sub->route;
+}
+
 void qw_submitter_start_poll(struct submitter *s, struct qw_job *job, int wait_s)
 {
     int64_t t = now_ms();
-    int node = qw_nodes_pick_poll(&s->nodes, job->sub->poll_avoid, t);
+    uint32_t route = poll_route(s, job);
+    int node = qw_nodes_pick_poll(&s->nodes, route, job->sub->poll_avoid, t);
+    /* Elsewhere than the POST's node, a wait on a batch that node never
+     * learns would hold the poll for its whole wait: ask without one. */
+    if (node >= 0 && job->sub->post_node >= 0 && node != job->sub->post_node)
+        wait_s = 0;
     if (node < 0) {
         /* No node is up: wait until a probe finds one (unpark_polls()). */
         job->sub->parked = true;
@@ -101,7 +120,7 @@ void qw_submitter_report_nodes(struct submitter *s, int64_t t)
     if (!qw_db_ok(s->db))
         return; /* the next flush reconnects */
     struct qw_pgarray *a = s->node_params;
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < NODE_PARAMS; k++)
         qw_pgarray_reset(&a[k]);
     for (size_t i = 0; i < s->nodes.n; i++) {
         const struct qw_node *nd = &s->nodes.node[i];
@@ -113,16 +132,18 @@ void qw_submitter_report_nodes(struct submitter *s, int64_t t)
         qw_pgarray_int(&a[5], nd->polls_total);
         qw_pgarray_int(&a[6], nd->failures_total);
         qw_pgarray_int(&a[7], nd->suspect_total);
+        qw_pgarray_int(&a[8], qw_window_limit(&nd->win, qw_submitter_window_cap(s)));
+        qw_pgarray_int(&a[9], nd->win.in_flight);
     }
-    const char *params[9] = {s->w->instance_id};
-    for (int k = 0; k < 8; k++) {
+    const char *params[NODE_PARAMS + 1] = {s->w->instance_id};
+    for (int k = 0; k < NODE_PARAMS; k++) {
         params[k + 1] = qw_pgarray_finish(&a[k]);
         if (!params[k + 1])
             return;
     }
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_db_query(s->db, "instance_nodes", 9, params, NULL, &err) != QW_OK)
+    if (qw_db_query(s->db, "instance_nodes", NODE_PARAMS + 1, params, NULL, &err) != QW_OK)
         qw_log_debug("ledger.nodes_report_failed", "error=%s",
                      qw_log_quote((char[300]){0}, 300, err.msg));
 }
@@ -137,6 +158,9 @@ void qw_submitter_publish_nodes(struct submitter *s)
         atomic_store_explicit(&ns->state, (int)nd->state, memory_order_relaxed);
         atomic_store_explicit(&ns->latency_us, nd->ewma_us, memory_order_relaxed);
         atomic_store_explicit(&ns->posts_in_flight, nd->posts, memory_order_relaxed);
+        atomic_store_explicit(&ns->window, qw_window_limit(&nd->win, qw_submitter_window_cap(s)),
+                              memory_order_relaxed);
+        atomic_store_explicit(&ns->window_used, nd->win.in_flight, memory_order_relaxed);
         atomic_store_explicit(&ns->posts, nd->posts_total, memory_order_relaxed);
         atomic_store_explicit(&ns->polls, nd->polls_total, memory_order_relaxed);
         atomic_store_explicit(&ns->failures, nd->failures_total, memory_order_relaxed);

@@ -6,6 +6,7 @@
 
 #define POLL_ERROR_BASE_MS 50  /* backoff base after a failed status poll */
 #define POLL_ERROR_MAX_MS 5000 /* and its cap */
+#define ELSEWHERE_POLL_MS 250  /* after another node's Unknown, ask again this much later */
 
 static void plan_final(const struct qw_job *job, enum qw_dlt_status_type type, const char *message,
                        const struct qw_plan_ctx *ctx, struct qw_plan *plan)
@@ -35,8 +36,9 @@ static void plan_final(const struct qw_job *job, enum qw_dlt_status_type type, c
     plan->outcome.go_on = qw_plan_may_go_on(job, ctx);
 }
 
-/* Unknown: confirmed only once it has lasted dlt.unknown_confirm_ms. */
-static void plan_unknown(const struct qw_job *job, const struct qw_plan_ctx *ctx,
+/* Unknown from the node that took (or may have taken) the POST: confirmed
+ * only once it has lasted dlt.unknown_confirm_ms. */
+static void plan_unknown(const struct qw_job *job, int node, const struct qw_plan_ctx *ctx,
                          struct qw_plan *plan)
 {
     int64_t t = ctx->now_ms;
@@ -48,10 +50,24 @@ static void plan_unknown(const struct qw_job *job, const struct qw_plan_ctx *ctx
         plan->at_ms = plan->unknown_since_ms + ctx->unknown_confirm_ms;
         return;
     }
-    char what[160];
-    snprintf(what, sizeof(what),
-             "ledger reported Unknown for %lld ms (confirmed); resubmission follows",
-             (long long)(t - job->sub->unknown_since_ms));
+    char what[QW_OUTCOME_TEXT_MAX];
+    long long ms = (long long)(t - job->sub->unknown_since_ms);
+    if (job->sub->post_node < 0)
+        qw_plan_textf(what, sizeof(what),
+                      "ledger node %d reported Unknown for %lld ms (confirmed); resubmission "
+                      "follows",
+                      node, ms);
+    else if (job->sub->post_node_knew)
+        qw_plan_textf(what, sizeof(what),
+                      "ledger node %d, which had taken the batch, reported Unknown for %lld ms "
+                      "(confirmed): it forgot the batch (a restart, or its history overflowed); "
+                      "resubmission follows",
+                      node, ms);
+    else
+        qw_plan_textf(what, sizeof(what),
+                      "ledger node %d, to which the POST went, reported Unknown for %lld ms "
+                      "(confirmed): it never took the batch, or forgot it; resubmission follows",
+                      node, ms);
     qw_plan_status(plan, job, QW_STATUS_UNKNOWN, QW_AFTER_END_RETRY, what, t);
     plan->event = QW_EV_UNKNOWN_CONFIRMED;
     plan->unknown_ms = t - job->sub->unknown_since_ms;
@@ -122,5 +138,12 @@ void qw_monitor_plan(const struct qw_job *job, const struct qw_dlt_result *r,
     case QW_DLT_STATUS_UNKNOWN:
         break;
     }
-    plan_unknown(&view, ctx, plan);
+    if (view.sub->post_node >= 0 && r->node != view.sub->post_node) {
+        /* Another node learns a batch only when it commits: its Unknown
+         * says nothing about one pending at the POST's node. */
+        qw_plan_keep(plan, &view, QW_EV_UNKNOWN_ELSEWHERE, QW_PLAN_POLL_AT);
+        plan->at_ms = ctx->now_ms + ELSEWHERE_POLL_MS;
+        return;
+    }
+    plan_unknown(&view, r->node, ctx, plan);
 }

@@ -29,8 +29,15 @@ void qw_nodes_init(struct qw_nodes *set, size_t n, const struct qw_nodes_policy 
         set->policy.probe_max_ms = set->policy.probe_base_ms;
     if (set->policy.explore_ms < 1)
         set->policy.explore_ms = 1;
-    for (size_t i = 0; i < set->n; i++)
+    if (set->policy.window.max < 1.0) {
+        /* No window policy: windows that never hold anything back. */
+        set->policy.window = qw_window_policy_default(QW_NODES_WINDOW_OFF);
+        set->policy.window.initial = QW_NODES_WINDOW_OFF;
+    }
+    for (size_t i = 0; i < set->n; i++) {
         set->node[i].state_since_ms = now_ms;
+        qw_window_init(&set->node[i].win, &set->policy.window);
+    }
 }
 
 /* The latency estimate of `nd`: its EWMA, else the best measured one, else a default. */
@@ -59,14 +66,16 @@ static bool better(const struct qw_node *a, int64_t cost_a, const struct qw_node
  * The best node among those `eligible` accepts, by cost; an up node not
  * measured for explore_ms first. `avoid` only when nothing else qualifies.
  */
-static int pick(const struct qw_nodes *set, int avoid, int64_t now_ms, bool post)
+static int pick(const struct qw_nodes *set, uint32_t mask, int avoid, int cap, int64_t now_ms,
+                bool post)
 {
     int best = -1, stale = -1;
     int64_t best_cost = 0;
     for (int pass = 0; pass < 2 && best < 0 && stale < 0; pass++) {
         for (size_t i = 0; i < set->n; i++) {
             const struct qw_node *nd = &set->node[i];
-            if (nd->state != QW_NODE_UP || (post && nd->posts >= set->policy.channels))
+            if (nd->state != QW_NODE_UP || !(mask & (UINT32_C(1) << i)) ||
+                (post && (nd->posts >= set->policy.channels || !qw_window_admits(&nd->win, cap))))
                 continue;
             if (pass == 0 && (int)i == avoid)
                 continue;
@@ -88,14 +97,15 @@ static int pick(const struct qw_nodes *set, int avoid, int64_t now_ms, bool post
     return stale >= 0 ? stale : best;
 }
 
-int qw_nodes_pick_post(const struct qw_nodes *set, int avoid, int64_t now_ms)
+int qw_nodes_pick_post(const struct qw_nodes *set, uint32_t mask, int avoid, int cap,
+                       int64_t now_ms)
 {
-    return pick(set, avoid, now_ms, true);
+    return pick(set, mask, avoid, cap, now_ms, true);
 }
 
-int qw_nodes_pick_poll(const struct qw_nodes *set, int avoid, int64_t now_ms)
+int qw_nodes_pick_poll(const struct qw_nodes *set, uint32_t mask, int avoid, int64_t now_ms)
 {
-    return pick(set, avoid, now_ms, false);
+    return pick(set, mask, avoid, 0, now_ms, false);
 }
 
 int qw_nodes_probe_due(const struct qw_nodes *set, int64_t now_ms)

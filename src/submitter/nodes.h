@@ -17,8 +17,17 @@
  * Latency: an exponentially weighted moving average (weight 1/4) of the
  * time to an answer of POSTs and of status GETs that do not long-poll.
  *
+ * Routing: every request names the nodes that may take it, as a mask of
+ * node indexes (the nodes of dlt.url that serve its service, dlt_url.h);
+ * other nodes are never chosen for it.
+ *
+ * Window: each node has a congestion window (window.h) counting the
+ * batches this worker keeps there (from the POST until the batch is known
+ * final or leaves); a POST goes only to a node whose window has room. The
+ * submitter reports each POST's answer to the window of its node.
+ *
  * Choosing a node for a POST: among up nodes with a free channel (fewer
- * than `channels` POSTs in flight), the lowest cost, latency estimate x
+ * than `channels` POSTs in flight) and room in their window, the lowest cost, latency estimate x
  * (POSTs in flight + 1), so the fastest node takes most and a slow one
  * only what the fast ones cannot take as quickly. A node with no latency
  * sample yet is estimated at the best measured one (so it gets tried); an
@@ -36,6 +45,7 @@
 
 #include "dlt/dlt_classify.h"
 #include "dlt/dlt_url.h"
+#include "submitter/window.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -45,6 +55,8 @@
 #define QW_NODES_SUSPECT_AFTER 3      /* failed requests in a row that make a node suspect */
 #define QW_NODES_DOWN_AFTER 3         /* failed probes in a row that make a suspect node down */
 #define QW_NODES_UNMEASURED_US 1000   /* latency estimate when no node was measured yet, us */
+#define QW_NODES_ALL UINT32_MAX       /* a mask naming every node */
+#define QW_NODES_WINDOW_OFF 1e9       /* window of a set whose policy has none: no limit */
 
 enum qw_node_state {
     QW_NODE_UP = 0,  /* in use */
@@ -80,6 +92,7 @@ struct qw_nodes_policy {
     int probe_base_ms; /* first probe delay after a node turns suspect, ms, >= 1 */
     int probe_max_ms;  /* probe delay cap (and period while down), ms, >= probe_base_ms */
     int explore_ms;    /* an up node unmeasured this long gets the next request, ms, >= 1 */
+    struct qw_window_policy window; /* every node's congestion window; max 0 = no windows */
 };
 
 /** One node. */
@@ -99,6 +112,7 @@ struct qw_node {
     long long polls_total;    /* status GETs started (probes included) */
     long long failures_total; /* requests that failed */
     long long suspect_total;  /* times it turned suspect */
+    struct qw_window win;     /* batches this worker keeps at it, and how many it may */
 };
 
 /** The nodes of one ledger. */
@@ -117,14 +131,16 @@ void qw_nodes_init(struct qw_nodes *set, size_t n, const struct qw_nodes_policy 
                    int64_t now_ms);
 
 /**
- * The node for the next POST at `now_ms`, avoiding `avoid` (-1 = none)
- * unless it is the only choice; -1 when no up node has a free channel.
+ * The node among `mask` for the next POST at `now_ms`, avoiding `avoid`
+ * (-1 = none) unless it is the only choice; -1 when no up node of `mask`
+ * has a free channel and room in its window under `cap` (<= 0 = no cap).
  */
-int qw_nodes_pick_post(const struct qw_nodes *set, int avoid, int64_t now_ms);
+int qw_nodes_pick_post(const struct qw_nodes *set, uint32_t mask, int avoid, int cap,
+                       int64_t now_ms);
 
-/** The node for the next status poll (an up node), avoiding `avoid` likewise; -1 when none is up.
- */
-int qw_nodes_pick_poll(const struct qw_nodes *set, int avoid, int64_t now_ms);
+/** The node among `mask` for the next status poll (an up node), avoiding `avoid` likewise; -1
+ * when none is up. */
+int qw_nodes_pick_poll(const struct qw_nodes *set, uint32_t mask, int avoid, int64_t now_ms);
 
 /** A node that is not up and whose probe is due at `now_ms` (none in flight), or -1. */
 int qw_nodes_probe_due(const struct qw_nodes *set, int64_t now_ms);

@@ -25,6 +25,21 @@ static void plan_backpressure(const struct qw_job *view, const struct qw_dlt_res
                               const struct qw_plan_ctx *ctx, struct qw_ledger_pause *pause,
                               struct qw_plan *plan)
 {
+    if (ctx->window_backs_off && r->retry_after_ms <= 0) {
+        /* The node's window shrank for it: that is the response; the other
+         * POSTs (and the other nodes) go on. The batch is retried after a
+         * first pause step. */
+        int64_t ms = qw_backoff_pause_429(0, ctx->pause_base_ms, ctx->pause_max_ms, 0, ctx->rng);
+        qw_plan_record(plan, view, QW_EXPECT_POSTING, QW_STATUS_DELAYED, QW_AFTER_END_RETRY);
+        plan->event = QW_EV_POST_BACKPRESSURE;
+        struct qw_outcome *o = &plan->outcome;
+        o->retry_ms = ms;
+        o->posted = true;
+        snprintf(o->last_error, sizeof(o->last_error), "ledger back pressure (HTTP 429)");
+        snprintf(o->detail, sizeof(o->detail),
+                 "HTTP 429: the node's window shrank; retry in %lld ms", (long long)ms);
+        return;
+    }
     /* Answers to POSTs sent together arrive together: they grow the pause
      * once, not once each. */
     if (ctx->now_ms >= pause->pause_until_ms)

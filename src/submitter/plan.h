@@ -70,6 +70,9 @@ struct qw_plan_ctx {
     int pause_max_ms;       /* dlt.pause_max_ms */
     int status_wait_s;      /* dlt.status_wait_s */
     int unknown_confirm_ms; /* dlt.unknown_confirm_ms */
+    bool window_backs_off;  /* a 429's node had a window above its minimum, now shrunk for it:
+                               no pause of every submission (unless the ledger asked for one
+                               with Retry-After) */
     struct qw_rng *rng;     /* the submitter thread's PRNG (jitter) */
 };
 
@@ -91,6 +94,8 @@ enum qw_plan_event {
     QW_EV_VALID,             /* final: Valid */
     QW_EV_INVALID,           /* final: Invalid (status answer) */
     QW_EV_UNKNOWN_SEEN,      /* Unknown, not yet confirmed: check again later */
+    QW_EV_UNKNOWN_ELSEWHERE, /* Unknown from a node that did not take the POST: proves
+                                nothing, ask again (the POST's node when it is up) */
     QW_EV_UNKNOWN_CONFIRMED, /* Unknown for the whole confirmation delay: resubmit */
 };
 

@@ -50,6 +50,12 @@ struct qw_submission {
                                    computed yet */
     int64_t cap_taken;          /* units of the in-flight capacity it holds, 0 = none */
     bool cap_waited;            /* it waited for capacity since it last went out (counted once) */
+    uint32_t route;             /* the nodes that serve its service (bit i = node i) */
+    int post_node;              /* node its last POST went to (took it, or may have), -1 =
+                                   none: a batch found in flight, posted by someone else */
+    bool post_node_knew;        /* that node acknowledged the batch (202, or Pending) */
+    int win_node;               /* node whose window counts the batch, -1 = none */
+    uint64_t win_epoch;         /* that window's epoch when the POST started */
 };
 
 #endif

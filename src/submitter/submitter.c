@@ -148,6 +148,13 @@ static void take_jobs(struct submitter *s)
         job->sub->job = job;
         job->sub->node = -1;
         job->sub->poll_avoid = -1;
+        job->sub->post_node = -1;
+        job->sub->win_node = -1;
+        /* A service no dlt.url entry names goes to every node: the ledger's
+         * 404 then says why it cannot be posted (recorded with the batch). */
+        job->sub->route = qw_dlt_route(s->dlt, job->service_id);
+        if (job->sub->route == 0)
+            job->sub->route = QW_NODES_ALL;
         /* Probes ask about some batch we were given (any answer will do). */
         snprintf(s->probe_service, sizeof(s->probe_service), "%s", job->service_id);
         snprintf(s->probe_batch, sizeof(s->probe_batch), "%s", job->batch_id);
@@ -250,7 +257,7 @@ static void submitter_free(struct submitter *s)
 {
     qw_dlt_client_free(s->dlt);
     qw_prioq_free(&s->ready);
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < NODE_PARAMS; k++)
         qw_pgarray_free(&s->node_params[k]);
     qw_db_close(s->db);
     qw_outcome_writer_free(&s->writer);
@@ -278,7 +285,7 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
     s->w = w;
     s->cfg = cfg;
     qw_prioq_init(&s->ready, cfg->dlt_priority_aging_ms);
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < NODE_PARAMS; k++)
         qw_pgarray_init(&s->node_params[k]);
     s->ready_deadline_ms = INT64_MAX;
     s->cap_out = (size_t)cfg->dlt_max_in_flight + (size_t)cfg->worker_queue_capacity + 16;
@@ -319,6 +326,7 @@ int qw_submitter_start(struct qw_worker *w, pthread_t *thread, struct qw_error *
             .probe_base_ms = PROBE_BASE_MS,
             .probe_max_ms = PROBE_MAX_MS,
             .explore_ms = EXPLORE_MS,
+            .window = qw_window_policy_default(cfg->dlt_max_in_flight),
         };
         qw_nodes_init(&s->nodes, (size_t)qw_dlt_nodes(s->dlt), &np, now_ms());
         qw_log_info("ledger.nodes", "n=%d channels=%d priority_aging_ms=%d", qw_dlt_nodes(s->dlt),

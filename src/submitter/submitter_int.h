@@ -46,6 +46,7 @@
 #define PROBE_BASE_MS 100  /* first probe of a suspect node after this, ms */
 #define PROBE_MAX_MS 1000  /* probe delay cap, and the probe period of a down node, ms */
 #define EXPLORE_MS 1000    /* an up node not measured this long gets the next request, ms */
+#define NODE_PARAMS 10     /* array parameters of sql/instance_nodes.sql (all but the instance) */
 #define NODES_REPORT_MS                                                                            \
     5000 /* the nodes are written to the database this often (and when a                           \
             node changes state), for `queuer status` */
@@ -97,7 +98,7 @@ struct submitter {
     char probe_tag[QW_NODES_MAX];          /* &probe_tag[i] marks node i's probe transfer */
     int64_t nodes_reported_ms;             /* when the nodes were last written to the database */
     uint32_t nodes_reported_states;        /* their states then, 2 bits per node */
-    struct qw_pgarray node_params[8];      /* parameters of sql/instance_nodes.sql, reused */
+    struct qw_pgarray node_params[NODE_PARAMS]; /* parameters of sql/instance_nodes.sql */
 
     /* Answers (answers.c). */
     struct qw_ledger_pause pause;                      /* 429 and 401/403 pauses */
@@ -138,8 +139,11 @@ void qw_submitter_hand_back(struct submitter *s, struct qw_job *job, enum qw_job
 /** The job's cost against the shared capacity (dlt.cost), computed once per batch. */
 int64_t qw_submitter_job_cost(struct submitter *s, struct qw_job *job);
 
-/** Frees the units of the shared capacity the job holds. */
+/** Frees the units of the shared capacity the job holds and its place in its node's window. */
 void qw_submitter_capacity_give_back(struct submitter *s, struct qw_job *job);
+
+/** The cap on every node's window: the leased in-flight share counted in batches, 0 = none. */
+int qw_submitter_window_cap(const struct submitter *s);
 
 /** The job's POST is due: it waits in the ready queue for capacity. */
 void qw_submitter_make_ready(struct submitter *s, struct qw_job *job, int64_t t);

@@ -122,6 +122,8 @@ static struct qw_metrics_snapshot sample_snapshot(void)
     s.n_nodes = 2;
     s.nodes[0] = (struct qw_metrics_node){"http://a:8008", 0, 2500, 3, 900, 950, 1, 0};
     s.nodes[1] = (struct qw_metrics_node){"http://b\"x:8008", 2, 152000, 0, 12, 40, 7, 2};
+    s.nodes[0].window = 12;
+    s.nodes[0].window_used = 5;
     return s;
 }
 
@@ -187,6 +189,9 @@ static const char *const expected_lines[] = {
     "queuer_ledger_node_latency_seconds{node=\"0\"} 0.0025",
     "queuer_ledger_node_latency_seconds{node=\"1\"} 0.152",
     "queuer_ledger_node_posts_in_flight{node=\"0\"} 3",
+    "queuer_ledger_node_window{node=\"0\"} 12",
+    "queuer_ledger_node_window_used{node=\"0\"} 5",
+    "queuer_ledger_node_window{node=\"1\"} 0",
     "queuer_ledger_node_requests_total{node=\"0\",request=\"post\"} 900",
     "queuer_ledger_node_requests_total{node=\"1\",request=\"status\"} 40",
     "queuer_ledger_node_failures_total{node=\"1\"} 7",

@@ -125,6 +125,42 @@ static void test_base_url_valid(void **state)
     assert_false(qw_dlt_base_url_valid(NULL));
 }
 
+/* dlt.url entries tagged with what they serve: which nodes a service goes to. */
+static void test_url_route(void **state)
+{
+    (void)state;
+    struct qw_dlt_url_list l;
+    assert_int_equal(qw_dlt_url_list_parse("http://a  abcde-12345\tfghij-67890::ab12 ,"
+                                           " http://b fghij-67890, http://c",
+                                           &l, NULL),
+                     QW_OK);
+    assert_string_equal(l.url[0], "http://a");
+    assert_string_equal(l.serves[0], "abcde-12345 fghij-67890::ab12");
+    assert_string_equal(l.serves[1], "fghij-67890");
+    assert_null(l.serves[2]);
+    static const struct {
+        const char *service;
+        uint32_t mask;
+    } rows[] = {
+        {"abcde-12345::zz99", 0x1 | 0x4}, /* a by circuit, c serves all */
+        {"fghij-67890::ab12", 0x7},       /* a by service, b by circuit */
+        {"fghij-67890::cd34", 0x2 | 0x4}, /* b by circuit */
+        {"zzzzz-zzzzz::ab12", 0x4},       /* only c */
+        {"abcde-1234x::ab12", 0x4},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        uint32_t m = qw_dlt_url_list_route(&l, rows[i].service);
+        if (m != rows[i].mask)
+            fail_msg("%s: mask %#x, want %#x", rows[i].service, m, rows[i].mask);
+    }
+    qw_dlt_url_list_free(&l);
+    /* without an untagged entry, a service nobody names has no node */
+    assert_int_equal(qw_dlt_url_list_parse("http://a abcde-12345", &l, NULL), QW_OK);
+    assert_int_equal(qw_dlt_url_list_route(&l, "zzzzz-zzzzz::ab12"), 0);
+    assert_int_equal(qw_dlt_url_list_route(&l, "abcde-12345::ab12"), 1);
+    qw_dlt_url_list_free(&l);
+}
+
 /* dlt.url: one URL or several nodes of one ledger, comma-separated. */
 static void test_url_list(void **state)
 {
@@ -147,7 +183,11 @@ static void test_url_list(void **state)
         {"http://a,ftp://b", 0, NULL, NULL, "http:// or https://"},
         {"http://a,http://b:70000", 0, NULL, NULL, "port"},
         {"http://a,http://u:p@b", 0, NULL, NULL, "credentials"},
-        {"http://a b", 0, NULL, NULL, "spaces"},
+        {"http://a b", 0, NULL, NULL, "circuits"},
+        {"http://a abcde-12345 fghij-67890::ab12, http://b", 2, "http://a", "http://b", NULL},
+        {"http://a abcde-1234", 0, NULL, NULL, "circuits"},
+        {"http://a abcde-12345::ab1", 0, NULL, NULL, "circuits"},
+        {"http://a abcde-12345,http://a/ fghij-67890", 0, NULL, NULL, "same node URL twice"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct qw_dlt_url_list l;
@@ -308,10 +348,15 @@ static void test_url_statuses_many_ids(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_service_id_table),      cmocka_unit_test(test_batch_id_valid),
-        cmocka_unit_test(test_base_url_valid),        cmocka_unit_test(test_url_list),
-        cmocka_unit_test(test_url_batches),           cmocka_unit_test(test_url_batches_cap),
-        cmocka_unit_test(test_url_statuses),          cmocka_unit_test(test_url_statuses_rejects),
+        cmocka_unit_test(test_service_id_table),
+        cmocka_unit_test(test_batch_id_valid),
+        cmocka_unit_test(test_base_url_valid),
+        cmocka_unit_test(test_url_list),
+        cmocka_unit_test(test_url_route),
+        cmocka_unit_test(test_url_batches),
+        cmocka_unit_test(test_url_batches_cap),
+        cmocka_unit_test(test_url_statuses),
+        cmocka_unit_test(test_url_statuses_rejects),
         cmocka_unit_test(test_url_statuses_many_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

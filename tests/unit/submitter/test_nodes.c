@@ -94,8 +94,8 @@ static void test_state_machine(void **state)
 
     /* suspect: no request goes there; the probe is due after probe_base_ms */
     for (int k = 0; k < 5; k++) {
-        assert_int_equal(qw_nodes_pick_post(&set, -1, 30), 1);
-        assert_int_equal(qw_nodes_pick_poll(&set, -1, 30), 1);
+        assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 30), 1);
+        assert_int_equal(qw_nodes_pick_poll(&set, QW_NODES_ALL, -1, 30), 1);
     }
     assert_int_equal(qw_nodes_next_probe_ms(&set), 122);
     assert_int_equal(qw_nodes_probe_due(&set, 121), -1);
@@ -142,7 +142,7 @@ static void test_state_machine(void **state)
     assert_int_equal(n0->polls, 0);
     assert_int_equal(qw_nodes_probe_due(&set, 99999), -1);
     /* node 1 was never measured; node 0 now has 0.9 ms: both estimated alike, 0 used longer ago */
-    assert_int_equal(qw_nodes_pick_post(&set, -1, 3602), 1);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 3602), 1);
 }
 
 /* With no node up nothing can be chosen; any node answering makes one usable. */
@@ -154,12 +154,12 @@ static void test_none_up(void **state)
     for (int i = 0; i < 3; i++)
         refuse(&set, 0, QW_NODE_REQ_POST, 1);
     assert_false(qw_nodes_any_up(&set));
-    assert_int_equal(qw_nodes_pick_post(&set, -1, 2), -1);
-    assert_int_equal(qw_nodes_pick_poll(&set, -1, 2), -1);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 2), -1);
+    assert_int_equal(qw_nodes_pick_poll(&set, QW_NODES_ALL, -1, 2), -1);
     /* any answer from it, even to a request started earlier, brings it back */
     assert_int_equal(answer(&set, 0, QW_NODE_REQ_POLL, -1, 3), QW_NODE_BECAME_UP);
     assert_true(qw_nodes_any_up(&set));
-    assert_int_equal(qw_nodes_pick_post(&set, -1, 3), 0);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 3), 0);
 }
 
 /* Channels bound POSTs per node; polls need none; the node to avoid is a last resort. */
@@ -171,28 +171,28 @@ static void test_channels_and_avoid(void **state)
     /* equal unmeasured nodes: spread, least recently used first */
     static const int spread[] = {0, 1, 2, 0, 1, 2};
     for (size_t i = 0; i < sizeof(spread) / sizeof(spread[0]); i++) {
-        int n = qw_nodes_pick_post(&set, -1, 10 + (int64_t)i);
+        int n = qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 10 + (int64_t)i);
         assert_int_equal(n, spread[i]);
         qw_nodes_started(&set, n, QW_NODE_REQ_POST, 10 + (int64_t)i);
     }
     /* avoid: another node if one qualifies */
-    assert_int_equal(qw_nodes_pick_post(&set, 0, 20), 1);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, 0, 0, 20), 1);
     /* fill every channel (4 per node) */
     for (int k = 0; k < 6; k++) {
-        int n = qw_nodes_pick_post(&set, -1, 30 + k);
+        int n = qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 30 + k);
         assert_int_not_equal(n, -1);
         qw_nodes_started(&set, n, QW_NODE_REQ_POST, 30 + k);
     }
     for (int i = 0; i < 3; i++)
         assert_int_equal(set.node[i].posts, 4);
-    assert_int_equal(qw_nodes_pick_post(&set, -1, 40), -1);
-    assert_int_not_equal(qw_nodes_pick_poll(&set, -1, 40), -1);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 40), -1);
+    assert_int_not_equal(qw_nodes_pick_poll(&set, QW_NODES_ALL, -1, 40), -1);
     /* one channel frees on node 2: the avoided node is taken when it is the only one */
     qw_nodes_finished(&set, 2, QW_NODE_REQ_POST, QW_NODE_ANSWERED, 1000, 41);
-    assert_int_equal(qw_nodes_pick_post(&set, 2, 42), 2);
-    assert_int_equal(qw_nodes_pick_post(&set, 1, 42), 2);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, 2, 0, 42), 2);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, 1, 0, 42), 2);
     /* polls avoid likewise */
-    assert_int_not_equal(qw_nodes_pick_poll(&set, 2, 42), 2);
+    assert_int_not_equal(qw_nodes_pick_poll(&set, QW_NODES_ALL, 2, 42), 2);
 }
 
 /* Latency and load: the fast node takes POSTs until its queue costs more than the slow one. */
@@ -209,7 +209,7 @@ static void test_latency_and_load(void **state)
     /* cost 2 ms x (in flight + 1) stays below 150 ms until 75 are in flight */
     int on_fast = 0;
     for (int k = 0; k < 100; k++) {
-        int n = qw_nodes_pick_post(&set, -1, 2);
+        int n = qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 2);
         if (n == 1)
             break;
         assert_int_equal(n, 0);
@@ -239,23 +239,23 @@ static void test_estimate_and_explore(void **state)
     answer(&set, 0, QW_NODE_REQ_POST, 3000, 100);
     answer(&set, 1, QW_NODE_REQ_POST, 90000, 100);
     /* node 2 (never measured) costs like node 0 and was used less recently */
-    assert_int_equal(qw_nodes_pick_post(&set, -1, 101), 2);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 101), 2);
     answer(&set, 2, QW_NODE_REQ_POST, 5000, 101);
-    assert_int_equal(qw_nodes_pick_post(&set, -1, 102), 0);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 102), 0);
     /* keep nodes 0 and 2 busy-ish; node 1 is not measured for explore_ms: it gets one turn */
     for (int64_t t = 103; t < 1100; t += 10)
-        answer(&set, qw_nodes_pick_post(&set, -1, t), QW_NODE_REQ_POST, 3000, t);
+        answer(&set, qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, t), QW_NODE_REQ_POST, 3000, t);
     assert_int_equal(set.node[1].posts_total, 1);
-    assert_int_equal(qw_nodes_pick_post(&set, -1, 1100), 1);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 1100), 1);
     qw_nodes_started(&set, 1, QW_NODE_REQ_POST, 1100);
     /* while that one is out, node 1 is not explored again */
-    assert_int_not_equal(qw_nodes_pick_post(&set, -1, 1101), 1);
-    assert_int_not_equal(qw_nodes_pick_post(&set, -1, 2000), 1);
+    assert_int_not_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 1101), 1);
+    assert_int_not_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 2000), 1);
     qw_nodes_finished(&set, 1, QW_NODE_REQ_POST, QW_NODE_ANSWERED, 90000, 1190);
     answer(&set, 0, QW_NODE_REQ_POST, 3000, 2100);
     answer(&set, 2, QW_NODE_REQ_POST, 3000, 2100);
-    assert_int_not_equal(qw_nodes_pick_post(&set, -1, 2189), 1);
-    assert_int_equal(qw_nodes_pick_post(&set, -1, 2190), 1);
+    assert_int_not_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 2189), 1);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 2190), 1);
 }
 
 /*
@@ -302,7 +302,7 @@ static void test_simulated_run(void **state)
             qw_nodes_finished(&set, pr, QW_NODE_REQ_PROBE, ok ? QW_NODE_ANSWERED : QW_NODE_FAILED,
                               ok ? latency_us[pr] : -1, t);
         }
-        int n = qw_nodes_pick_post(&set, -1, t);
+        int n = qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, t);
         assert_int_not_equal(n, -1);
         qw_nodes_started(&set, n, QW_NODE_REQ_POST, t);
         posts[n]++;

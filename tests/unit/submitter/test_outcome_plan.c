@@ -41,6 +41,10 @@ struct row {
     int64_t unknown_since_ms;
     bool stopping;
     int max_attempts;
+    int post_node;         /* the node the job's POST went to (-1 = found in flight) */
+    int answer_node;       /* the node that answered */
+    bool post_node_knew;   /* that node acknowledged the batch */
+    bool window_backs_off; /* the 429's node shrank its window for it */
     /* expected */
     enum qw_plan_action action;
     enum qw_plan_event event;
@@ -57,6 +61,7 @@ struct row {
     bool plan_uncertain;        /* the plan's post_uncertain */
     bool check_wait;            /* check wait_s */
     int wait_s;                 /* POLL / POLL_AT wait */
+    const char *detail_has;     /* REC: a substring of the history detail, NULL = any */
 };
 
 #define POST QW_DLT_KIND_POST
@@ -517,6 +522,84 @@ static const struct row rows[] = {
      .status = QW_STATUS_UNKNOWN,
      .expect = QW_EXPECT_PENDING,
      .after = QW_AFTER_END_RETRY},
+    {.name = "Unknown from a node that did not take the POST proves nothing: ask again",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_UNKNOWN,
+     .job_kind = QW_JOB_SUBMIT,
+     .post_node = 1,
+     .answer_node = 2,
+     .unknown_since_ms = NOW - CONFIRM,
+     .action = QW_PLAN_POLL_AT,
+     .event = QW_EV_UNKNOWN_ELSEWHERE,
+     .check_at = true,
+     .at_ms = NOW + 250},
+    {.name = "Unknown confirmed by the node that had taken the batch: it forgot it",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_UNKNOWN,
+     .job_kind = QW_JOB_SUBMIT,
+     .post_node = 2,
+     .answer_node = 2,
+     .post_node_knew = true,
+     .unknown_since_ms = NOW - CONFIRM,
+     .action = REC,
+     .event = QW_EV_UNKNOWN_CONFIRMED,
+     .status = QW_STATUS_UNKNOWN,
+     .expect = QW_EXPECT_PENDING,
+     .after = QW_AFTER_END_RETRY,
+     .detail_has = "node 2, which had taken the batch, reported Unknown for 2000 ms"},
+    {.name = "Unknown confirmed by the node the POST went to, never acknowledged",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_UNKNOWN,
+     .job_kind = QW_JOB_SUBMIT,
+     .post_node = 1,
+     .answer_node = 1,
+     .unknown_since_ms = NOW - CONFIRM,
+     .action = REC,
+     .event = QW_EV_UNKNOWN_CONFIRMED,
+     .status = QW_STATUS_UNKNOWN,
+     .expect = QW_EXPECT_PENDING,
+     .after = QW_AFTER_END_RETRY,
+     .detail_has = "node 1, to which the POST went, reported Unknown"},
+    {.name = "Unknown of a batch found in flight: any node confirms",
+     .kind = STATUS,
+     .outcome = QW_DLT_OK,
+     .http_status = 200,
+     .reported = true,
+     .type = QW_DLT_STATUS_UNKNOWN,
+     .job_kind = QW_JOB_ADOPT,
+     .post_node = -1,
+     .answer_node = 3,
+     .unknown_since_ms = NOW - CONFIRM,
+     .action = REC,
+     .event = QW_EV_UNKNOWN_CONFIRMED,
+     .status = QW_STATUS_UNKNOWN,
+     .expect = QW_EXPECT_INFLIGHT,
+     .after = QW_AFTER_END_RETRY,
+     .detail_has = "node 3 reported Unknown"},
+    {.name = "429 a node's window backs off for: Delayed, retried after a first pause step",
+     .kind = POST,
+     .outcome = QW_DLT_BACKPRESSURE,
+     .http_status = 429,
+     .job_kind = QW_JOB_SUBMIT,
+     .window_backs_off = true,
+     .action = REC,
+     .event = QW_EV_POST_BACKPRESSURE,
+     .status = QW_STATUS_DELAYED,
+     .expect = QW_EXPECT_POSTING,
+     .after = QW_AFTER_END_RETRY,
+     .posted = true,
+     .retry_lo = 1,
+     .retry_hi = 50,
+     .detail_has = "the node's window shrank"},
     {.name = "failed poll: poll again after a backoff",
      .kind = STATUS,
      .outcome = QW_DLT_RETRY,
@@ -572,6 +655,7 @@ static void check_row(const struct row *t)
         .pause_max_ms = 500,
         .status_wait_s = 10,
         .unknown_confirm_ms = CONFIRM,
+        .window_backs_off = t->window_backs_off,
         .rng = &rng,
     };
     atomic_bool drain;
@@ -583,6 +667,8 @@ static void check_row(const struct row *t)
         .post_failure = "POST got no answer (dropped)",
         .accepted_ms = NOW - 30,
         .unknown_since_ms = t->unknown_since_ms,
+        .post_node = t->post_node,
+        .post_node_knew = t->post_node_knew,
     };
     struct qw_job job = {
         .kind = t->job_kind,
@@ -598,6 +684,7 @@ static void check_row(const struct row *t)
         .outcome = t->outcome,
         .transport = t->transport,
         .http_status = t->http_status,
+        .node = t->answer_node,
         .retry_after_ms = t->retry_after_ms ? t->retry_after_ms : -1,
         .message = "from the ledger",
         .statuses = t->kind == STATUS ? &st : NULL,
@@ -618,6 +705,10 @@ static void check_row(const struct row *t)
         return;
     if (t->post_uncertain)
         assert_non_null(strstr(p.outcome.detail, "POST got no answer (dropped)"));
+    if (t->detail_has && !strstr(p.outcome.detail, t->detail_has))
+        fail_msg("detail \"%s\" lacks \"%s\"", p.outcome.detail, t->detail_has);
+    if (t->window_backs_off)
+        assert_int_equal(pause.pause_until_ms, 0); /* no pause of every submission */
     const struct qw_outcome *o = &p.outcome;
     assert_int_equal(o->status, t->status);
     assert_int_equal(o->expect, t->expect);
