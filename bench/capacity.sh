@@ -66,21 +66,26 @@ w7_report() {
     echo "| run | batches/s | POSTs | 429s | 429s of POSTs | refused: node queue / rate | most pending at the ledger | order violations | status |"
     echo "|---|---|---|---|---|---|---|---|---|"
     while IFS= read -r run; do
-        line=$(awk -F'\t' -v r="$run" '$1 == r' "$RESULTS")
+        # the header row and this run's row, read by column name (RESULTS_AWK, run.sh)
+        line=$(awk -F'\t' -v r="$run" 'NR == 1 { print } '"$RESULTS_AWK"'c("run") == r { print }' "$RESULTS")
         dir=$WORK/$run
         stats=$(cat "$dir/sim_stats.json" 2>/dev/null || echo '{}')
         max_q=$(echo "$stats" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("max_queued_total", "-"))' 2>/dev/null || echo -)
         refused_g=$(echo "$stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["refused"]["global"])' 2>/dev/null || echo -)
         refused_r=$(echo "$stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["refused"]["rate"])' 2>/dev/null || echo -)
         order=$(cat "$dir/order_violations" 2>/dev/null || echo -)
-        echo "$line" | awk -F'\t' -v q="$max_q" -v g="$refused_g" -v r="$refused_r" -v o="$order" '{
+        echo "$line" | awk -F'\t' -v q="$max_q" -v g="$refused_g" -v r="$refused_r" -v o="$order" \
+            "$RESULTS_AWK"'{
+            posts = c("posts"); p429 = c("posts_429")
             printf "| %s | %s | %s | %s | %.2f%% | %s / %s | %s | %s | %s |\n",
-                $1, $9, $16, $17, ($16 > 0 ? 100 * $17 / $16 : 0), g, r, q, o, $7 }'
+                c("run"), c("batches_per_s"), posts, p429, (posts > 0 ? 100 * p429 / posts : 0),
+                g, r, q, o, c("status") }'
         if [[ $run == W7-cap* ]]; then
-            W7_CAP_LINE=$(echo "$line" | awk -F'\t' -v q="$max_q" -v o="$order" '{
-                print $9, $16, $17, q, o, $7, $8, $5 * $6 }')
+            W7_CAP_LINE=$(echo "$line" | awk -F'\t' -v q="$max_q" -v o="$order" "$RESULTS_AWK"'{
+                print c("batches_per_s"), c("posts"), c("posts_429"), q, o, c("status"),
+                    c("batches"), c("services") * c("batches_per_service") }')
         fi
-    done < <(awk -F'\t' 'NR > 1 && $1 ~ /^W7-/ { print $1 }' "$RESULTS")
+    done < <(awk -F'\t' "$RESULTS_AWK"'c("run") ~ /^W7-/ { print c("run") }' "$RESULTS")
     [ -n "${W7_CAP_LINE:-}" ] || return 0
     echo "$W7_CAP_LINE" | awk '{
         bps = $1; posts = $2; p429 = $3; q = $4; o = $5; st = $6; n = $7; want = $8

@@ -407,7 +407,38 @@ drop_db() {
     psql -X -q "$PG_ADMIN" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >>"$LOG" 2>&1 || true
 }
 
-printf 'run\tworkload\tk\tfsync\tservices\tbatches_per_service\tstatus\tbatches\tbatches_per_s\tp50_ms\tp99_ms\tmax_ms\tcommits_per_batch\trollbacks_per_batch\trequests_per_batch\tposts\tposts_429\tgets\trss_max_mb\trss_list_mb\tcpu_workers_per_1k\tcpu_pg_per_1k\tcpu_sim_per_1k\tspan_s\tenqueue_s\tser_retries\tflushes\toutcomes\tcycles\twarnings\tload1\tclaims_txns\tclaims_txn_p50_ms\tclaims_txn_p99_ms\tclaims_ser_failures_per_txn\tcycle_p99_ms\tseq_scans_claims\tseq_scans_batches\tcycle_failed\tw5_p50_ms\tw5_p99_ms\tw5_max_ms\tw5_idle\tw5_idle_p50_ms\tw5_idle_p99_ms\tw5_next\tw5_next_p50_ms\tw5_next_p99_ms\tw5_measured\tload_rate\tload_refused\tload_max_late_ms\n' >"$RESULTS"
+# The columns of $RESULTS, one row per run under a header row of these
+# names. record() fills them by name and the report reads them by name
+# (RESULTS_AWK), so a column can be added or moved without renumbering.
+RESULT_COLUMNS=(
+    run workload k fsync services batches_per_service status batches batches_per_s
+    p50_ms p99_ms max_ms commits_per_batch rollbacks_per_batch requests_per_batch
+    posts posts_429 gets rss_max_mb rss_list_mb
+    cpu_workers_per_1k cpu_pg_per_1k cpu_sim_per_1k span_s enqueue_s
+    ser_retries flushes outcomes cycles warnings load1
+    claims_txns claims_txn_p50_ms claims_txn_p99_ms claims_ser_failures_per_txn cycle_p99_ms
+    seq_scans_claims seq_scans_batches cycle_failed
+    w5_p50_ms w5_p99_ms w5_max_ms w5_idle w5_idle_p50_ms w5_idle_p99_ms
+    w5_next w5_next_p50_ms w5_next_p99_ms w5_measured load_rate load_refused load_max_late_ms
+)
+(
+    IFS=$'\t'
+    echo "${RESULT_COLUMNS[*]}"
+) >"$RESULTS"
+
+# Prepended to an awk program reading $RESULTS (awk -F'\t'): takes the
+# header row and defines c("name"), the field of that name in the current
+# row; an unknown name stops awk with an error rather than read another field.
+# shellcheck disable=SC2016 # awk's $i and $(...), not the shell's
+RESULTS_AWK='NR == 1 { for (i = 1; i <= NF; i++) column[$i] = i; next }
+function c(name) {
+    if (!(name in column)) {
+        printf "bench: results.tsv has no column %s\n", name >"/dev/stderr"
+        exit 2
+    }
+    return $(column[name])
+}
+'
 
 # Appends one result row. $1 name, $2 workload, $3 K, $4 fsync, $5 services,
 # $6 batches/service, $7 enqueue seconds, $8 worker summary sums ("" for G1),
@@ -435,29 +466,55 @@ record() {
         -v rss="$RSS_MAX" -v rsslist="$RSS_LIST" -v wt="$PROC_TICKS" \
         -v pgt="$((PG_T1 - PG_T0))" -v simt="$((SIM_T1 - SIM_T0))" -v hz="$BENCH_CLK_TCK" \
         -v span="$(bench_kv span_s "$fig")" -v enq="$enq" -v sums="$sums" -v warn="$warnings" -v load1="$RUN_LOAD1" \
-        -v claims="$claims" -v w5="$w5" -v lf="$LOAD_FIG" 'function kv(line, key,   i, n, w) {
+        -v claims="$claims" -v w5="$w5" -v lf="$LOAD_FIG" -v columns="${RESULT_COLUMNS[*]}" '
+        function kv(line, key,   i, n, w) {
             n = split(line, w, " ")
             for (i = 1; i <= n; i++) if (index(w[i], key "=") == 1) return substr(w[i], length(key) + 2)
             return "-"
         }
         BEGIN {
             split(sums, a, " ")
-            if (split(claims, c, " ") != 8) for (i = 1; i <= 8; i++) c[i] = "-"
+            if (split(claims, cl, " ") != 8) for (i = 1; i <= 8; i++) cl[i] = "-"
             per = n > 0 ? 1000 / n : 0
-            print name, wl, k, fs, s, b, st, n, bps, p50, p99, pmax,
-                (n > 0 ? sprintf("%.2f", xc / n) : "-"), (n > 0 ? sprintf("%.3f", xr / n) : "-"),
-                rpb, posts, p429, gets, sprintf("%.1f", rss / 1024), rsslist,
-                sprintf("%.3f", wt / hz * per), sprintf("%.3f", pgt / hz * per),
-                sprintf("%.3f", simt / hz * per), span, enq,
-                (sums == "" ? "-" : a[1]), (sums == "" ? "-" : a[2]),
-                (sums == "" ? "-" : a[3]), (sums == "" ? "-" : a[4]), warn, load1,
-                c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8],
-                kv(w5, "w5_p50_ms"), kv(w5, "w5_p99_ms"), kv(w5, "w5_max_ms"), kv(w5, "w5_idle"),
-                kv(w5, "w5_idle_p50_ms"), kv(w5, "w5_idle_p99_ms"), kv(w5, "w5_next"),
-                kv(w5, "w5_next_p50_ms"), kv(w5, "w5_next_p99_ms"), kv(w5, "w5_measured"),
-                kv(lf, "load_rate"), kv(lf, "load_refused"), kv(lf, "load_max_late_ms")
+            v["run"] = name; v["workload"] = wl; v["k"] = k; v["fsync"] = fs
+            v["services"] = s; v["batches_per_service"] = b; v["status"] = st
+            v["batches"] = n; v["batches_per_s"] = bps
+            v["p50_ms"] = p50; v["p99_ms"] = p99; v["max_ms"] = pmax
+            v["commits_per_batch"] = n > 0 ? sprintf("%.2f", xc / n) : "-"
+            v["rollbacks_per_batch"] = n > 0 ? sprintf("%.3f", xr / n) : "-"
+            v["requests_per_batch"] = rpb; v["posts"] = posts; v["posts_429"] = p429; v["gets"] = gets
+            v["rss_max_mb"] = sprintf("%.1f", rss / 1024); v["rss_list_mb"] = rsslist
+            v["cpu_workers_per_1k"] = sprintf("%.3f", wt / hz * per)
+            v["cpu_pg_per_1k"] = sprintf("%.3f", pgt / hz * per)
+            v["cpu_sim_per_1k"] = sprintf("%.3f", simt / hz * per)
+            v["span_s"] = span; v["enqueue_s"] = enq
+            v["ser_retries"] = sums == "" ? "-" : a[1]; v["flushes"] = sums == "" ? "-" : a[2]
+            v["outcomes"] = sums == "" ? "-" : a[3]; v["cycles"] = sums == "" ? "-" : a[4]
+            v["warnings"] = warn; v["load1"] = load1
+            v["claims_txns"] = cl[1]; v["claims_txn_p50_ms"] = cl[2]; v["claims_txn_p99_ms"] = cl[3]
+            v["claims_ser_failures_per_txn"] = cl[4]; v["cycle_p99_ms"] = cl[5]
+            v["seq_scans_claims"] = cl[6]; v["seq_scans_batches"] = cl[7]; v["cycle_failed"] = cl[8]
+            nw = split("w5_p50_ms w5_p99_ms w5_max_ms w5_idle w5_idle_p50_ms w5_idle_p99_ms " \
+                       "w5_next w5_next_p50_ms w5_next_p99_ms w5_measured", w5keys, " ")
+            for (i = 1; i <= nw; i++) v[w5keys[i]] = kv(w5, w5keys[i])
+            v["load_rate"] = kv(lf, "load_rate"); v["load_refused"] = kv(lf, "load_refused")
+            v["load_max_late_ms"] = kv(lf, "load_max_late_ms")
+            ncol = split(columns, col, " ")
+            for (i = 1; i <= ncol; i++) {
+                if (!(col[i] in v)) {
+                    printf "bench: record() has no value for column %s\n", col[i] >"/dev/stderr"
+                    exit 2
+                }
+                printf "%s%s", v[col[i]], i < ncol ? OFS : ORS
+                delete v[col[i]]
+            }
+            for (key in v) {
+                printf "bench: record() sets %s, which is not a column\n", key >"/dev/stderr"
+                exit 2
+            }
         }' >>"$RESULTS"
-    say "$name: $(tail -1 "$RESULTS" | cut -f7-13 | tr '\t' ' ')"
+    say "$name: $(awk -F'\t' "$RESULTS_AWK"'END { print c("status"), c("batches"), c("batches_per_s"),
+        c("p50_ms"), c("p99_ms"), c("max_ms"), c("commits_per_batch") }' "$RESULTS")"
 }
 
 # The claim cycle of a run, from the workers' claims.summary lines in
@@ -722,42 +779,42 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo
     echo "| run | services x batches | workers | batches/s | turnaround p50 / p99 ms | DB commits/batch | ledger requests/batch | worker RSS peak MB | CPU s/1k batches: workers / PostgreSQL / sim (total) |"
     echo "|---|---|---|---|---|---|---|---|---|"
-    awk -F'\t' 'NR > 1 {
-        st = $7 == "ok" ? "" : " (" $7 ")"
+    awk -F'\t' "$RESULTS_AWK"'NR > 1 {
+        st = c("status") == "ok" ? "" : " (" c("status") ")"
         printf "| %s%s | %s x %s | %s | %s | %s / %s | %s | %s | %s | %s / %s / %s (%.3f) |\n",
-            $1, st, $5, $6, $3, $9, $10, $11, $13, $15, $19, $21, $22, $23, $21 + $22 + $23
+            c("run"), st, c("services"), c("batches_per_service"), c("k"), c("batches_per_s"), c("p50_ms"), c("p99_ms"), c("commits_per_batch"), c("requests_per_batch"), c("rss_max_mb"), c("cpu_workers_per_1k"), c("cpu_pg_per_1k"), c("cpu_sim_per_1k"), c("cpu_workers_per_1k") + c("cpu_pg_per_1k") + c("cpu_sim_per_1k")
     }' "$RESULTS"
     echo
     echo "| run | batches | span s | POSTs (429) | GETs | turnaround max ms | rollbacks/batch | worker RSS MB each | serialization retries | outcome flushes | outcomes | cycles | worker warnings | enqueue s | load before |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    awk -F'\t' 'NR > 1 {
+    awk -F'\t' "$RESULTS_AWK"'NR > 1 {
         printf "| %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-            $1, $8, $24, $16, $17, $18, $12, $14, $20, $26, $27, $28, $29, $30, $25, $31
+            c("run"), c("batches"), c("span_s"), c("posts"), c("posts_429"), c("gets"), c("max_ms"), c("rollbacks_per_batch"), c("rss_list_mb"), c("ser_retries"), c("flushes"), c("outcomes"), c("cycles"), c("warnings"), c("enqueue_s"), c("load1")
     }' "$RESULTS"
     echo
     echo "Claim cycle (claims transaction and cycle percentiles: the worst worker's; sequential scans: pg_stat_user_tables during the run):"
     echo
     echo "| run | claims transactions | claims txn p50 / p99 ms | serialization failures per claims txn | cycle p99 ms | seq scans service_id_claims / batches | cycle.failed |"
     echo "|---|---|---|---|---|---|---|"
-    awk -F'\t' 'NR > 1 && $2 != "G1" {
-        printf "| %s | %s | %s / %s | %s | %s | %s / %s | %s |\n", $1, $32, $33, $34, $35, $36, $37, $38, $39
+    awk -F'\t' "$RESULTS_AWK"'NR > 1 && c("workload") != "G1" {
+        printf "| %s | %s | %s / %s | %s | %s | %s / %s | %s |\n", c("run"), c("claims_txns"), c("claims_txn_p50_ms"), c("claims_txn_p99_ms"), c("claims_ser_failures_per_txn"), c("cycle_p99_ms"), c("seq_scans_claims"), c("seq_scans_batches"), c("cycle_failed")
     }' "$RESULTS"
-    if awk -F'\t' 'NR > 1 && $2 == "W5" { found = 1 } END { exit !found }' "$RESULTS"; then
+    if awk -F'\t' "$RESULTS_AWK"'NR > 1 && c("workload") == "W5" { found = 1 } END { exit !found }' "$RESULTS"; then
         echo
         echo "W5, open loop (${W5_RATE} batches/s offered for ${W5_SECONDS} s; the first ${W5_WARMUP_S} s left out): the queuer's own overhead per batch, from when a batch could go (its enqueue committed, or its predecessor final at the ledger) to its first POST"
         echo
         echo "| run | services | workers | offered / achieved batches/s | batches measured | overhead p50 / p99 / max ms | idle head of a service: n, p50 / p99 ms | next after a commit: n, p50 / p99 ms | refused (back pressure) | load generator late, max ms |"
         echo "|---|---|---|---|---|---|---|---|---|---|"
-        awk -F'\t' -v rate="$W5_RATE" 'NR > 1 && $2 == "W5" {
-            st = $7 == "ok" ? "" : " (" $7 ")"
+        awk -F'\t' -v rate="$W5_RATE" "$RESULTS_AWK"'NR > 1 && c("workload") == "W5" {
+            st = c("status") == "ok" ? "" : " (" c("status") ")"
             printf "| %s%s | %s | %s | %s / %s | %s | %s / %s / %s | %s, %s / %s | %s, %s / %s | %s | %s |\n",
-                $1, st, $5, $3, rate, $50, $49, $40, $41, $42, $43, $44, $45, $46, $47, $48, $51, $52
+                c("run"), st, c("services"), c("k"), rate, c("load_rate"), c("w5_measured"), c("w5_p50_ms"), c("w5_p99_ms"), c("w5_max_ms"), c("w5_idle"), c("w5_idle_p50_ms"), c("w5_idle_p99_ms"), c("w5_next"), c("w5_next_p50_ms"), c("w5_next_p99_ms"), c("load_refused"), c("load_max_late_ms")
         }' "$RESULTS"
     fi
     awk -F'\t' -v procs="$GW_PROCS" -v conc="$GW_CONCURRENCY" -v lq="$GW_LOCAL_QUEUE" \
-        -v cb="$GW_COMPLETE_BATCH_MS" 'NR > 1 {
-            if ($1 == "W1-k4") q = $9
-            if ($1 == "G1") g = $9
+        -v cb="$GW_COMPLETE_BATCH_MS" "$RESULTS_AWK"'NR > 1 {
+            if (c("run") == "W1-k4") q = c("batches_per_s")
+            if (c("run") == "G1") g = c("batches_per_s")
         }
         END {
             if (q != "" && g != "" && g > 0)
@@ -765,15 +822,15 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
                     q, procs, conc, lq, cb, g, q / g
         }' "$RESULTS"
     # The targets, each checked on the rows it is about.
-    awk -F'\t' -v quick="$QUICK" 'function verdict(ok) { return ok ? "met" : "MISSED" }
+    awk -F'\t' -v quick="$QUICK" "$RESULTS_AWK"'function verdict(ok) { return ok ? "met" : "MISSED" }
         NR > 1 {
-            if ($1 == "W1-k4") { w1 = $9; p50 = $10; p99 = $11 }
-            if ($1 == "G1") g = $9
-            if ($1 == "W2-k1") rss10k = $19
-            if ($2 != "G1") {
-                if ($13 != "-" && ($13 + 0 > cmax || cmax == "")) cmax = $13 + 0
-                if ($19 + 0 > rssmax) rssmax = $19 + 0
-                if ($2 != "W4" && $2 != "W7") { nreq++; if ($15 + 0 != 2) badreq = badreq " " $1 "=" $15 }
+            if (c("run") == "W1-k4") { w1 = c("batches_per_s"); p50 = c("p50_ms"); p99 = c("p99_ms") }
+            if (c("run") == "G1") g = c("batches_per_s")
+            if (c("run") == "W2-k1") rss10k = c("rss_max_mb")
+            if (c("workload") != "G1") {
+                if (c("commits_per_batch") != "-" && (c("commits_per_batch") + 0 > cmax || cmax == "")) cmax = c("commits_per_batch") + 0
+                if (c("rss_max_mb") + 0 > rssmax) rssmax = c("rss_max_mb") + 0
+                if (c("workload") != "W4" && c("workload") != "W7") { nreq++; if (c("requests_per_batch") + 0 != 2) badreq = badreq " " c("run") "=" c("requests_per_batch") }
             }
         }
         END {
@@ -786,12 +843,12 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             if (rss10k != "") printf "- RSS <= 50 MB per worker with 10,000 claimed services (W2, 1 worker): %s MB (%s)\n", rss10k, verdict(rss10k <= 50)
             else if (rssmax > 0) printf "- RSS <= 50 MB per worker: largest %.1f MB (W2 with 1 worker, the 10,000-claim case, did not run)\n", rssmax
         }' "$RESULTS"
-    awk -F'\t' -v quick="$QUICK" 'function verdict(ok) { return ok ? "met" : "MISSED" }
+    awk -F'\t' -v quick="$QUICK" "$RESULTS_AWK"'function verdict(ok) { return ok ? "met" : "MISSED" }
         NR > 1 {
-            if ($1 == "W6-k8") { w8 = $9; rss8 = $19; ser8 = $35; cyc8 = $36; fail8 = $39 }
-            if ($1 == "W6-k16") w16 = $9
-            if ($1 == "W1-k1") w1k1 = $9
-            if ($1 == "W1-k4") w1k4 = $9
+            if (c("run") == "W6-k8") { w8 = c("batches_per_s"); rss8 = c("rss_max_mb"); ser8 = c("claims_ser_failures_per_txn"); cyc8 = c("cycle_p99_ms"); fail8 = c("cycle_failed") }
+            if (c("run") == "W6-k16") w16 = c("batches_per_s")
+            if (c("run") == "W1-k1") w1k1 = c("batches_per_s")
+            if (c("run") == "W1-k4") w1k4 = c("batches_per_s")
         }
         END {
             if (w8 == "" && w16 == "" && (w1k1 == "" || w1k4 == "")) exit
@@ -806,12 +863,12 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             if (w8 != "" && w16 != "") printf "- W6 with 16 workers no worse than with 8: %s vs %s (%s)\n", w16, w8, verdict(w16 >= w8)
             if (w1k1 != "" && w1k4 != "") printf "- W1 with 4 workers >= W1 with 1 worker: %s vs %s (%s)\n", w1k4, w1k1, verdict(w1k4 >= w1k1)
         }' "$RESULTS"
-    awk -F'\t' -v quick="$QUICK" 'function verdict(ok) { return ok ? "met" : "MISSED" }
+    awk -F'\t' -v quick="$QUICK" "$RESULTS_AWK"'function verdict(ok) { return ok ? "met" : "MISSED" }
         NR > 1 {
-            if ($1 == "W1-k1") w1k1 = $9
-            if ($1 == "W1-k2") w1k2 = $9
-            if ($1 == "W1-k4") { w1 = $9; cw = $21; cp = $22; cs = $23 }
-            if ($2 == "W5" && w5run == "") { w5p50 = $40; w5p99 = $41; w5run = $1 }
+            if (c("run") == "W1-k1") w1k1 = c("batches_per_s")
+            if (c("run") == "W1-k2") w1k2 = c("batches_per_s")
+            if (c("run") == "W1-k4") { w1 = c("batches_per_s"); cw = c("cpu_workers_per_1k"); cp = c("cpu_pg_per_1k"); cs = c("cpu_sim_per_1k") }
+            if (c("workload") == "W5" && w5run == "") { w5p50 = c("w5_p50_ms"); w5p99 = c("w5_p99_ms"); w5run = c("run") }
         }
         END {
             if (w1 == "" && w5run == "") exit
@@ -827,5 +884,5 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 cat "$OUT/table.md"
 say "table: $OUT/table.md, raw figures: $RESULTS"
 # A run that never drained fails the command (what a CI smoke run checks).
-FAILED=$(awk -F'\t' 'NR > 1 && $7 != "ok" { printf "%s%s (%s)", sep, $1, $7; sep = ", " }' "$RESULTS")
+FAILED=$(awk -F'\t' "$RESULTS_AWK"'NR > 1 && c("status") != "ok" { printf "%s%s (%s)", sep, c("run"), c("status"); sep = ", " }' "$RESULTS")
 [ -z "$FAILED" ] || die "not every batch became final in: $FAILED"
