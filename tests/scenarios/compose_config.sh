@@ -20,7 +20,9 @@
 #      that take a path compare by presence);
 #   7. the Dockerfile builds on Debian 12 with scripts/deps.sh (the same
 #      packages), copies every source directory the top-level meson.build
-#      reads, and installs the programs the compose file runs.
+#      reads, and installs the programs the compose file runs;
+#   8. no host port the stack publishes by default lies in Linux's ephemeral
+#      range (32768-60999), where a client socket of the host can hold it.
 set -euo pipefail
 
 root=${QW_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -225,10 +227,25 @@ for prog in ("queuer", "scabbard-sim", "qw-check", "queuer-gen"):
     if not re.search(r"/" + re.escape(prog) + r"\b", dockerfile):
         fail(f"the Dockerfile does not install {prog}")
 
+# 8. published host ports
+EPHEMERAL = range(32768, 61000)
+published = []
+for n, s in services.items():
+    for p in s.get("ports") or []:
+        if isinstance(p, dict):
+            host = str(p.get("published", ""))
+        else:
+            parts = str(p).split(":")
+            host = parts[-2] if len(parts) >= 2 else ""
+        if host.isdigit():
+            published.append(f"{n}:{host}")
+            if int(host) in EPHEMERAL:
+                fail(f"{n} publishes host port {host}, inside the ephemeral range 32768-60999")
+
 if failures:
     print("\n".join("compose_config: FAIL: " + m for m in failures), file=sys.stderr)
     sys.exit(1)
 print(f"compose_config: OK: {len(workers)} workers ({', '.join(workers)}), "
       f"{len(local_names)} QUEUER_* settings, sim flags {compose_pairs}, "
-      f"secrets via env files only")
+      f"secrets via env files only, host ports {published}")
 PY
