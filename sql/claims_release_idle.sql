@@ -1,18 +1,30 @@
 -- Gives back up to $2 of this instance's claims whose service has no work
--- (n_in - n_out = 0: nothing non-final but parked batches), no batch
--- mid-submission and no enqueue in progress (its ingest row is locked; both
--- rows are locked SKIP LOCKED, so the count read is exact). Claims are kept
+-- (n_in - n_out = 0: nothing non-final but parked batches) or whose head
+-- batch is parked (Delayed with retry_at = infinity: it waits for an
+-- operator, and every later batch of the service waits behind it, so the
+-- batches counted as work cannot move), no batch mid-submission and no
+-- enqueue in progress (its ingest row is locked; both rows are locked SKIP
+-- LOCKED, so the count read is exact). Claims are kept
 -- when their work runs out; this runs only when this instance holds its
 -- share (or its worker.max_claims) and free services with work wait, so
 -- that room is made for them (pickup then gives them out in the same
--- transaction). Reads our claims through the claimant index. $1 instance,
--- $2 how many. Returns the released services and whether each has work
--- (never).
+-- transaction). A service given back with a parked head is free without
+-- work (has_work false): pickup leaves it alone until an operator retries
+-- its head or it gets a new batch. Reads our claims through the claimant
+-- index, and a head through batches_open. $1 instance, $2 how many.
+-- Returns the released services and whether each has work (never).
 WITH idle AS MATERIALIZED (
     SELECT c.ctid
       FROM queuer.service_id_claims c
       JOIN queuer.service_ingest g ON g.service_id = c.service_id
-     WHERE c.claimant = $1 AND NOT c.submitting AND g.n_in - c.n_out = 0
+     WHERE c.claimant = $1 AND NOT c.submitting
+       AND (g.n_in - c.n_out = 0
+            OR (SELECT h.status = 'Delayed' AND h.retry_at = 'infinity'
+                  FROM queuer.batches h
+                 WHERE h.service_id = c.service_id
+                   AND (h.status IS NULL OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                 ORDER BY h.created_at, h.batch_id
+                 LIMIT 1))
      LIMIT $2::integer
        FOR UPDATE OF c SKIP LOCKED
        FOR SHARE OF g SKIP LOCKED

@@ -281,6 +281,36 @@ static void test_release_idle_gives_back_only_idle(void **state)
                      1);
 }
 
+/* A service whose head is parked (Delayed, retry_at = infinity) counts as
+ * idle though batches wait behind it: they cannot move until an operator
+ * acts, so the claim goes back without work when free services with work
+ * wait. A head that is only Delayed (due later) keeps it. */
+static void test_release_idle_gives_back_a_parked_head(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S1, "w1");
+    const char *params[] = {"w1", "10"};
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET status = 'Delayed', retry_at = now() + interval '1 hour' "
+             "WHERE batch_id = '%s'",
+             f->ids[0]);
+    itest_exec(f->pg.a, sql);
+    assert_int_equal(run(f->pg.a, "claims_release_idle", 2, params), 0);
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET retry_at = 'infinity' WHERE batch_id = '%s'", f->ids[0]);
+    itest_exec(f->pg.a, sql);
+    assert_int_equal(n_open(f, S1), 3); /* the three behind it are still counted */
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    assert_int_equal(run(f->pg.a, "claims_release_idle", 2, params), 1);
+    itest_exec(f->pg.a, "COMMIT");
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id = '" S1 "' AND claimant IS NULL "
+                                           "AND NOT has_work"),
+                     1);
+    assert_counters_exact(f);
+}
+
 /* Work for an idle service arrives after the release's snapshot: the
  * release must not give it back on what it saw (or must fail and re-run).
  * An enqueue still open (its ingest row locked) keeps it too. */
@@ -524,6 +554,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_takes_free_services_with_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_idle_gives_back_a_parked_head, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_keeps_mid_submission, setup, teardown),
         cmocka_unit_test_setup_teardown(test_surplus_taken_again_is_held, setup, teardown),
