@@ -8,14 +8,17 @@
 
 /*
  * Where a status poll goes: the node that took (or may have taken) the
- * batch's POST while it is up, since only its history surely holds the
- * batch; otherwise any up node that serves the service (one that learnt
- * the commit can say so; its Unknown proves nothing, monitor.h).
+ * batch's POST while it is up and its last poll there did not fail, since
+ * only its history surely holds the batch; otherwise any up node that
+ * serves the service (one that learnt the commit can say so; its Unknown
+ * proves nothing, monitor.h), so a node that hangs holds a batch for one
+ * request timeout, not for as long as it hangs.
  */
 static uint32_t poll_route(const struct submitter *s, const struct qw_job *job)
 {
     int pn = job->sub->post_node;
-    if (pn >= 0 && (size_t)pn < s->nodes.n && s->nodes.node[pn].state == QW_NODE_UP)
+    if (pn >= 0 && (size_t)pn < s->nodes.n && s->nodes.node[pn].state == QW_NODE_UP &&
+        pn != job->sub->poll_avoid)
         return UINT32_C(1) << pn;
     return job->sub->route;
 }
