@@ -275,7 +275,8 @@ void qw_submitter_on_transfer_done(const struct qw_dlt_result *r, void *arg)
         qw_submitter_capacity_give_back(s, job);
     if (plan.event == QW_EV_COMMITTED || plan.event == QW_EV_VALID || plan.event == QW_EV_INVALID ||
         plan.event == QW_EV_UNKNOWN_CONFIRMED)
-        qw_submitter_capacity_give_back(s, job); /* no longer pending at the ledger */
+        qw_submitter_units_give_back(s, job); /* no longer pending at the ledger; its place in
+                                                 the window frees once the outcome is written */
     if (plan.event == QW_EV_POST_BACKPRESSURE)
         qw_capacity_backpressure(&s->gate, ctx.now_ms);
     note_failure(s, job, r);

@@ -19,16 +19,27 @@ int64_t qw_submitter_job_cost(struct submitter *s, struct qw_job *job)
     return job->sub->cost;
 }
 
-/* The job's batch left the ledger (or never got in): its units and its place in its node's
- * window are free again. */
-void qw_submitter_capacity_give_back(struct submitter *s, struct qw_job *job)
+/* The job's batch left the ledger (or never got in): its units of the shared capacity are free
+ * again. */
+void qw_submitter_units_give_back(struct submitter *s, struct qw_job *job)
 {
     if (job->sub->cap_taken > 0)
         qw_capacity_give_back(&s->gate, job->sub->cap_taken);
     job->sub->cap_taken = 0;
+}
+
+/* The job gives up its place in its node's window. */
+void qw_submitter_window_give_back(struct submitter *s, struct qw_job *job)
+{
     if (job->sub->win_node >= 0)
         qw_window_give_back(&s->nodes.node[job->sub->win_node].win);
     job->sub->win_node = -1;
+}
+
+void qw_submitter_capacity_give_back(struct submitter *s, struct qw_job *job)
+{
+    qw_submitter_units_give_back(s, job);
+    qw_submitter_window_give_back(s, job);
 }
 
 /* The cap on every node's window: the in-flight share of a shared capacity

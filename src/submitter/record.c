@@ -118,6 +118,7 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
         return;
     }
     qw_submitter_make_ready(s, job, now_ms());
+    qw_submitter_window_give_back(s, job); /* after its next batch is queued */
 }
 
 static bool transient(int rc)

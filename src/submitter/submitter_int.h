@@ -142,6 +142,17 @@ int64_t qw_submitter_job_cost(struct submitter *s, struct qw_job *job);
 /** Frees the units of the shared capacity the job holds and its place in its node's window. */
 void qw_submitter_capacity_give_back(struct submitter *s, struct qw_job *job);
 
+/** Frees the units of the shared capacity the job holds (its batch left the ledger). */
+void qw_submitter_units_give_back(struct submitter *s, struct qw_job *job);
+
+/**
+ * Frees the job's place in its node's window. A batch that ended keeps it
+ * until its outcome is written: then its service's next batch (fast path)
+ * is in the ready queue before the place frees, and the highest priority
+ * waiting gets it, not whichever job was waiting while the write ran.
+ */
+void qw_submitter_window_give_back(struct submitter *s, struct qw_job *job);
+
 /** The cap on every node's window: the leased in-flight share counted in batches, 0 = none. */
 int qw_submitter_window_cap(const struct submitter *s);
 
