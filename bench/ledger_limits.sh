@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Two benchmarks of a ledger whose limits the workers are not told, on a
-# private PostgreSQL and scabbard-sim (per-node histories, protocol 2):
+# Benchmarks of a ledger whose limits the workers are not told, and two
+# reference runs, on a private PostgreSQL and scabbard-sim (per-node
+# histories, protocol 2):
 #
 #   LP  priority under 429-only scarcity: the ledger accepts 300 batches/s
 #       and answers 429 to the rest (--rate 300); 200 services x 10 at
@@ -14,8 +15,15 @@
 #       batches/s, 429s of POSTs, the most batches ever pending at the
 #       ledger (targets for LC-nocap: <= 5% 429s, >= 90% of LC-cap's
 #       throughput, never more than 40 pending).
+#   W1  the plain ledger (20 ms per commit, no limit): 1,000 services x 10,
+#       4 workers; batches/s (bench/run.sh's W1-k4, on this build).
+#   WF  fairness: 100 services x 40 at one priority, one worker with
+#       dlt.channels = 3, a ledger answering each POST 10 ms late (about
+#       300 batches/s); Jain's index of the services' committed batches
+#       between 1 s after the first commit and the moment the first service
+#       has nothing left (bench/run.sh's WF).
 #
-#   bench/ledger_limits.sh [--build DIR] [--runs LP,LC] [--out DIR] [--sim-args "ARGS"]
+#   bench/ledger_limits.sh [--build DIR] [--runs LP,LC,W1,WF] [--out DIR] [--sim-args "ARGS"]
 #
 # --build names a build directory holding queuer, sim/scabbard-sim and
 # tools/queuer-gen (default build/release). --sim-args adds simulator
@@ -184,6 +192,50 @@ run_capacity() {
         "max_pending=$maxq"
 }
 
+run_w1() {
+    local dir=$OUT/W1 t0 t1
+    mkdir -p "$dir"
+    fresh_db b_w1
+    [ -s "$OUT/w1.tsv" ] || qw_gen "$OUT/w1.tsv" 1000 10 1 wonep
+    load "$OUT/w1.tsv"
+    qw_sim_start "$dir/sim" --seed 1 "${SIM_ARGS[@]}" || die "scabbard-sim did not start"
+    t0=$(date +%s.%N)
+    workers "$dir"
+    wait_final 300
+    t1=$(date +%s.%N)
+    qw_workers_stop "$dir"
+    qw_sim_stop
+    figure "run=W1 batches_per_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", 10000 / (b - a) }')"
+}
+
+run_fairness() {
+    local dir=$OUT/WF jain
+    mkdir -p "$dir"
+    fresh_db b_wf
+    [ -s "$OUT/wf.tsv" ] || qw_gen "$OUT/wf.tsv" 100 40 51 fairs
+    load "$OUT/wf.tsv"
+    qw_sim_start "$dir/sim" --node-latency-ms 0:10 --seed 1 "${SIM_ARGS[@]}" ||
+        die "scabbard-sim did not start"
+    qw_worker_start "$dir" w1 "${WORKER_ENV[@]}" QUEUER_DLT_CHANNELS=3
+    wait_final 300
+    jain=$(qw_sql "WITH c AS (
+                       SELECT b.service_id, h.at FROM queuer.batch_history h
+                         JOIN queuer.batches b USING (batch_id) WHERE h.to_status = 'Committed'),
+                   w AS (SELECT min(at) + interval '1 second' AS t0,
+                                (SELECT min(last) FROM (SELECT max(at) AS last FROM c
+                                                         GROUP BY service_id) l) AS t1
+                           FROM c),
+                   x AS (SELECT s.service_id, count(c.at) AS n
+                           FROM (SELECT DISTINCT service_id FROM c) s
+                           LEFT JOIN c ON c.service_id = s.service_id
+                                      AND c.at > (SELECT t0 FROM w) AND c.at <= (SELECT t1 FROM w)
+                          GROUP BY s.service_id)
+                   SELECT round((sum(n) ^ 2 / (count(*) * sum(n ^ 2)))::numeric, 4) FROM x")
+    qw_workers_stop "$dir"
+    qw_sim_stop
+    figure "run=WF jain_index=$jain"
+}
+
 for run in ${RUNS//,/ }; do
     case $run in
     LP) run_priority ;;
@@ -192,7 +244,9 @@ for run in ${RUNS//,/ }; do
         run_capacity LC-cap
         ;;
     LC-nocap | LC-cap) run_capacity "$run" ;;
-    *) die "unknown run '$run' (LP, LC, LC-nocap, LC-cap)" ;;
+    W1) run_w1 ;;
+    WF) run_fairness ;;
+    *) die "unknown run '$run' (LP, LC, LC-nocap, LC-cap, W1, WF)" ;;
     esac
 done
 say "results in $OUT/results.txt"
