@@ -5,7 +5,8 @@
 -- heartbeat and the number of claims we hold (for the fair share). $1
 -- instance, $2 lease ms, $3 hard-expiry ms, $4 claims held, $5 our
 -- incarnation, $6 our worker.max_claims (0 = none; an enqueue gives no new
--- service to an instance at its cap). Returns the
+-- service to an instance at its cap), $7 whether LISTEN/NOTIFY wake-ups
+-- reach us (delivered, not_delivered or off; NULL = not reported). Returns the
 -- database clock in microseconds since the epoch and the milliseconds
 -- until the first lease of another running instance runs out (NULL when
 -- none runs): live workers renew theirs every cycle, so one that ends
@@ -17,7 +18,7 @@ UPDATE queuer.instances
    SET heartbeat_at = now(), stopped_at = NULL,
        lease_1 = now() + $2::integer * interval '1 millisecond',
        lease_2 = now() + $3::integer * interval '1 millisecond',
-       claims_held = $4::integer, max_claims = $6::integer
+       claims_held = $4::integer, max_claims = $6::integer, notifications = $7::text
  WHERE instance_id = $1 AND incarnation = $5::bigint
 RETURNING (extract(epoch FROM now()) * 1000000)::bigint,
           (SELECT ceil(extract(epoch FROM min(o.lease_1) - now()) * 1000)::bigint

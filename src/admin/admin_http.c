@@ -373,11 +373,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (metrics)
             return respond(conn, MHD_HTTP_OK, qw_metrics_render(&snap, NULL),
                            "text/plain; version=0.0.4; charset=utf-8");
-        char msg[200] = "", why[300];
+        char msg[200] = "", why[300], note[300] = "", body[620];
         int rc = snap.stopping ? QW_OK : cached_ping(h, msg, sizeof(msg));
         int ready = qw_admin_readiness(&snap, rc, msg, h->hooks.max_cycle_age_ms, why, sizeof(why));
-        return respond(conn, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
-                       text_dup(ready ? "ready" : why), TEXT_PLAIN);
+        if (h->hooks.detail)
+            h->hooks.detail(h->hooks.ctx, note, sizeof(note));
+        snprintf(body, sizeof(body), "%s%s%s", ready ? "ready" : why, note[0] ? "\n" : "", note);
+        return respond(conn, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, text_dup(body),
+                       TEXT_PLAIN);
     }
     return respond(conn, MHD_HTTP_NOT_FOUND, text_dup("not found: try /healthz, /readyz, /metrics"),
                    TEXT_PLAIN);

@@ -14,7 +14,8 @@
  *
  *   GET /healthz  200 "ok": the process is alive and serving.
  *   GET /readyz   200 "ready", or 503 with the reason: stopping, database
- *                 unreachable, no recent claims cycle.
+ *                 unreachable, no recent claims cycle; then, on a line of
+ *                 its own, the detail hook's note when it has one.
  *   GET /metrics  200, Prometheus text format 0.0.4 (see metrics.h).
  * Other paths are 404; methods other than GET and HEAD are 405.
  */
@@ -34,7 +35,10 @@ struct qw_admin_hooks {
     void (*snapshot)(void *ctx, struct qw_metrics_snapshot *out);
     /** Returns QW_OK when the database answers (optional; NULL = not checked). */
     int (*db_ping)(void *ctx, struct qw_error *err);
-    void *ctx;                /* passed to both hooks */
+    /** Writes into `buf` what /readyz adds on a line of its own: a degraded
+     *  state that does not make the worker unready; "" = nothing (optional). */
+    void (*detail)(void *ctx, char *buf, size_t len);
+    void *ctx;                /* passed to the hooks */
     int64_t max_cycle_age_ms; /* /readyz wants a cycle at most this old; <= 0 = not checked */
 };
 

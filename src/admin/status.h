@@ -54,6 +54,8 @@ struct qw_status_instance {
     int64_t cap_partitions;   /* capacity partitions it leases */
     int64_t cap_in_flight;    /* units in flight it holds; -1 = that kind is not limited */
     int64_t cap_per_second;   /* units a second it holds; -1 = that kind is not limited */
+    char notifications[16];   /* LISTEN wake-ups: delivered | not_delivered | off | "" (not
+                                 reported) */
 };
 
 /** One stuck batch (sql/ops_status_stuck.sql); strings truncated to fit. */

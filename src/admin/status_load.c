@@ -79,6 +79,7 @@ static int load_instances(struct qw_db *db, int max, struct qw_status_report *r,
         in->heartbeat_age_ms = qw_db_res_int(res, i, 5);
         in->claims_held = qw_db_res_int(res, i, 6);
         in->claims_lapsed = qw_db_res_int(res, i, 7);
+        copy(in->notifications, sizeof(in->notifications), qw_db_res_get(res, i, 8));
     }
     r->n_instances = (size_t)n;
     qw_db_res_free(res);

@@ -32,6 +32,22 @@ static void capacity_text(const struct qw_status_instance *in, char *out, size_t
              (long long)in->cap_partitions, (long long)in->cap_target);
 }
 
+/* A line naming the live instances whose LISTEN wake-ups do not arrive
+ * (they poll every cycle meanwhile), when there are any. */
+static void render_not_delivered(struct qw_strbuf *b, const struct qw_status_report *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_instances; i++) {
+        const struct qw_status_instance *in = &r->instances[i];
+        if (strcmp(in->state, "alive") != 0 || strcmp(in->notifications, "not_delivered") != 0)
+            continue;
+        qw_strbuf_printf(b, "%s%s",
+                         n++ ? ", " : "wake-ups not delivered (polling): ", in->instance_id);
+    }
+    if (n)
+        qw_strbuf_printf(b, "\n");
+}
+
 static void render_instances(struct qw_strbuf *b, const struct qw_status_report *r)
 {
     size_t alive = 0, dead = 0, stopped = 0;
@@ -76,6 +92,7 @@ static void render_instances(struct qw_strbuf *b, const struct qw_status_report 
     }
     qw_table_render(&t, b);
     qw_table_free(&t);
+    render_not_delivered(b, r);
 }
 
 /* The ledger nodes as each live worker sees them (only when a worker reported some). */
@@ -247,10 +264,11 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
     for (size_t i = 0; !bad && i < r->n_instances; i++) {
         const struct qw_status_instance *in = &r->instances[i];
         json_t *o = json_pack(
-            "{s:s, s:s, s:I, s:I, s:I, s:s, s:I, s:s}", "instance_id", in->instance_id, "state",
-            in->state, "heartbeat_age_ms", (json_int_t)in->heartbeat_age_ms, "claims_held",
+            "{s:s, s:s, s:I, s:I, s:I, s:s, s:I, s:s, s:s?}", "instance_id", in->instance_id,
+            "state", in->state, "heartbeat_age_ms", (json_int_t)in->heartbeat_age_ms, "claims_held",
             (json_int_t)in->claims_held, "claims_lapsed", (json_int_t)in->claims_lapsed, "host",
-            in->host, "pid", (json_int_t)in->pid, "version", in->version);
+            in->host, "pid", (json_int_t)in->pid, "version", in->version, "notifications",
+            in->notifications[0] ? in->notifications : NULL);
         json_t *cap =
             in->capacity
                 ? json_pack("{s:I, s:I, s:o, s:o}", "target", (json_int_t)in->cap_target,

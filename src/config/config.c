@@ -79,6 +79,11 @@ static const struct key keys[] = {
     STR_KEY("database", "conninfo", db_conninfo, "", rule_conninfo, "libpq syntax, no password",
             "libpq connection string (keywords or URI); empty = libpq's defaults and PGHOST, "
             "PGDATABASE, ...; the password comes from the secret"),
+    STR_KEY("database", "listen_conninfo", db_listen_conninfo, "", rule_conninfo,
+            "libpq syntax, no password",
+            "a direct or session-pooled connection used only to LISTEN for wake-ups, when "
+            "database.conninfo goes through a transaction pooler; empty = LISTEN on "
+            "database.conninfo (same password)"),
     STR_KEY("database", "password_file", db_password_file, "", NULL, "path or empty",
             "file holding the database password (mode 0600); QUEUER_DATABASE_PASSWORD wins"),
     INT_KEY("database", "connect_timeout_s", db_connect_timeout_s, 5, 1, 300,

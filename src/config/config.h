@@ -39,6 +39,8 @@ struct qw_config {
     /* [database] */
     char *db_conninfo;          /* libpq conninfo without password; default "" = libpq's
                                    defaults (PGHOST, PGDATABASE, ...) */
+    char *db_listen_conninfo;   /* libpq conninfo of the connection that only LISTENs
+                                   (direct or session-pooled), "" = LISTEN on db_conninfo */
     char *db_password_file;     /* path of a private file holding the password, or "" */
     int db_connect_timeout_s;   /* seconds, 1..300, default 5 */
     int db_query_timeout_ms;    /* client-side deadline per statement, 100..600000, default 10000 */

@@ -230,9 +230,10 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
     snprintf(held, sizeof(held), "%zu", p->held);
     char maxc[16];
     snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
-    const char *params[] = {p->instance_id, lease, hard, held, p->incarnation, maxc};
+    const char *params[] = {p->instance_id, lease,           hard, held, p->incarnation,
+                            maxc,           p->notifications};
     struct qw_db_res *res = NULL;
-    int rc = qw_db_query(db, "claims_lease", 6, params, &res, err);
+    int rc = qw_db_query(db, "claims_lease", 7, params, &res, err);
     if (rc == QW_OK && qw_db_res_rows(res) != 1)
         rc = qw_error_set(err, QW_ERR_SUPERSEDED,
                           "instance %s is no longer registered as incarnation %s: a later "

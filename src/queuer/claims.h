@@ -56,21 +56,23 @@ struct qw_claim {
 
 /** What one claims transaction asks for. */
 struct qw_claims_params {
-    const char *instance_id; /* our claimant id */
-    const char *incarnation; /* our registration's incarnation (decimal) */
-    int lease_ms;            /* expiry_1 of a new claim = now() + lease_ms */
-    int hard_expiry_ms;      /* expiry_2 of a new claim = now() + hard_expiry_ms */
-    int slack;               /* claims allowed over the fair share */
-    int max_claims;          /* hard cap, 0 = none */
-    int max_changes;         /* at most this many claims acquired or released (each)
-                                per call or handed to one instance, and 10 times as many
-                                taken over: bounded batches */
-    size_t held;             /* claims we hold before the call (the caller's count) */
-    const char *release;     /* text[] literal of our claims to give back (surplus), or
-                                NULL */
-    bool acquire;            /* false: no pickup (shutting down) */
-    bool housekeeping;       /* read the fair share first */
-    bool reconcile;          /* list every claim we hold (claims_held) */
+    const char *instance_id;   /* our claimant id */
+    const char *incarnation;   /* our registration's incarnation (decimal) */
+    int lease_ms;              /* expiry_1 of a new claim = now() + lease_ms */
+    int hard_expiry_ms;        /* expiry_2 of a new claim = now() + hard_expiry_ms */
+    int slack;                 /* claims allowed over the fair share */
+    int max_claims;            /* hard cap, 0 = none */
+    int max_changes;           /* at most this many claims acquired or released (each)
+                                  per call or handed to one instance, and 10 times as many
+                                  taken over: bounded batches */
+    size_t held;               /* claims we hold before the call (the caller's count) */
+    const char *release;       /* text[] literal of our claims to give back (surplus), or
+                                  NULL */
+    bool acquire;              /* false: no pickup (shutting down) */
+    bool housekeeping;         /* read the fair share first */
+    bool reconcile;            /* list every claim we hold (claims_held) */
+    const char *notifications; /* reported with the lease: "delivered", "not_delivered",
+                                  "off" (queuer.instances.notifications), NULL = not reported */
 };
 
 /** What it did; the arrays are owned and reused across calls. */

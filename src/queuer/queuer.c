@@ -16,6 +16,7 @@
 #include "db/txn.h"
 #include "queuer/claims.h"
 #include "queuer/claims_plan.h"
+#include "queuer/notify_check.h"
 #include "shared/job.h"
 #include "queuer/queue_txn.h"
 #include "queuer/svcmap.h"
@@ -79,6 +80,11 @@ struct queuer {
     struct qw_worker *w;               /* shared state */
     const struct qw_config *cfg;       /* read-only */
     struct qw_db *db;                  /* this thread's connection */
+    struct qw_db *listener;            /* database.listen_conninfo's connection, used only
+                                          to LISTEN (owned by the caller), or NULL: db
+                                          LISTENs */
+    struct qw_outage listener_outage;  /* its losses: log lines, paced reconnects */
+    struct qw_notify_check check;      /* whether notifications reach us (self-test) */
     struct qw_svcmap svcs;             /* services we hold */
     struct qw_claims_result claims;    /* last claims transaction */
     struct qw_rng rng;                 /* for backoff */
@@ -117,6 +123,14 @@ struct queuer {
     int cycles_since_housekeeping;     /* claims cycles since the last housekeeping */
     struct claims_tally *tally;        /* for the summary; NULL if it could not be allocated */
 };
+
+/* No notification can be trusted: worker.listen is off, or the self-test
+ * failed (or the listening connection is lost). New claims and new work are
+ * then found by a full fetch and a read of all our claims every cycle. */
+static bool polling(const struct queuer *q)
+{
+    return !q->cfg->worker_listen || !q->check.delivering;
+}
 
 static void samples_add(struct samples *sm, int64_t us)
 {
@@ -410,7 +424,7 @@ static int claims_step(struct queuer *q, bool acquire, bool woken, bool periodic
         .lease_renewed_ms = q->lease_renewed_ms,
         .settle_until_ms = q->settle_until_ms,
         .cycle_ms = cfg->worker_cycle_ms,
-        .listen = cfg->worker_listen,
+        .listen = !polling(q),
         .woken = woken,
         .periodic_housekeeping = periodic,
         .reconcile_asked = q->reconcile_asked,
@@ -442,6 +456,9 @@ static int claims_step(struct queuer *q, bool acquire, bool woken, bool periodic
         .acquire = acquire,
         .housekeeping = housekeeping,
         .reconcile = reconcile,
+        .notifications = !cfg->worker_listen   ? "off"
+                         : q->check.delivering ? "delivered"
+                                               : "not_delivered",
     };
     /* Once per half cycle at most (a cycle woken soon after the last
      * renewal skips it), unless our count moved by more than the slack. The
@@ -626,6 +643,51 @@ static void note_outage(struct queuer *q, const struct qw_error *err)
 {
     qw_outage_note_failure(&q->outage, err, qw_clock_mono_ms(), &q->rng);
     q->reconcile_asked = true;
+    /* The reconnect LISTENs again on this connection: test it then. */
+    if (!q->listener)
+        qw_notify_check_listener_back(&q->check);
+}
+
+/* Logs the self-test's verdict when it changed (once each way) and
+ * publishes it for /readyz; a cycle runs at once when polling begins. */
+static void notify_changed(struct queuer *q, enum qw_notify_check_change change, const char *why)
+{
+    const char *conn = q->listener ? "listener" : "queuer";
+    if (change == QW_NOTIFY_CHECK_FAILED) {
+        qw_log_warn("notify.not_delivered", "conn=%s reason=\"%s\" action=poll cycle_ms=%d", conn,
+                    why, q->cfg->worker_cycle_ms);
+        atomic_store_explicit(&q->w->stats.notify_lost, 1, memory_order_relaxed);
+        q->reconcile_asked = q->notified = true;
+    } else if (change == QW_NOTIFY_CHECK_RECOVERED) {
+        qw_log_info("notify.delivered", "conn=%s action=listen", conn);
+        atomic_store_explicit(&q->w->stats.notify_lost, 0, memory_order_relaxed);
+    }
+}
+
+/* The listening connection (database.listen_conninfo) is lost: polling until
+ * it is back and a self-test passed; its reconnects are paced. */
+static void listener_lost(struct queuer *q, const struct qw_error *err)
+{
+    qw_outage_note_failure(&q->listener_outage, err, qw_clock_mono_ms(), &q->rng);
+    notify_changed(q, qw_notify_check_listener_lost(&q->check), "listening connection lost");
+}
+
+/* Reconnects a lost listening connection when its next attempt is due;
+ * once it LISTENs again a self-test goes out with the next claims cycle. */
+static void keep_listener(struct queuer *q, int64_t now)
+{
+    if (!q->listener || !q->cfg->worker_listen || qw_db_ok(q->listener))
+        return;
+    if (q->check.listener_up) {
+        /* (dropped by a failed call without a wait noticing) */
+        struct qw_error err;
+        qw_error_set(&err, QW_ERR_DB_CONN, "listening connection dropped");
+        listener_lost(q, &err);
+    }
+    if (qw_outage_reconnect(&q->listener_outage, q->listener, now, &q->rng) != QW_OK)
+        return;
+    qw_outage_note_success(&q->listener_outage, qw_clock_mono_ms());
+    qw_notify_check_listener_back(&q->check);
 }
 
 static void drain_wake_fd(int fd)
@@ -664,7 +726,8 @@ static void on_item(struct queuer *q, const char *service, int64_t epoch)
 
 /*
  * Notifications: on our own channel the services we were given or that
- * got work ("<service>:<epoch>" items), or QW_CLAIMS_ALL (more than a
+ * got work ("<service>:<epoch>" items), our self-test (notify_check.h),
+ * or QW_CLAIMS_ALL (more than a
  * payload names: read all our claims and fetch them all); on
  * QW_CLAIMS_CHANNEL a claims change that concerns every worker (one
  * joined, or claims went back): a claims cycle with the fair share.
@@ -674,6 +737,11 @@ static void on_notify(const char *channel, const char *payload, void *arg)
     struct queuer *q = arg;
     if (strcmp(channel, QW_CLAIMS_CHANNEL) == 0) {
         q->notified = true;
+        return;
+    }
+    uint64_t token;
+    if (qw_notify_check_parse(payload, &token)) {
+        notify_changed(q, qw_notify_check_received(&q->check, token), NULL);
         return;
     }
     if (strcmp(payload, QW_CLAIMS_ALL) == 0) {
@@ -698,28 +766,42 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
 {
     int64_t t = qw_clock_mono_ms();
     int64_t until = next_cycle_ms < q->next_retry_ms ? next_cycle_ms : q->next_retry_ms;
+    struct qw_db *ldb = q->listener ? q->listener : q->db;
+    bool listening = q->cfg->worker_listen && qw_db_ok(ldb);
+    if (listening) {
+        int64_t expiry = qw_notify_check_deadline(&q->check, q->cfg->worker_cycle_ms);
+        until = expiry < until ? expiry : until;
+    } else if (q->cfg->worker_listen && q->listener && q->listener_outage.retry_at_ms < until) {
+        until = q->listener_outage.retry_at_ms; /* its next reconnect */
+    }
     int64_t timeout = until - t;
     if (timeout < 0 || q->n_dirty > 0)
         timeout = 0;
     struct qw_error err;
     qw_error_clear(&err);
     int r;
-    if (q->cfg->worker_listen && qw_db_ok(q->db)) {
-        r = qw_db_wait_notify(q->db, (int)timeout, q->w->wake_fd, on_notify, q, &err);
+    if (listening) {
+        r = qw_db_wait_notify(ldb, (int)timeout, q->w->wake_fd, on_notify, q, &err);
     } else {
-        /* Polling only (e.g. behind a transaction pooler), or waiting for the
-         * next reconnect during an outage: sleep on the wake fd. */
+        /* Polling only (worker.listen = false), or waiting for the next
+         * reconnect during an outage: sleep on the wake fd. */
         struct pollfd pfd = {.fd = q->w->wake_fd, .events = POLLIN};
         r = poll(&pfd, 1, (int)timeout) > 0 ? 2 : 0;
     }
     if (r == 2)
         drain_wake_fd(q->w->wake_fd);
-    if (r < 0) {
+    if (r < 0 && q->listener) {
+        listener_lost(q, &err);
+    } else if (r < 0) {
         /* Lost the connection while idle: once reconnected (LISTEN again) run
          * a claims cycle, since notifications sent meanwhile are gone. */
         note_outage(q, &err);
         q->notified = true;
     }
+    if (q->cfg->worker_listen)
+        notify_changed(
+            q, qw_notify_check_expire(&q->check, qw_clock_mono_ms(), q->cfg->worker_cycle_ms),
+            "the self-test NOTIFY did not come back within a cycle");
     take_done(q);
     bool cycle = q->notified;
     q->notified = false;
@@ -773,6 +855,48 @@ static bool note_failure(struct queuer *q, const char *event, const struct qw_er
 }
 
 /*
+ * Sends the self-test: a NOTIFY to our own channel, to come back on the
+ * listening connection within a cycle. It goes through the main connection
+ * when a separate one listens. When the main connection listens itself it
+ * goes through a short-lived connection of the same conninfo instead: a
+ * session's own NOTIFY always comes back to it, so the main connection
+ * would pass the test even behind a transaction pooler, where the session
+ * that LISTENed is not ours between transactions.
+ */
+static void send_selftest(struct queuer *q)
+{
+    char channel[64], payload[48];
+    snprintf(channel, sizeof(channel), QW_CLAIMS_CHANNEL_PREFIX "%s", q->w->incarnation);
+    snprintf(payload, sizeof(payload), QW_NOTIFY_CHECK_PREFIX "%llu",
+             (unsigned long long)qw_notify_check_next(&q->check));
+    const char *params[] = {channel, payload};
+    struct qw_error err;
+    qw_error_clear(&err);
+    struct qw_db *once = NULL;
+    int rc = QW_OK;
+    if (!q->listener) {
+        struct qw_db_opts opts;
+        qw_worker_db_opts(q->cfg, "queuer-selftest", &opts);
+        rc = qw_db_connect(&once, &opts, &err);
+    }
+    if (rc == QW_OK)
+        rc = qw_db_query(once ? once : q->db, "notify_selftest", 2, params, NULL, &err);
+    qw_db_close(once);
+    if (rc == QW_OK) {
+        /* (the expiry counts from the commit: a slow connect does not shorten it) */
+        qw_notify_check_sent(&q->check, qw_clock_mono_ms());
+    } else if (!q->listener) {
+        /* No connection for it: unverified, so it expires and we poll
+         * until a later test passes. */
+        log_failure("notify.selftest_failed", &err);
+        qw_notify_check_sent(&q->check, qw_clock_mono_ms());
+    } else {
+        /* The main connection failed (its cycle fails too): it stays due. */
+        note_failure(q, "notify.selftest_failed", &err);
+    }
+}
+
+/*
  * Fetch and queue: everything we hold (`full`) or only the services marked
  * dirty (jobs came back, new claims, named NOTIFYs).
  */
@@ -818,6 +942,7 @@ static void queuer_loop(struct queuer *q)
             notified = true; /* a claims cycle as soon as it is back */
             continue;
         }
+        keep_listener(q, t);
         if (t >= cycle_due(q, next_cycle) || notified) {
             bool woken = notified;
             notified = false;
@@ -827,9 +952,9 @@ static void queuer_loop(struct queuer *q)
              * run every few cycles and when woken. Polling workers (no LISTEN)
              * learn of new claims and new work only here, every cycle. */
             bool full = ++q->cycles_since_full >= FULL_FETCH_EVERY || q->notified_all ||
-                        t >= q->next_retry_ms || !cfg->worker_listen;
+                        t >= q->next_retry_ms || polling(q);
             bool periodic = ++q->cycles_since_housekeeping >= HOUSEKEEPING_EVERY ||
-                            q->notified_all || !cfg->worker_listen;
+                            q->notified_all || polling(q);
             if (periodic || woken)
                 q->cycles_since_housekeeping = 0;
             rc = claims_step(q, true, woken, periodic, &err);
@@ -846,6 +971,11 @@ static void queuer_loop(struct queuer *q)
                 rc = queue_now(q, full, &err);
             if (rc == QW_OK) {
                 failures = 0;
+                if (cfg->worker_listen) {
+                    qw_notify_check_cycle(&q->check);
+                    if (qw_notify_check_send_due(&q->check))
+                        send_selftest(q);
+                }
                 /* (a cycle after the lease's last renewal, which a woken
                  * cycle may have skipped) */
                 next_cycle =
@@ -928,9 +1058,11 @@ static int hook_should_stop(void *ctx)
     return atomic_load(&w->stop);
 }
 
-int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, struct qw_error *err)
+int qw_queuer_run(struct qw_worker *w, struct qw_db *db, struct qw_db *listener,
+                  pthread_t submitter, struct qw_error *err)
 {
-    struct queuer q = {.w = w, .cfg = w->cfg, .db = db, .next_retry_ms = INT64_MAX};
+    struct queuer q = {
+        .w = w, .cfg = w->cfg, .db = db, .listener = listener, .next_retry_ms = INT64_MAX};
     const struct qw_config *cfg = w->cfg;
     if (qw_svcmap_init(&q.svcs) != 0)
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
@@ -939,6 +1071,8 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, st
     qw_pgarray_init(&q.release);
     qw_rng_seed(&q.rng, (uint64_t)qw_clock_mono_us() ^ (uint64_t)getpid());
     qw_outage_init(&q.outage, "queuer");
+    qw_outage_init(&q.listener_outage, "listener");
+    qw_notify_check_init(&q.check);
     const struct qw_txn_hooks hooks = {
         .now_ms = hook_now_ms,
         .sleep_ms = hook_sleep_ms,

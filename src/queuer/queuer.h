@@ -17,9 +17,13 @@
  * closes w->jobs, waits for the submitter `thread` to hand every job back
  * and end, releases all claims and marks the instance stopped. `db` is
  * the queuer's connection (owned by the caller, used only by this thread).
- * Returns QW_OK after a clean stop.
+ * `listener` (database.listen_conninfo, owned by the caller, used only by
+ * this thread), when not NULL, is the connection that LISTENs and is waited
+ * on for wake-ups (reconnected when lost); NULL: `db` LISTENs. Returns QW_OK
+ * after a clean stop.
  */
 struct qw_db;
-int qw_queuer_run(struct qw_worker *w, struct qw_db *db, pthread_t submitter, struct qw_error *err);
+int qw_queuer_run(struct qw_worker *w, struct qw_db *db, struct qw_db *listener,
+                  pthread_t submitter, struct qw_error *err);
 
 #endif

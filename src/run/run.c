@@ -139,7 +139,30 @@ static int register_instance(struct qw_worker *w, struct qw_db *db, struct qw_er
     return rc;
 }
 
-static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_error *err)
+/*
+ * The connection that only LISTENs (database.listen_conninfo): a direct or
+ * session-pooled one when the main conninfo goes through a transaction
+ * pooler. It runs no statement of ours (none is prepared on it) and holds no
+ * transaction, so it needs no server-side limits.
+ */
+static int connect_listener(const struct qw_config *cfg, struct qw_db **out, struct qw_error *err)
+{
+    struct qw_db_opts opts = {
+        .conninfo = cfg->db_listen_conninfo,
+        .password = cfg->db_password,
+        .app_name = "queuer-listen",
+        .connect_timeout_s = cfg->db_connect_timeout_s,
+        .query_timeout_ms = cfg->db_query_timeout_ms,
+    };
+    int rc = qw_db_connect(out, &opts, err);
+    if (rc != QW_OK && err)
+        snprintf(err->msg + strlen(err->msg), sizeof(err->msg) - strlen(err->msg),
+                 " (database.listen_conninfo)");
+    return rc;
+}
+
+static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_db **listener,
+                             struct qw_error *err)
 {
     struct qw_db_opts opts;
     qw_worker_db_opts(w->cfg, "queuer-worker", &opts);
@@ -149,21 +172,26 @@ static int connect_queuer_db(struct qw_worker *w, struct qw_db **db, struct qw_e
     rc = qw_migrate_check(*db, NULL, err);
     if (rc == QW_OK)
         rc = register_instance(w, *db, err);
+    bool listen = w->cfg->worker_listen;
+    if (rc == QW_OK && listen && w->cfg->db_listen_conninfo[0])
+        rc = connect_listener(w->cfg, listener, err);
     /* Our own channel (claims given to us, work for the services we hold)
      * and the claims changes that concern every worker. Listening after
      * registering loses nothing: we hold no claim yet, and the first
      * claims cycle reads them all. */
+    struct qw_db *ldb = *listener ? *listener : *db;
     char channel[64];
     snprintf(channel, sizeof(channel), QW_CLAIMS_CHANNEL_PREFIX "%s", w->incarnation);
-    if (rc == QW_OK && w->cfg->worker_listen)
-        rc = qw_db_listen(*db, channel, err);
-    if (rc == QW_OK && w->cfg->worker_listen)
-        rc = qw_db_listen(*db, QW_CLAIMS_CHANNEL, err);
+    if (rc == QW_OK && listen)
+        rc = qw_db_listen(ldb, channel, err);
+    if (rc == QW_OK && listen)
+        rc = qw_db_listen(ldb, QW_CLAIMS_CHANNEL, err);
     if (rc == QW_OK)
         qw_claims_announce(*db); /* the others' share shrank: their surplus comes to us now */
     if (rc != QW_OK) {
         qw_db_close(*db);
-        *db = NULL;
+        qw_db_close(*listener);
+        *db = *listener = NULL;
     }
     return rc;
 }
@@ -196,7 +224,7 @@ int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *re
     qw_log_init(level, w->instance_id);
     qw_log_set_thread("queuer");
 
-    struct qw_db *db = NULL;
+    struct qw_db *db = NULL, *listener = NULL;
     int rc = qw_dlt_global_init();
     if (rc != QW_OK)
         qw_error_set(err, rc, "cannot initialise libcurl");
@@ -213,7 +241,7 @@ int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *re
     if (rc == QW_OK)
         rc = qw_handoff_create(&w->done, jobs_cap + (size_t)cfg->dlt_max_in_flight + 16, err);
     if (rc == QW_OK)
-        rc = connect_queuer_db(w, &db, err);
+        rc = connect_queuer_db(w, &db, &listener, err);
     if (rc == QW_OK) {
         signal_worker = w;
         if (install_signals() != 0)
@@ -227,10 +255,11 @@ int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *re
     if (rc == QW_OK) {
         qw_log_info("worker.started",
                     "version=%s incarnation=%s lease_ms=%d hard_expiry_ms=%d cycle_ms=%d "
-                    "listen=%d max_in_flight=%d",
+                    "listen=%d listener=%d max_in_flight=%d",
                     QW_VERSION, w->incarnation, cfg->worker_lease_ms, cfg->worker_hard_expiry_ms,
-                    cfg->worker_cycle_ms, cfg->worker_listen, cfg->dlt_max_in_flight);
-        rc = qw_queuer_run(w, db, submitter, err);
+                    cfg->worker_cycle_ms, cfg->worker_listen, listener != NULL,
+                    cfg->dlt_max_in_flight);
+        rc = qw_queuer_run(w, db, listener, submitter, err);
         struct qw_worker_stats *st = &w->stats;
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
@@ -250,6 +279,7 @@ int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *re
     }
     qw_worker_admin_stop(w->admin);
     qw_db_close(db);
+    qw_db_close(listener);
     if (w->jobs)
         qw_handoff_destroy(w->jobs, (void (*)(void *))qw_job_free);
     if (w->done)

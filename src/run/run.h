@@ -5,7 +5,10 @@
  * DESIGN. Two threads, each owning its own database connection:
  *  - the queuer thread (the process's main thread) runs the cycle of
  *    docs/DESIGN.md §6.1 (heartbeat, claims, fetch, one-round serial choice, fenced
- *    marking) and pushes jobs onto `jobs`;
+ *    marking) and pushes jobs onto `jobs`; with database.listen_conninfo
+ *    it owns a second connection that only LISTENs, and it opens a
+ *    short-lived one for its wake-up self-test when its main connection
+ *    LISTENs itself (queuer/notify_check.h);
  *  - the submitter thread owns the ledger client; it posts jobs, follows
  *    their status (the status monitor), writes outcomes in grouped fenced
  *    statements, and pushes each finished job onto `done`, then writes

@@ -98,6 +98,17 @@ static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
     }
 }
 
+/* /readyz's note: LISTEN wake-ups that do not arrive, while the worker polls. */
+static void worker_detail(void *ctx, char *buf, size_t len)
+{
+    struct qw_worker_admin *a = ctx;
+    bool lost = atomic_load_explicit(&a->w->stats.notify_lost, memory_order_relaxed) != 0;
+    snprintf(buf, len, "%s",
+             lost ? "wake-ups: not delivered (the LISTEN self-test failed or the listening "
+                    "connection is lost); polling every cycle"
+                  : "");
+}
+
 /* A fresh connection per ping: the worker's connections stay with their threads. */
 static int db_ping(void *ctx, struct qw_error *err)
 {
@@ -141,6 +152,7 @@ int qw_worker_admin_start(const struct qw_config *cfg, struct qw_worker *w,
     struct qw_admin_hooks hooks = {
         .snapshot = worker_snapshot,
         .db_ping = db_ping,
+        .detail = worker_detail,
         .ctx = a,
         .max_cycle_age_ms = ops ? max_age : 0,
     };

@@ -49,6 +49,9 @@ struct qw_worker_stats {
     atomic_llong flushes;               /* grouped outcome statements committed */
     atomic_llong outcomes;              /* outcomes written by them */
     atomic_int paused;                  /* 1 while submissions pause after a 429 or 401/403 */
+    atomic_int notify_lost;             /* 1 while LISTEN wake-ups do not arrive (self-test
+                                           failed, or the listening connection is lost): the
+                                           queuer polls every cycle */
     atomic_llong ledger_failures[2][QW_DLT_FAIL_COUNT]; /* failed exchanges by request
                                                             (0 POST, 1 status) and kind */
     atomic_llong outcomes_failing_since_ms; /* monotonic ms of the first failed outcome write

@@ -10,6 +10,18 @@
 # PgBouncer really multiplexed the clients. `queuer migrate` and enqueue go
 # straight to PostgreSQL (migrate takes a session advisory lock).
 #
+# Then wake-ups behind the same pool. A worker with database.listen_conninfo
+# (a direct connection used only to LISTEN) and everything else through the
+# transaction pool: its wake-up self-test passes (queuer.instances says
+# delivered), a batch enqueued by an application is POSTed a few
+# milliseconds after the enqueue committed (p50 <= 10 ms over 20 batches, a
+# 1 s cycle; polling takes half a cycle on average), and when its listening
+# session is ended (pg_terminate_backend) it falls back to polling within
+# one cycle, logs that once, reconnects and listens again. A worker that
+# LISTENs through the transaction pool itself (no listen_conninfo) finds by
+# its self-test that nothing is delivered, says so once in the log, in
+# /readyz and in queuer.instances, and still submits everything by polling.
+#
 # Exit 77 (skipped) when pgbouncer cannot be installed.
 # shellcheck source=tests/ha/lib_ha.sh
 . "$(dirname "$0")/lib_ha.sh"
@@ -121,3 +133,106 @@ sc_check_order
 sc_check "qw-check: no violation of I1-I4" 0 "$(sed -n 's/^violations=//p' "$SC_DIR/check.kv")"
 psql -X -q -P pager=off "host=127.0.0.1 port=$PGB_PORT dbname=pgbouncer user=postgres" -c "SHOW STATS" |
     awk 'NR <= 2 || /queuer/' | cut -c1-120 | sed 's/^/   /'
+
+# ---- wake-ups: LISTEN on a direct connection, everything else through the pool
+WAKE_ENV=("QUEUER_DATABASE_PASSWORD=$PGB_PASSWORD" QUEUER_DATABASE_PREPARED_STATEMENTS=false
+          QUEUER_WORKER_CYCLE_MS=1000 QUEUER_WORKER_LEASE_MS=5000 QUEUER_WORKER_HARD_EXPIRY_MS=20000)
+sc_worker_start w4 "QUEUER_DATABASE_CONNINFO=$PGB_CONNINFO application_name=w4" \
+    "QUEUER_DATABASE_LISTEN_CONNINFO=$QW_PG_CONNINFO application_name=w4-listen" "${WAKE_ENV[@]}"
+sc_wait_registered 20 w4
+sc_wait "w4 reports its wake-ups delivered" 20 \
+    "SELECT notifications = 'delivered' FROM queuer.instances WHERE instance_id = 'w4'"
+sc_check_sql "w4 listens on its direct connection only" 1 \
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'w4-listen'"
+
+# enqueue_one FILE LINE: enqueues line LINE of a TSV workload as an application
+# does (one autocommit statement, straight to PostgreSQL) and waits until the
+# ledger got it; sets ENQ_ID to its batch id.
+ENQ_ID=
+enqueue_one() {
+    local svc id hex
+    IFS=$'\t' read -r svc id hex < <(sed -n "${2}p" "$1")
+    python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex(sys.argv[1]))' "$hex" \
+        >"$SC_DIR/payload.bin"
+    QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO" "$QUEUER_BIN" enqueue --service "$svc" \
+        --batch-id "$id" --payload-file "$SC_DIR/payload.bin" >/dev/null || sc_fail "enqueue failed"
+    sc_wait "batch $2 posted" 10 \
+        "SELECT EXISTS (SELECT 1 FROM queuer.batch_history WHERE batch_id = '$id' AND to_status = 'Submitting')"
+    ENQ_ID=$id
+}
+
+# Enqueue commit -> POST: from the batch's 'Enqueued' history row (the
+# enqueue statement's start, so a little early) to the first POST of it in
+# the simulator's event log (wall-clock microseconds on the same host).
+N_LAT=20
+sc_gen "$SC_DIR/lat.tsv" $N_LAT 1 7 wakeu
+ids=()
+for i in $(seq 1 $N_LAT); do
+    enqueue_one "$SC_DIR/lat.tsv" "$i"
+    ids+=("'$ENQ_ID'")
+    sleep 0.$((RANDOM % 4 + 1)) # at different moments of the 1 s cycle
+done
+sc_sim_log_load
+id_list=$(IFS=,; echo "${ids[*]}")
+read -r lat_n lat_p50 lat_p90 lat_max <<<"$(qw_sql "
+    SELECT count(*), round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1),
+           round(percentile_cont(0.9) WITHIN GROUP (ORDER BY ms)::numeric, 1), round(max(ms)::numeric, 1)
+      FROM (SELECT (min((l.ev->>'t')::bigint) - extract(epoch FROM e.at) * 1e6) / 1000.0 AS ms
+              FROM scenario.simlog l
+              JOIN queuer.batch_history e ON e.batch_id = l.ev->>'batch' AND e.to_status = 'Enqueued'
+             WHERE l.ev->>'ev' = 'post' AND e.batch_id IN ($id_list)
+             GROUP BY e.batch_id, e.at) x" | tr '|' ' ')"
+sc_log "enqueue commit -> POST through the pool with a direct listener: n=$lat_n p50=${lat_p50} ms p90=${lat_p90} ms max=${lat_max} ms (cycle 1000 ms; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+sc_show "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY m.mark_ms)::numeric, 1) AS enqueue_to_mark_p50_ms,
+                round(percentile_cont(0.5) WITHIN GROUP (ORDER BY m.post_ms)::numeric, 1) AS mark_to_post_p50_ms
+           FROM (SELECT extract(epoch FROM s.at - e.at) * 1000 AS mark_ms,
+                        (min((l.ev->>'t')::bigint) - extract(epoch FROM s.at) * 1e6) / 1000.0 AS post_ms
+                   FROM scenario.simlog l
+                   JOIN queuer.batch_history e ON e.batch_id = l.ev->>'batch' AND e.to_status = 'Enqueued'
+                   JOIN queuer.batch_history s ON s.batch_id = e.batch_id AND s.to_status = 'Submitting'
+                  WHERE l.ev->>'ev' = 'post' AND e.batch_id IN ($id_list)
+                  GROUP BY e.batch_id, e.at, s.at) m"
+sc_check "batches measured" $N_LAT "$lat_n"
+sc_check_num "enqueue commit -> POST p50 (ms)" "$lat_p50" "<=" 10
+
+# The listening session ends: polling within one cycle, said once; then back.
+sc_check "w4 logged no failed self-test so far" 0 "$(grep -c 'event=notify.not_delivered' "$SC_DIR/w4.log")"
+killed_ms=$(date +%s%3N)
+sc_check_sql "the listening session was ended" 1 \
+    "SELECT count(pg_terminate_backend(a.pid))
+       FROM (SELECT pid FROM pg_stat_activity WHERE application_name = 'w4-listen') a"
+sc_wait_log w4 5 'event=notify.not_delivered conn=listener'
+line=$(grep -m1 'event=notify.not_delivered' "$SC_DIR/w4.log")
+at=$(sed -E 's/^ts=([^ ]+) .*/\1/' <<<"$line")
+fallback_ms=$(($(date -d "$at" +%s%3N) - killed_ms))
+sc_log "listening session ended: polling after ${fallback_ms} ms: $line"
+sc_check_num "fallback to polling after the listener is lost (ms)" "$fallback_ms" "<=" 1000
+sc_wait_log w4 10 'event=notify.delivered conn=listener'
+sc_wait "w4 listens again" 10 \
+    "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'w4-listen'"
+sc_check "notify.not_delivered logged once" 1 "$(grep -c 'event=notify.not_delivered' "$SC_DIR/w4.log")"
+sc_gen "$SC_DIR/after.tsv" 1 1 8 after
+enqueue_one "$SC_DIR/after.tsv" 1
+sc_log "a batch enqueued after the listener came back was posted (${ENQ_ID:0:16})"
+sc_worker_stop w4 20
+
+# ---- LISTEN through the transaction pool itself: the self-test finds it deaf
+ADMIN_PORT=$(qw_free_port)
+sc_worker_start w5 "QUEUER_DATABASE_CONNINFO=$PGB_CONNINFO application_name=w5" "${WAKE_ENV[@]}" \
+    QUEUER_ADMIN_LISTEN="127.0.0.1:$ADMIN_PORT"
+sc_wait_registered 20 w5
+sc_wait_log w5 10 'event=notify.not_delivered conn=queuer'
+sc_wait "w5 reports its wake-ups not delivered" 10 \
+    "SELECT notifications = 'not_delivered' FROM queuer.instances WHERE instance_id = 'w5'"
+readyz=$(curl -s -m 5 "http://127.0.0.1:$ADMIN_PORT/readyz")
+sc_log "/readyz: $(tr '\n' '|' <<<"$readyz")"
+grep -q '^wake-ups: not delivered' <<<"$readyz" || sc_fail "/readyz does not say the wake-ups are not delivered"
+QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO" "$QUEUER_BIN" status >"$SC_DIR/status.txt" ||
+    sc_fail "queuer status failed"
+grep -q '^wake-ups not delivered (polling): w5$' "$SC_DIR/status.txt" ||
+    sc_fail "queuer status does not name w5: $(cat "$SC_DIR/status.txt")"
+sc_gen "$SC_DIR/deaf.tsv" 4 3 9 deafw
+sc_load_tsv "$SC_DIR/deaf.tsv"
+sc_wait_all_final 60
+sc_check "notify.not_delivered logged once by w5" 1 "$(grep -c 'event=notify.not_delivered' "$SC_DIR/w5.log")"
+sc_worker_stop w5 20

@@ -131,6 +131,7 @@ struct fake {
     atomic_int ping_rc;   /* what the ping returns */
     atomic_int pings;     /* ping calls */
     atomic_int snapshots; /* snapshot calls */
+    atomic_int degraded;  /* the detail hook has a note */
     int64_t cycle_age_ms; /* copied into snapshots */
 };
 
@@ -293,6 +294,44 @@ static void test_server_not_ready(void **state)
     qw_admin_http_stop(h);
 }
 
+static void fake_detail(void *ctx, char *buf, size_t len)
+{
+    struct fake *f = ctx;
+    snprintf(buf, len, "%s", atomic_load(&f->degraded) ? "wake-ups: not delivered" : "");
+}
+
+/* The detail hook's note follows the verdict on a line of its own, ready or not. */
+static void test_server_detail(void **state)
+{
+    (void)state;
+    static struct fake f;
+    memset(&f, 0, sizeof(f));
+    f.cycle_age_ms = 200;
+    atomic_store(&f.degraded, 1);
+    struct qw_admin_hooks hooks = {.snapshot = fake_snapshot,
+                                   .db_ping = fake_ping,
+                                   .detail = fake_detail,
+                                   .ctx = &f,
+                                   .max_cycle_age_ms = 5000};
+    struct qw_admin_http *h = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_admin_http_start(&h, "127.0.0.1:0", &hooks, &err) != QW_OK)
+        fail_msg("start: %s", err.msg);
+    struct reply r;
+    request(qw_admin_http_port(h), "GET", "/readyz", &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "ready\nwake-ups: not delivered\n");
+    atomic_store(&f.stopping, 1);
+    request(qw_admin_http_port(h), "GET", "/readyz", &r);
+    assert_int_equal(r.status, 503);
+    assert_string_equal(r.body, "stopping\nwake-ups: not delivered\n");
+    atomic_store(&f.degraded, 0); /* no note: the body is the verdict alone */
+    request(qw_admin_http_port(h), "GET", "/readyz", &r);
+    assert_string_equal(r.body, "stopping\n");
+    qw_admin_http_stop(h);
+}
+
 static void test_server_refuses_bad_addresses(void **state)
 {
     (void)state;
@@ -327,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_readiness_outcomes_failing),
         cmocka_unit_test(test_server_endpoints),
         cmocka_unit_test(test_server_not_ready),
+        cmocka_unit_test(test_server_detail),
         cmocka_unit_test(test_server_refuses_bad_addresses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,8 +17,9 @@ static const char *const FULL_ID =
     "2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f0a1b2c3d";
 
 static struct qw_status_instance instances[] = {
-    {"worker-a", "host-a", "0.1.0", "alive", 101, 400, 12, 0, true, 125, 3, 12, 316},
-    {"worker-b", "host-b", "0.1.0", "dead", 102, 95000, 3, 3},
+    {"worker-a", "host-a", "0.1.0", "alive", 101, 400, 12, 0, true, 125, 3, 12, 316,
+     "not_delivered"},
+    {"worker-b", "host-b", "0.1.0", "dead", 102, 95000, 3, 3, .notifications = "not_delivered"},
     {"worker-c", "host-c", "0.1.0", "stopped", 103, 7200000, 0, 0},
 };
 
@@ -96,6 +97,7 @@ static const char *const text_lines[] = {
     "3 partitions, target 125",
     "  worker-b  dead     1m35s      3       3       host-b  102  0.1.0    -",
     "  worker-c  stopped  2h         0       0       host-c  103  0.1.0    -",
+    "wake-ups not delivered (polling): worker-a", /* live instances only */
     "stuck batches: 5 (the 2 stuck longest shown)",
     "  BATCH             SERVICE            STATE    ATTEMPTS  STUCK FOR  BEHIND  CLAIMANT  "
     "REASONS               LAST ERROR",
@@ -134,6 +136,7 @@ static void test_text_empty_system(void **state)
     assert_true(has_line(text, "stuck batches: none"));
     assert_null(strstr(text, "oldest"));
     assert_null(strstr(text, "INSTANCE"));
+    assert_null(strstr(text, "wake-ups"));
     free(text);
 }
 
@@ -170,6 +173,9 @@ static void test_json(void **state)
     assert_int_equal(json_integer_value(json_object_get(cap, "per_second")), 316);
     assert_int_equal(json_integer_value(json_object_get(cap, "target")), 125);
     assert_true(json_is_null(json_object_get(json_array_get(in, 1), "capacity")));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(in, 0), "notifications")),
+                        "not_delivered");
+    assert_true(json_is_null(json_object_get(json_array_get(in, 2), "notifications")));
     json_t *claims = json_object_get(j, "claims_per_instance");
     assert_int_equal(json_integer_value(json_object_get(claims, "worker-a")), 12);
     assert_int_equal(json_integer_value(json_object_get(claims, "worker-c")), 0);
