@@ -27,17 +27,17 @@ static void plan_backpressure(const struct qw_job *view, const struct qw_dlt_res
 {
     if (ctx->window_backs_off && r->retry_after_ms <= 0) {
         /* The node's window shrank for it: that is the response; the other
-         * POSTs (and the other nodes) go on. The batch is retried after a
-         * first pause step. */
-        int64_t ms = qw_backoff_pause_429(0, ctx->pause_base_ms, ctx->pause_max_ms, 0, ctx->rng);
+         * POSTs (and the other nodes) go on, and the batch is due again at
+         * once: the smaller window, not a delay, spaces its next POST, and
+         * it waits for it in the ready queue in its priority's turn. */
         qw_plan_record(plan, view, QW_EXPECT_POSTING, QW_STATUS_DELAYED, QW_AFTER_END_RETRY);
         plan->event = QW_EV_POST_BACKPRESSURE;
         struct qw_outcome *o = &plan->outcome;
-        o->retry_ms = ms;
+        o->retry_ms = 0;
         o->posted = true;
         snprintf(o->last_error, sizeof(o->last_error), "ledger back pressure (HTTP 429)");
         snprintf(o->detail, sizeof(o->detail),
-                 "HTTP 429: the node's window shrank; retry in %lld ms", (long long)ms);
+                 "HTTP 429: the node's window shrank; due again at once");
         return;
     }
     /* Answers to POSTs sent together arrive together: they grow the pause

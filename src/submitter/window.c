@@ -15,10 +15,11 @@ struct qw_window_policy qw_window_policy_default(double max)
         .min = 1.0,
         .max = max,
         .grow_every_ms = 100,
+        .grow_share = 0.05,
         .backoff = 0.7,
         .latency_backoff = 0.9,
-        .latency_factor = 2.0,
-        .latency_slack_us = 100000,
+        .latency_factor = 3.0,
+        .latency_slack_us = 250000,
     };
 }
 
@@ -112,7 +113,8 @@ bool qw_window_answer(struct qw_window *w, const struct qw_window_policy *p,
     if (w->cwnd < w->ssthresh) {
         w->cwnd += 1.0;
     } else if (now_ms - w->grown_ms >= p->grow_every_ms) {
-        w->cwnd += 1.0;
+        double step = w->cwnd * p->grow_share;
+        w->cwnd += step > 1.0 ? step : 1.0;
         w->grown_ms = now_ms;
     }
     clamp(w, p, cap);

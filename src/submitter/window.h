@@ -6,11 +6,12 @@
  *
  * - an accepted POST (202) while the node's recent latency stays near its
  *   base latency grows the window: by one per answer until the first decrease
- *   (slow start), then by one at most every `grow_every_ms` (a ledger's
- *   round trip can be a few ms, and growing once per round trip would
- *   overrun a rate limit many times a second); only while the window is
- *   what holds POSTs back (it is nearly full), so a window that is not used
- *   does not grow;
+ *   (slow start), then at most every `grow_every_ms` by one or by
+ *   `grow_share` of itself, whichever is more (a ledger's round trip can be
+ *   a few ms, and growing once per round trip would overrun a rate limit
+ *   many times a second, while a large window must win back a decrease
+ *   quickly); only while the window is what holds POSTs back (it is nearly
+ *   full), so a window that is not used does not grow;
  * - a 429, and a POST without an answer, shrink it by `backoff`;
  * - an accepted POST while the recent latency (a moving average, weight
  *   1/8, so one slow answer on a busy machine is not taken for a queue)
@@ -40,7 +41,8 @@ struct qw_window_policy {
     double initial;           /* window at start, batches, >= min */
     double min;               /* smallest window, batches, >= 1 */
     double max;               /* largest window, batches, >= min */
-    int64_t grow_every_ms;    /* after slow start, one batch more at most this often, ms */
+    int64_t grow_every_ms;    /* after slow start, it grows at most this often, ms */
+    double grow_share;        /* ... by this share of itself, or by one if that is more */
     double backoff;           /* factor on a 429 or a POST without an answer, (0, 1) */
     double latency_backoff;   /* factor on a slow answer, (0, 1) */
     double latency_factor;    /* an answer slower than this x base ... */
@@ -61,8 +63,8 @@ struct qw_window {
     long long cuts_latency; /* decreases for a slow answer */
 };
 
-/** The defaults: start at 4, between 1 and `max`, one more at most every 100 ms after slow start,
- * back off to 0.7 (429, no answer) and 0.9 (recent latency beyond 2 x base + 100 ms). */
+/** The defaults: start at 4, between 1 and `max`; after slow start +max(1, 5%) at most every
+ * 100 ms; back off to 0.7 (429, no answer) and 0.9 (recent latency beyond 3 x base + 250 ms). */
 struct qw_window_policy qw_window_policy_default(double max);
 
 /** A fresh window at `p->initial`. */

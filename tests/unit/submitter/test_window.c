@@ -56,7 +56,7 @@ static const struct row rows[] = {
     {"an unused window does not grow",
      64,
      {{TAKE, 1, 0, 0, 0, 4, 4}, {ACCEPT, 0, 1000, 0, 1, 4, 4}, {ACCEPT, 0, 1000, 0, 2, 4, 4}}},
-    {"429 shrinks it to 0.7 and ends slow start; then one more at most every 100 ms",
+    {"429 shrinks it to 0.7 and ends slow start; then +max(1, 5%) at most every 100 ms",
      64,
      {{TAKE, 8, 0, 0, 0, 4, 4},
       {REFUSE, 0, -1, 0, 0, 2.8, 2},
@@ -82,14 +82,17 @@ static const struct row rows[] = {
       {REFUSE, 0, -1, 0, 0, 1.372, 1},
       {REFUSE, 0, -1, 0, 0, 1, 1},
       {REFUSE, 0, -1, 0, 0, 1, 1}}},
-    {"a slow node (recent latency over 2 x base + 100 ms) shrinks it to 9/10",
+    {"a slow node (recent latency over 3 x base + 250 ms) shrinks it to 9/10",
      64,
      {{TAKE, 4, 0, 0, 0, 4, 4},
       {ACCEPT, 0, 10000, 0, 1, 5, 5},
-      {ACCEPT, 0, 500000, 0, 2, 6, 6},       /* one slow answer: recent ~71 ms, not slow */
-      {ACCEPT, 0, 500000, 0, 3, 6, 6},       /* two: ~125 ms < 2 x ~25 + 100 (4 of 6 used) */
-      {ACCEPT, 0, 500000, 0, 4, 5.4, 5},     /* three: ~172 ms > 2 x ~33 + 100 */
-      {ACCEPT_OLD, 0, 500000, 0, 5, 5.4, 5}, /* the same round trip: no decrease, no growth */
+      {ACCEPT, 0, 1000000, 0, 2, 6, 6}, /* 1 s answers: the recent latency climbs (1/8 a */
+      {ACCEPT, 0, 1000000, 0, 3, 6, 6}, /* step) faster than the base (1/64), and passes */
+      {ACCEPT, 0, 1000000, 0, 4, 6, 6}, /* 3 x base + 250 ms at the sixth */
+      {ACCEPT, 0, 1000000, 0, 5, 6, 6},
+      {ACCEPT, 0, 1000000, 0, 6, 6, 6},
+      {ACCEPT, 0, 1000000, 0, 7, 5.4, 5},
+      {ACCEPT_OLD, 0, 1000000, 0, 8, 5.4, 5}, /* the same round trip: no decrease, no growth */
       {END, 0, 0, 0, 0, 0, 0}}},
     {"a slower node is judged by its own base latency",
      64,
@@ -187,6 +190,16 @@ static void test_admits_and_counters(void **state)
     assert_int_equal(w.cuts_failed, 1);
     assert_int_equal(w.cuts_latency, 1);
     assert_int_equal(w.epoch, 3);
+    /* after slow start a large window grows by 5% a step */
+    p = qw_window_policy_default(64);
+    p.initial = 40;
+    qw_window_init(&w, &p);
+    for (int i = 0; i < 40; i++)
+        qw_window_take(&w);
+    assert_true(qw_window_answer(&w, &p, QW_WINDOW_REFUSED, w.epoch, -1, 0, 0));
+    assert_true(fabs(w.cwnd - 28.0) < 0.01);
+    qw_window_answer(&w, &p, QW_WINDOW_ACCEPTED, w.epoch, 1000, 0, 200);
+    assert_true(fabs(w.cwnd - 29.4) < 0.01);
     /* a small max: the initial window is the max */
     p = qw_window_policy_default(2);
     qw_window_init(&w, &p);
