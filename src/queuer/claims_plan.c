@@ -25,7 +25,10 @@ void qw_claims_plan_cycle(const struct qw_claims_state *s, struct qw_claims_plan
         s->woken || s->periodic_housekeeping || s->share == 0 || s->free_with_work > 0;
     out->renew = lapsed || s->now_ms - s->lease_renewed_ms >= s->cycle_ms / 2 ||
                  qw_claims_count_unreported(s->held, s->reported_held, s->slack);
-    out->may_release = !out->reconcile && s->now_ms >= s->settle_until_ms;
+    /* Surplus goes back by the names in our map: not while the map may be
+     * wrong. A routine read of every claim (a polling worker's, every cycle;
+     * the safety net's) does not make it so. */
+    out->may_release = !first && !lapsed && !s->reconcile_asked && s->now_ms >= s->settle_until_ms;
 }
 
 bool qw_claims_txn_due(bool release, bool reconcile, bool acquire, int64_t free_with_work)

@@ -57,7 +57,11 @@ struct qw_claims_plan {
  * - renew when the lease may have lapsed, half a cycle after the last
  *   renewal, or when our claim count moved by more than the slack since it
  *   was last reported (the others' fair share reads the reported count);
- * - release surplus only outside a reconcile and after the settle time.
+ * - release surplus after the settle time, unless the map of our claims
+ *   may be wrong (the first cycle, a lease that may have lapsed, a read
+ *   asked for); a routine read of every claim does not hold it back, or a
+ *   polling worker (which reads them every cycle) would never give any
+ *   back.
  */
 void qw_claims_plan_cycle(const struct qw_claims_state *s, struct qw_claims_plan *out);
 

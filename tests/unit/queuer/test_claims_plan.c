@@ -65,6 +65,11 @@ static void polling(struct qw_claims_state *s)
     s->listen = false;
     s->cycles_since_reconcile = 1;
 }
+static void polling_lapsed(struct qw_claims_state *s)
+{
+    polling(s);
+    lapsed(s);
+}
 static void woken(struct qw_claims_state *s)
 {
     s->woken = true;
@@ -109,10 +114,15 @@ static const struct plan_case plan_cases[] = {
     {"a read asked for (lost connection, '*'): no release meanwhile",
      asked,
      {false, true, false, false}},
-    {"the safety-net read every RECONCILE_EVERY cycles",
+    {"the safety-net read every RECONCILE_EVERY cycles: surplus still goes back",
      reconcile_due,
-     {false, true, false, false}},
-    {"a polling worker reads its claims every cycle", polling, {false, true, false, false}},
+     {false, true, false, true}},
+    {"a polling worker reads its claims every cycle and gives its surplus back",
+     polling,
+     {false, true, false, true}},
+    {"a polling worker whose lease may have lapsed releases nothing",
+     polling_lapsed,
+     {true, true, false, false}},
     {"a notification on the claims channel reads the share", woken, {false, false, true, true}},
     {"periodic housekeeping reads the share", periodic, {false, false, true, true}},
     {"free services with work waiting: look at the share again",
