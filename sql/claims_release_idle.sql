@@ -11,20 +11,15 @@
 -- transaction). A service given back with a parked head is free without
 -- work (has_work false): pickup leaves it alone until an operator retries
 -- its head or it gets a new batch. Reads our claims through the claimant
--- index, and a head through batches_open. $1 instance, $2 how many.
--- Returns the released services and whether each has work (never).
+-- index, and a head through batches_open (queuer.head_parked). $1
+-- instance, $2 how many. Returns the released services and whether each
+-- has work (never).
 WITH idle AS MATERIALIZED (
     SELECT c.ctid
       FROM queuer.service_id_claims c
       JOIN queuer.service_ingest g ON g.service_id = c.service_id
      WHERE c.claimant = $1 AND NOT c.submitting
-       AND (g.n_in - c.n_out = 0
-            OR (SELECT h.status = 'Delayed' AND h.retry_at = 'infinity'
-                  FROM queuer.batches h
-                 WHERE h.service_id = c.service_id
-                   AND (h.status IS NULL OR h.status IN ('Pending', 'Unknown', 'Delayed'))
-                 ORDER BY h.created_at, h.batch_id
-                 LIMIT 1))
+       AND (g.n_in - c.n_out = 0 OR queuer.head_parked(c.service_id))
      LIMIT $2::integer
        FOR UPDATE OF c SKIP LOCKED
        FOR SHARE OF g SKIP LOCKED
