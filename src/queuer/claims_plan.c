@@ -41,11 +41,6 @@ bool qw_claims_pickup_again(bool picker, int picked, int acquired, int step)
     return picker && picked >= step && picked > acquired;
 }
 
-size_t qw_claims_drain_above(size_t share)
-{
-    return share + share / 50;
-}
-
 bool qw_claims_release_idle_due(size_t held, int share, int64_t free_with_work)
 {
     return free_with_work > 0 && share > 0 && held >= (size_t)share;

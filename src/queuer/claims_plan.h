@@ -85,14 +85,6 @@ bool qw_claims_txn_due(bool release, bool reconcile, bool acquire, int64_t free_
 bool qw_claims_pickup_again(bool picker, int picked, int acquired, int step);
 
 /**
- * The claim count above which a worker drains its surplus: the fair share
- * plus 2% of it, so that claims moving between workers while the share is
- * read do not move claims back and forth at scale (at small shares this is
- * the share itself).
- */
-size_t qw_claims_drain_above(size_t share);
-
-/**
  * Whether idle claims (services without work) go back: only when free
  * services with work wait and we hold our share already (`held` >=
  * `share` > 0), so that pickup can give those to us. Claims are kept
@@ -108,10 +100,9 @@ struct qw_claims_held {
 };
 
 /**
- * Marks the surplus over `share` (qw_claims_drain_above() of the fair
- * share) among the `n` held services: the ones with the highest service ids
- * (a stable choice, so repeated cycles drain the same services), `n -
- * share` of them. Sorts `held` by service id,
+ * Marks the surplus over the fair `share` among the `n` held services: the
+ * ones with the highest service ids (a stable choice, so repeated cycles
+ * drain the same services), `n - share` of them. Sorts `held` by service id,
  * highest first. Returns how many of the surplus have no job out (those
  * can go back at once; the others when their job comes back).
  */

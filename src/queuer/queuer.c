@@ -314,7 +314,7 @@ static bool mark_draining(struct queuer *q)
         if (s->held && held)
             held[k++] = (struct qw_claims_held){.service_id = s->service_id, .busy = s->busy};
     }
-    size_t share = qw_claims_drain_above(q->claims.share > 0 ? (size_t)q->claims.share : 0);
+    size_t share = q->claims.share > 0 ? (size_t)q->claims.share : 0;
     size_t idle = held ? qw_claims_mark_surplus(held, k, share) : 0;
     for (size_t i = 0; i < k && held[i].draining; i++)
         qw_svcmap_get(&q->svcs, held[i].service_id)->draining = true;

@@ -227,15 +227,6 @@ static void test_pickup_again(void **state)
     assert_false(qw_claims_pickup_again(false, 0, 0, 2000));
 }
 
-static void test_drain_above(void **state)
-{
-    (void)state;
-    assert_int_equal(qw_claims_drain_above(0), 0);
-    assert_int_equal(qw_claims_drain_above(24), 24); /* small shares: the share itself */
-    assert_int_equal(qw_claims_drain_above(254), 259);
-    assert_int_equal(qw_claims_drain_above(12504), 12754);
-}
-
 static void test_release_idle_due(void **state)
 {
     (void)state;
@@ -313,7 +304,6 @@ int main(void)
         cmocka_unit_test(test_surplus_is_the_highest_ids),
         cmocka_unit_test(test_no_surplus_within_share),
         cmocka_unit_test(test_pickup_again),
-        cmocka_unit_test(test_drain_above),
         cmocka_unit_test(test_release_idle_due),
         cmocka_unit_test(test_count_unreported),
         cmocka_unit_test(test_parse_item_table),
