@@ -60,7 +60,7 @@ void qw_db_close(struct qw_db *db);
 int qw_db_ok(const struct qw_db *db);
 
 /** Drops and reopens the connection, then LISTENs again. */
-int qw_db_reconnect(struct qw_db *db, struct qw_error *err);
+QW_MUST_CHECK int qw_db_reconnect(struct qw_db *db, struct qw_error *err);
 
 /** Changes the per-call deadline (ms, > 0). */
 void qw_db_set_timeout(struct qw_db *db, int query_timeout_ms);
@@ -80,7 +80,7 @@ QW_MUST_CHECK int qw_db_begin(struct qw_db *db, const char *sql, struct qw_error
  * Runs `sql` with the simple query protocol (several statements allowed, no
  * parameters, results discarded), e.g. "BEGIN" or a migration file.
  */
-int qw_db_exec(struct qw_db *db, const char *sql, struct qw_error *err);
+QW_MUST_CHECK int qw_db_exec(struct qw_db *db, const char *sql, struct qw_error *err);
 
 /**
  * Runs the embedded statement `name` with `nparams` text parameters (NULL

@@ -356,7 +356,7 @@ int qw_claims_release_all(struct qw_db *db, const char *instance_id, const char 
      * counts in their fair share) at the moment its claims become free. */
     struct qw_db_res *res = NULL;
     const char *params[] = {instance_id, incarnation};
-    int rc = qw_db_exec(db, "BEGIN", err);
+    int rc = qw_txn_begin(db, err);
     if (rc == QW_OK)
         rc = qw_db_query(db, "instance_stop", 2, params, NULL, err);
     if (rc == QW_OK)
@@ -367,11 +367,9 @@ int qw_claims_release_all(struct qw_db *db, const char *instance_id, const char 
     if (rc == QW_OK && n > 0)
         rc = qw_db_exec(db, "NOTIFY " QW_CLAIMS_CHANNEL, err);
     if (rc == QW_OK)
-        rc = qw_db_exec(db, "COMMIT", err);
+        rc = qw_txn_commit(db, err);
     if (rc != QW_OK) {
-        struct qw_error ignored;
-        if (qw_db_ok(db))
-            qw_db_exec(db, "ROLLBACK", &ignored);
+        qw_txn_rollback(db);
         return rc;
     }
     if (released)

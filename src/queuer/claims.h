@@ -111,8 +111,8 @@ struct qw_claims_result {
  * longer the instance's (a later one took it over, or it was removed):
  * the process must stop.
  */
-int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
-                    struct qw_claims_result *out, struct qw_error *err);
+QW_MUST_CHECK int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
+                                  struct qw_claims_result *out, struct qw_error *err);
 
 /**
  * Runs maintenance in a READ COMMITTED transaction of its own
@@ -125,9 +125,10 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
  * read every claim next time). `stats` (may be NULL) gets the claims
  * transaction's retry counts.
  */
-int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
-                    const struct qw_txn_policy *maintain_policy, const struct qw_claims_params *p,
-                    struct qw_claims_result *out, struct qw_txn_stats *stats, struct qw_error *err);
+QW_MUST_CHECK int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
+                                  const struct qw_txn_policy *maintain_policy,
+                                  const struct qw_claims_params *p, struct qw_claims_result *out,
+                                  struct qw_txn_stats *stats, struct qw_error *err);
 
 /** Frees the result's storage. */
 void qw_claims_result_free(struct qw_claims_result *r);
@@ -139,7 +140,8 @@ void qw_claims_result_free(struct qw_claims_result *r);
  * share that no longer counts this one. Returns the number released in
  * *released.
  */
-int qw_claims_release_all(struct qw_db *db, const char *instance_id, const char *incarnation,
-                          int *released, struct qw_error *err);
+QW_MUST_CHECK int qw_claims_release_all(struct qw_db *db, const char *instance_id,
+                                        const char *incarnation, int *released,
+                                        struct qw_error *err);
 
 #endif

@@ -8,6 +8,7 @@
 #define QW_QUEUER_NEXT_BATCH_H
 
 #include "common/batch.h"
+#include "common/err.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -66,8 +67,8 @@ struct qw_serial_stats {
  * chosen), QW_ERR_NOMEM when `scratch` is NULL and allocation fails.
  * `stats` may be NULL.
  */
-int qw_serial_choose(const struct qw_serial_batch *batches, size_t n, int64_t now_us,
-                     const struct qw_serial_batch **scratch, size_t *out, size_t *n_out,
-                     struct qw_serial_stats *stats);
+QW_MUST_CHECK int qw_serial_choose(const struct qw_serial_batch *batches, size_t n, int64_t now_us,
+                                   const struct qw_serial_batch **scratch, size_t *out,
+                                   size_t *n_out, struct qw_serial_stats *stats);
 
 #endif

@@ -1029,10 +1029,10 @@ static void queuer_shutdown(struct queuer *q, pthread_t submitter)
     struct qw_error err;
     qw_error_clear(&err);
     int released = 0;
-    if (!qw_db_ok(q->db))
-        qw_db_reconnect(q->db, &err);
-    if (qw_claims_release_all(q->db, q->w->instance_id, q->w->incarnation, &released, &err) !=
-        QW_OK)
+    int rc = qw_db_ok(q->db) ? QW_OK : qw_db_reconnect(q->db, &err);
+    if (rc == QW_OK)
+        rc = qw_claims_release_all(q->db, q->w->instance_id, q->w->incarnation, &released, &err);
+    if (rc != QW_OK)
         log_failure("claims.release_failed", &err);
     qw_log_info("worker.stopped", "released=%d", released);
     if (q->tally)

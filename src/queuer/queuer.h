@@ -23,7 +23,7 @@
  * after a clean stop.
  */
 struct qw_db;
-int qw_queuer_run(struct qw_worker *w, struct qw_db *db, struct qw_db *listener,
-                  pthread_t submitter, struct qw_error *err);
+QW_MUST_CHECK int qw_queuer_run(struct qw_worker *w, struct qw_db *db, struct qw_db *listener,
+                                pthread_t submitter, struct qw_error *err);
 
 #endif
