@@ -11,8 +11,8 @@
 --
 -- Fast path: when a batch's turn ends (Committed, Valid, Invalid) and the
 -- outcome may continue (go_on), the service's oldest remaining non-final
--- batch is marked for submission in the same statement when DESIGN §4
--- allows it (no status and not submitted, or Unknown/Delayed and due),
+-- batch is marked for submission in the same statement when docs/DESIGN.md
+-- §5.2 allows it (no status and not submitted, or Unknown/Delayed and due),
 -- so the next POST needs no further round trip or COMMIT. The queuer's
 -- cycle (src/queuer/next_batch.c) is the general rule; this is the same rule
 -- for the one service whose in-flight batch just ended.

@@ -1,5 +1,5 @@
 /*
- * Steps 1-3 of the worker cycle (DESIGN §3) at a cost that follows what
+ * Steps 1-3 of the worker cycle (docs/DESIGN.md §4) at a cost that follows what
  * changed, not the number of services or workers (docs/CLAIMS.md):
  *
  * - qw_claims_lease() renews this instance's lease, one row, every cycle,
