@@ -389,7 +389,7 @@ nm_cleanup() {
     [ -n "$NM_FEEDER_PID" ] && touch "$NM_DIR/run/feeder.stop" && kill "$NM_FEEDER_PID" 2>/dev/null
     [ "${#NM_PID[@]}" = 0 ] || qw_stop_pids 5 "${NM_PID[@]}"
     wait "$NM_FEEDER_PID" 2>/dev/null
-    qw_sim_stop 2>/dev/null
+    { qw_sim_stop; } 2>/dev/null
     qw_pg_stop immediate 2>/dev/null
     [ "$NM_NET" = 1 ] && [ -n "${NM_DB_LINK:-}" ] && ip link set "$NM_DB_LINK" up 2>/dev/null
     nm_net_teardown
