@@ -137,7 +137,7 @@ figure() {
 }
 
 run_priority() {
-    local dir=$OUT/LP t0 t1 frac posts refused
+    local dir=$OUT/LP t0 t1 frac posts refused spread
     mkdir -p "$dir"
     fresh_db b_lp
     qw_gen "$dir/low.tsv" 200 10 41 lowpr
@@ -158,9 +158,14 @@ run_priority() {
                      FROM fin")
     posts=$(sim_stat 'sum(d["posts"].values())')
     refused=$(sim_stat 'd["posts"]["429"]')
+    spread=$(qw_sql "SELECT string_agg(n::text, '/' ORDER BY n DESC) FROM (
+                         SELECT count(DISTINCT service_id) AS n FROM queuer.batch_history
+                          WHERE to_status = 'Committed' AND service_id LIKE 'highp%'
+                          GROUP BY instance_id) x")
     qw_workers_stop "$dir"
     qw_sim_stop
     figure "run=LP low_final_pct_when_high_done=$frac posts=$posts posts_429=$refused" \
+        "high_services_per_worker=$spread" \
         "span_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')"
 }
 
