@@ -9,7 +9,8 @@
 # scabbard-sim. Every SAMPLE_S it records the batches made final, the open
 # backlog, dead and live tuples, and the sizes of the queue tables and
 # their indexes; at the end it prints one table per run and the ratio of
-# the two throughputs. Not a test; the samples go to OUT.
+# the two throughputs. Not a test; the samples, the prune runs' durations
+# and the workers' logs go to OUT.
 #
 # usage: bench/soak_xmin.sh [BUILD_DIR]        (default: build)
 #   SOAK_SECONDS (600), SAMPLE_S (30), WORKERS (4), SERVICES (1000),
@@ -84,7 +85,7 @@ sample() {
 
 # One run: $1 free or held.
 soak_run() {
-    local mode=$1 dir=$work/$1 t0 now next_sample next_prune enqueued=0 open held_pid=""
+    local mode=$1 dir=$work/$1 t0 now next_sample enqueued=0 open held_pid=""
     QW_PG_FSYNC=${QW_PG_FSYNC:-off} qw_pg_start "$dir/pg" >/dev/null
     qw_psql -c "CREATE DATABASE soak" >/dev/null
     db="$QW_PG_CONNINFO dbname=soak"
@@ -115,9 +116,24 @@ SQL
     done
     t0=$(date +%s)
     next_sample=$((t0 + sample_s))
-    next_prune=$((t0 + prune_every_s))
     printf 't_s\tfinal\topen\ttables (name:live:dead:heap_bytes:index_bytes)\n' >"$out/$mode.tsv"
+    : >"$out/$mode.prune"
     sample 0 "$enqueued" >>"$out/$mode.tsv"
+    # prune on its own schedule, beside the feeding (a slow prune must not
+    # starve the workers of work)
+    (
+        next_prune=$((t0 + prune_every_s))
+        while [ "$next_prune" -lt $((t0 + soak_s)) ]; do
+            now=$(date +%s)
+            [ "$now" -ge "$next_prune" ] || sleep $((next_prune - now))
+            now=$(date +%s)
+            QUEUER_DATABASE_CONNINFO=$db "$QUEUER_BIN" prune --older-than "$prune_age" >/dev/null
+            echo "$((now - t0)) $(($(date +%s) - now))" >>"$out/$mode.prune"
+            next_prune=$((next_prune + prune_every_s))
+        done
+    ) &
+    local pruner=$!
+    helpers+=("$pruner")
     while :; do
         now=$(date +%s)
         [ "$now" -lt $((t0 + soak_s)) ] || break
@@ -127,10 +143,6 @@ SQL
             round=$((round + 1))
             enqueued=$((enqueued + services * batches))
         fi
-        if [ "$now" -ge "$next_prune" ]; then
-            QUEUER_DATABASE_CONNINFO=$db "$QUEUER_BIN" prune --older-than "$prune_age" >/dev/null
-            next_prune=$((next_prune + prune_every_s))
-        fi
         if [ "$now" -ge "$next_sample" ]; then
             sample $((now - t0)) "$enqueued" >>"$out/$mode.tsv"
             next_sample=$((next_sample + sample_s))
@@ -138,7 +150,9 @@ SQL
         sleep 0.2
     done
     sample $(($(date +%s) - t0)) "$enqueued" >>"$out/$mode.tsv"
+    wait "$pruner" || true
     qw_workers_stop "$dir"
+    cat "$dir"/w*.log >"$out/$mode.workers.log" 2>/dev/null || true
     if [ -n "$held_pid" ]; then
         psql -X -q "$db" -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
                              WHERE application_name = 'soak_holder'" >/dev/null
@@ -178,7 +192,8 @@ echo "soak_xmin: $soak_s s per run, samples in $out; machine: $(nproc) CPUs, loa
 for mode in $runs; do
     soak_run "$mode"
     report "$mode"
-    echo "run $mode: $(mean_rate "$mode") batches/s after the first ${sample_s} s"
+    echo "run $mode: $(mean_rate "$mode") batches/s after the first ${sample_s} s; prune runs" \
+         "(started at s: took s): $(awk '{ printf "%s: %s  ", $1, $2 }' "$out/$mode.prune")"
 done
 if [ -f "$out/free.tsv" ] && [ -f "$out/held.tsv" ]; then
     awk -v a="$(mean_rate free)" -v b="$(mean_rate held)" \
