@@ -7,11 +7,9 @@ SELECT n.instance_id, n.node, n.url, n.state,
        coalesce(round(n.latency_ms * 1000), -1)::bigint,
        n.posts_in_flight, n.posts, n.failures,
        floor(extract(epoch FROM now() - n.reported_at))::bigint,
-       coalesce((r.ledger_nodes -> n.node ->> 'window')::bigint, -1),
-       coalesce((r.ledger_nodes -> n.node ->> 'window_used')::bigint, -1)
+       coalesce(n.window_limit, -1), coalesce(n.window_used, -1)
   FROM queuer.ledger_nodes n
   JOIN queuer.instance_overview i USING (instance_id)
-  JOIN queuer.instances r USING (instance_id)
  WHERE i.state = 'alive'
  ORDER BY n.instance_id, n.node
  LIMIT $1::integer
