@@ -205,6 +205,7 @@ enum qw_node_change qw_nodes_finished(struct qw_nodes *set, int node, enum qw_no
         if (nd->state == QW_NODE_UP)
             return QW_NODE_SAME;
         set_state(nd, QW_NODE_UP, now_ms);
+        qw_window_restart(&nd->win, &set->policy.window);
         return QW_NODE_BECAME_UP;
     }
     nd->failures++;

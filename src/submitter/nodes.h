@@ -24,7 +24,8 @@
  * Window: each node has a congestion window (window.h) counting the
  * batches this worker keeps there (from the POST until the batch is known
  * final or leaves); a POST goes only to a node whose window has room. The
- * submitter reports each POST's answer to the window of its node.
+ * submitter reports each POST's answer to the window of its node. A node
+ * that comes back up starts its window afresh (qw_window_restart()).
  *
  * Choosing a node for a POST: among up nodes with a free channel (fewer
  * than `channels` POSTs in flight) and room in their window, the lowest cost, latency estimate x

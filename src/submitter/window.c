@@ -28,6 +28,15 @@ void qw_window_init(struct qw_window *w, const struct qw_window_policy *p)
     *w = (struct qw_window){.cwnd = p->initial, .ssthresh = p->max};
 }
 
+void qw_window_restart(struct qw_window *w, const struct qw_window_policy *p)
+{
+    w->cwnd = p->initial;
+    w->ssthresh = p->max;
+    w->base_us = 0;
+    w->recent_us = 0;
+    w->epoch++;
+}
+
 int qw_window_limit(const struct qw_window *w, int cap)
 {
     int limit = (int)floor(w->cwnd);

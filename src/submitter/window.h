@@ -70,6 +70,14 @@ struct qw_window_policy qw_window_policy_default(double max);
 /** A fresh window at `p->initial`. */
 void qw_window_init(struct qw_window *w, const struct qw_window_policy *p);
 
+/**
+ * Starts the window afresh (the node came back after an outage: what its
+ * window learnt from failures says nothing about its capacity): back to
+ * `p->initial` in slow start, latency forgotten; the batches counted at the
+ * node stay counted, and answers to POSTs sent before do not shrink it.
+ */
+void qw_window_restart(struct qw_window *w, const struct qw_window_policy *p);
+
 /** The batches the window allows at once now, under `cap` (<= 0 = no cap): >= 1. */
 int qw_window_limit(const struct qw_window *w, int cap);
 

@@ -200,6 +200,24 @@ static void test_admits_and_counters(void **state)
     assert_true(fabs(w.cwnd - 28.0) < 0.01);
     qw_window_answer(&w, &p, QW_WINDOW_ACCEPTED, w.epoch, 1000, 0, 200);
     assert_true(fabs(w.cwnd - 29.4) < 0.01);
+    /* a restart (the node came back) returns to the initial window in slow start; the
+     * batches at the node stay counted and older answers do not shrink it */
+    p = qw_window_policy_default(64);
+    qw_window_init(&w, &p);
+    qw_window_take(&w);
+    uint64_t before = qw_window_take(&w);
+    qw_window_answer(&w, &p, QW_WINDOW_FAILED, before, -1, 0, 0);
+    qw_window_answer(&w, &p, QW_WINDOW_FAILED, w.epoch, -1, 0, 0);
+    assert_true(w.cwnd < 2.0);
+    qw_window_restart(&w, &p);
+    assert_true(fabs(w.cwnd - 4.0) < 0.01);
+    assert_int_equal(w.in_flight, 2);
+    assert_false(qw_window_answer(&w, &p, QW_WINDOW_REFUSED, before, -1, 0, 0));
+    assert_true(fabs(w.cwnd - 4.0) < 0.01);
+    qw_window_take(&w);
+    qw_window_take(&w);
+    qw_window_answer(&w, &p, QW_WINDOW_ACCEPTED, w.epoch, 1000, 0, 0);
+    assert_true(fabs(w.cwnd - 5.0) < 0.01); /* slow start again */
     /* a small max: the initial window is the max */
     p = qw_window_policy_default(2);
     qw_window_init(&w, &p);
