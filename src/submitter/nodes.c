@@ -191,6 +191,10 @@ enum qw_node_change qw_nodes_finished(struct qw_nodes *set, int node, enum qw_no
     if (result == QW_NODE_ABANDONED)
         return QW_NODE_SAME;
     if (result == QW_NODE_ANSWERED) {
+        /* A node coming back is judged by its answers from now on, not by
+         * the slow ones that may have come before its outage. */
+        if (nd->state != QW_NODE_UP)
+            nd->ewma_us = 0;
         if (latency_us >= 0) {
             int64_t sample = latency_us > 0 ? latency_us : 1;
             nd->ewma_us = nd->ewma_us == 0

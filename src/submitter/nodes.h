@@ -15,7 +15,8 @@
  * once: a node that comes back is used without a restart.
  *
  * Latency: an exponentially weighted moving average (weight 1/4) of the
- * time to an answer of POSTs and of status GETs that do not long-poll.
+ * time to an answer of POSTs and of status GETs that do not long-poll;
+ * a node that comes back up starts it afresh with its first answer.
  *
  * Routing: every request names the nodes that may take it, as a mask of
  * node indexes (the nodes of dlt.url that serve its service, dlt_url.h);

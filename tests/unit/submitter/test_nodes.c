@@ -145,6 +145,24 @@ static void test_state_machine(void **state)
     assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 3602), 1);
 }
 
+/* A node that comes back is judged by its answers since, not by the slow ones before its outage. */
+static void test_latency_afresh_after_outage(void **state)
+{
+    (void)state;
+    struct qw_nodes set;
+    qw_nodes_init(&set, 2, &POLICY, 0);
+    answer(&set, 0, QW_NODE_REQ_POST, 2000000, 1); /* node 0 answers in 2 s */
+    answer(&set, 1, QW_NODE_REQ_POST, 1000, 1);    /* node 1 in 1 ms */
+    for (int i = 0; i < 3; i++)
+        refuse(&set, 0, QW_NODE_REQ_POST, 2);
+    assert_int_equal(set.node[0].state, QW_NODE_SUSPECT);
+    assert_int_equal(answer(&set, 0, QW_NODE_REQ_PROBE, 1000, 200), QW_NODE_BECAME_UP);
+    assert_int_equal(set.node[0].ewma_us, 1000); /* not 2 s averaged with 1 ms */
+    /* so it takes its share at once: with a POST in flight on node 1, it is the cheaper */
+    qw_nodes_started(&set, 1, QW_NODE_REQ_POST, 201);
+    assert_int_equal(qw_nodes_pick_post(&set, QW_NODES_ALL, -1, 0, 202), 0);
+}
+
 /* With no node up nothing can be chosen; any node answering makes one usable. */
 static void test_none_up(void **state)
 {
@@ -327,9 +345,13 @@ static void test_simulated_run(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_classify),         cmocka_unit_test(test_state_machine),
-        cmocka_unit_test(test_none_up),          cmocka_unit_test(test_channels_and_avoid),
-        cmocka_unit_test(test_latency_and_load), cmocka_unit_test(test_estimate_and_explore),
+        cmocka_unit_test(test_classify),
+        cmocka_unit_test(test_state_machine),
+        cmocka_unit_test(test_none_up),
+        cmocka_unit_test(test_latency_afresh_after_outage),
+        cmocka_unit_test(test_channels_and_avoid),
+        cmocka_unit_test(test_latency_and_load),
+        cmocka_unit_test(test_estimate_and_explore),
         cmocka_unit_test(test_simulated_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
