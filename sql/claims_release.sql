@@ -7,9 +7,11 @@
 -- both rows locked, and a head that is not parked) and, when it has, the
 -- priority of its head: free services with work are picked up
 -- (claims_acquire.sql), those without are given to a live instance by the
--- next enqueue. $1 instance, $2
--- service ids (text[]). Returns the released services and whether each
--- has work.
+-- next enqueue. Runs at READ COMMITTED, in a transaction of its own: a
+-- claim row changed after the statement's snapshot is re-read at its
+-- newest version once locked and its conditions checked again, which is
+-- all giving back our own claims needs. $1 instance, $2 service ids
+-- (text[]). Returns the released services and whether each has work.
 WITH r AS MATERIALIZED (
     SELECT c.ctid, c.service_id,
            g.n_in - c.n_out > 0 AND NOT queuer.head_parked(c.service_id) AS has_work

@@ -7,8 +7,10 @@
 -- LOCKED, so the count read is exact). Claims are kept
 -- when their work runs out; this runs only when this instance holds its
 -- share (or its worker.max_claims) and free services with work wait, so
--- that room is made for them (pickup then gives them out in the same
--- transaction). A service given back with a parked head is free without
+-- that room is made for them (pickup then gives them out). Runs at READ
+-- COMMITTED, as claims_release.sql: a row changed after the statement's
+-- snapshot is re-read at its newest version once locked and checked again
+-- (queuer.head_parked included: it reads with a snapshot of its own). A service given back with a parked head is free without
 -- work (has_work false): pickup leaves it alone until an operator retries
 -- its head or it gets a new batch. Reads our claims through the claimant
 -- index, and a head through batches_open (queuer.head_parked). $1

@@ -115,8 +115,9 @@ static const struct key keys[] = {
             "time allowed at SIGTERM to finish in-flight work before abandoning it"),
     INT_KEY("worker", "txn_max_attempts", worker_txn_max_attempts, 20, 1, 1000,
             "runs of one serializable transaction before giving up"),
-    INT_KEY("worker", "txn_max_ms", worker_txn_max_ms, 10000, 10, 600000,
-            "time budget for one transaction including its retries"),
+    INT_KEY(
+        "worker", "txn_max_ms", worker_txn_max_ms, 10000, 10, 600000,
+        "time budget for one transaction including its retries (at most half of worker.lease_ms)"),
     INT_KEY("worker", "txn_backoff_base_ms", worker_txn_backoff_base_ms, 2, 1, 10000,
             "base of the full-jitter backoff between transaction retries"),
     INT_KEY("worker", "txn_backoff_max_ms", worker_txn_backoff_max_ms, 200, 1, 600000,

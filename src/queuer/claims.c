@@ -17,6 +17,8 @@
 struct claims_txn {
     const struct qw_claims_params *p; /* inputs */
     struct qw_claims_result *out;     /* collected, reset on every attempt */
+    size_t base;                      /* claims listed before pickup (maintenance's, or
+                                         the read of all ours); its new claims follow them */
 };
 
 static int append_claim(struct qw_claim **list, size_t *n, size_t *cap, const char *service_id,
@@ -65,7 +67,7 @@ static int release(struct qw_db *db, const char *name, int n, const char *const 
 /* Whether the claims transaction picks up free services with work. */
 static bool pickup_due(const struct qw_claims_params *p, const struct qw_claims_result *r)
 {
-    return qw_claims_txn_due(false, false, p->acquire, r->free_with_work);
+    return qw_claims_txn_due(p->acquire, r->free_with_work);
 }
 
 /*
@@ -124,51 +126,59 @@ static int maintain_body(void *conn, void *arg, struct qw_error *err)
     return rc;
 }
 
-static int claims_body(void *conn, void *arg, struct qw_error *err)
+/*
+ * Giving back, in a READ COMMITTED transaction of its own before pickup:
+ * the surplus named by the worker, then, when pickup is due and we hold
+ * our share, idle claims to make room. Only claims of ours are given back,
+ * each row locked and its conditions (holder, submitting, the work
+ * counters of both rows) re-read at its newest version, which is all the
+ * decision needs (docs/CLAIMS.md). In the serializable claims transaction
+ * the search for idle claims read every claim of ours and its service's
+ * ingest row: predicate locks on whole tables, and every other worker's
+ * claim write made one of the two transactions fail.
+ */
+static int release_body(void *conn, void *arg, struct qw_error *err)
 {
     struct qw_db *db = conn;
     struct claims_txn *t = arg;
     const struct qw_claims_params *p = t->p;
     struct qw_claims_result *r = t->out;
-    r->n_claims = (size_t)r->taken; /* maintenance's come first and stay */
     r->n_released = 0;
     r->released_with_work = 0;
-    r->acquired = r->picked = 0;
-    r->picker = false;
 
     int rc;
-    struct qw_db_res *res = NULL;
     if (p->release) {
         const char *release_params[] = {p->instance_id, p->release};
         rc = release(db, "claims_release", 2, release_params, r, err);
         if (rc != QW_OK)
             return rc;
     }
-    if (p->reconcile) {
-        /* the list of every claim we hold includes those maintenance took */
-        r->n_claims = 0;
-        const char *held_params[] = {p->instance_id};
-        rc = qw_db_query(db, "claims_held", 1, held_params, &res, err);
-        if (rc != QW_OK)
-            return rc;
-        rc = collect(&r->claims, &r->n_claims, &r->cap_claims, res, 1, err);
-        qw_db_res_free(res);
-        if (rc != QW_OK)
-            return rc;
-    }
     if (!pickup_due(p, r))
         return QW_OK;
     /* At our share with free work waiting: make room, idle claims first. */
-    long now_held = p->reconcile ? (long)r->n_claims : (long)p->held - (long)r->n_released;
-    if (qw_claims_release_idle_due(now_held > 0 ? (size_t)now_held : 0, r->share,
-                                   r->free_with_work)) {
-        char max_idle[16];
-        snprintf(max_idle, sizeof(max_idle), "%d", p->max_changes);
-        const char *idle_params[] = {p->instance_id, max_idle};
-        rc = release(db, "claims_release_idle", 2, idle_params, r, err);
-        if (rc != QW_OK)
-            return rc;
-    }
+    long now_held = p->reconcile ? (long)t->base : (long)p->held - (long)r->n_released;
+    if (!qw_claims_release_idle_due(now_held > 0 ? (size_t)now_held : 0, r->share,
+                                    r->free_with_work))
+        return QW_OK;
+    char max_idle[16];
+    snprintf(max_idle, sizeof(max_idle), "%d", p->max_changes);
+    const char *idle_params[] = {p->instance_id, max_idle};
+    return release(db, "claims_release_idle", 2, idle_params, r, err);
+}
+
+/* Pickup, the SERIALIZABLE claims transaction. */
+static int claims_body(void *conn, void *arg, struct qw_error *err)
+{
+    struct qw_db *db = conn;
+    struct claims_txn *t = arg;
+    const struct qw_claims_params *p = t->p;
+    struct qw_claims_result *r = t->out;
+    r->n_claims = t->base; /* those listed before come first and stay */
+    r->acquired = r->picked = 0;
+    r->picker = false;
+
+    int rc;
+    struct qw_db_res *res = NULL;
     /* Pickup: free services with work go to every live instance with room,
      * ours included, highest priority first (one worker at a time). */
     char max[16], lease[16], hard[16], slack[16], maxc[16];
@@ -296,7 +306,7 @@ static void drop_retaken(struct qw_claims_result *r)
 }
 
 int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
-                    const struct qw_txn_policy *maintain_policy, const struct qw_claims_params *p,
+                    const struct qw_txn_policy *rc_policy, const struct qw_claims_params *p,
                     struct qw_claims_result *out, struct qw_txn_stats *stats, struct qw_error *err)
 {
     struct claims_txn t = {.p = p, .out = out};
@@ -314,16 +324,40 @@ int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
         out->freed = out->taken = out->handed_over = 0;
         out->maintain_more = false;
     } else {
-        rc = qw_txn_run(&qw_txn_db_ops, db, maintain_policy, maintain_body, &t, NULL, err);
+        rc = qw_txn_run(&qw_txn_db_ops, db, rc_policy, maintain_body, &t, NULL, err);
         if (rc != QW_OK)
             return rc;
     }
-    /* Nothing to give back, read or pick up (the common case: work comes
+    if (p->reconcile) {
+        /* Every claim we hold, those maintenance just handed us included: one
+         * statement, one snapshot, outside the serializable transaction (a
+         * read of thousands of claims there held a lock on the whole table
+         * against every other worker's claims transaction). Only our own
+         * claims transactions and maintenance while our lease is lapsed take
+         * claims of ours, so a claim it lists is ours; later changes reach
+         * us by notification or by the next read. */
+        struct qw_db_res *res = NULL;
+        const char *held_params[] = {p->instance_id};
+        out->n_claims = 0;
+        rc = qw_db_query(db, "claims_held", 1, held_params, &res, err);
+        if (rc == QW_OK)
+            rc = collect(&out->claims, &out->n_claims, &out->cap_claims, res, 1, err);
+        qw_db_res_free(res);
+        if (rc != QW_OK)
+            return rc;
+    }
+    t.base = out->n_claims;
+    out->n_released = 0;
+    out->released_with_work = 0;
+    if (p->release || pickup_due(p, out)) {
+        rc = qw_txn_run(&qw_txn_db_ops, db, rc_policy, release_body, &t, NULL, err);
+        if (rc != QW_OK)
+            return rc;
+    }
+    /* No free services with work to pick up (the common case: work comes
      * to the claims we keep, and new services come with the enqueue): no
      * claims transaction. */
-    if (!qw_claims_txn_due(p->release != NULL, p->reconcile, p->acquire, out->free_with_work)) {
-        out->n_released = 0;
-        out->released_with_work = 0;
+    if (!pickup_due(p, out)) {
         out->acquired = out->picked = 0;
         out->picker = false;
         return QW_OK;

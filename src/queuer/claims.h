@@ -115,18 +115,19 @@ QW_MUST_CHECK int qw_claims_lease(struct qw_db *db, const struct qw_claims_param
                                   struct qw_claims_result *out, struct qw_error *err);
 
 /**
- * Runs maintenance in a READ COMMITTED transaction of its own
- * (`maintain_policy`; skipped when the share read with housekeeping names
- * no lapsed holder), then, when it has anything to do (a release, a
- * reconcile, free services with work), the claims transaction with the
- * retry `policy`, on `db` (owned by the calling thread). On QW_OK `out` describes the
- * committed changes; on failure it is meaningless, except that
- * maintenance may have committed and handed us claims (`out->taken` > 0:
- * read every claim next time). `stats` (may be NULL) gets the claims
+ * Runs a claims cycle on `db` (owned by the calling thread): maintenance
+ * (skipped when the share read with housekeeping names no lapsed holder),
+ * then the giving back of surplus and idle claims, each in a READ
+ * COMMITTED transaction of its own (`rc_policy`), the read of all our
+ * claims when `reconcile`, and, when free services with work wait, pickup
+ * in the SERIALIZABLE claims transaction with the retry `policy`. On QW_OK
+ * `out` describes the committed changes; on failure it is meaningless,
+ * except that maintenance or a release may have committed (`out->taken` >
+ * 0: read every claim next time). `stats` (may be NULL) gets the claims
  * transaction's retry counts.
  */
 QW_MUST_CHECK int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,
-                                  const struct qw_txn_policy *maintain_policy,
+                                  const struct qw_txn_policy *rc_policy,
                                   const struct qw_claims_params *p, struct qw_claims_result *out,
                                   struct qw_txn_stats *stats, struct qw_error *err);
 

@@ -31,9 +31,9 @@ void qw_claims_plan_cycle(const struct qw_claims_state *s, struct qw_claims_plan
     out->may_release = !first && !lapsed && !s->reconcile_asked && s->now_ms >= s->settle_until_ms;
 }
 
-bool qw_claims_txn_due(bool release, bool reconcile, bool acquire, int64_t free_with_work)
+bool qw_claims_txn_due(bool acquire, int64_t free_with_work)
 {
-    return release || reconcile || (acquire && free_with_work > 0);
+    return acquire && free_with_work > 0;
 }
 
 bool qw_claims_pickup_again(bool picker, int picked, int acquired, int step)

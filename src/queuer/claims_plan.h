@@ -70,12 +70,11 @@ bool qw_claims_count_unreported(size_t held, size_t reported_held, int slack);
 
 /**
  * Whether a claims cycle needs the SERIALIZABLE claims transaction: only to
- * give surplus back (`release`), to read all our claims (`reconcile`), or
- * to pick up free services with work (`acquire` and `free_with_work` > 0).
- * Work that comes to claims we keep, and services an enqueue gives us,
- * need none.
+ * pick up free services with work (`acquire` and `free_with_work` > 0).
+ * Work that comes to claims we keep, services an enqueue gives us, the
+ * read of all our claims and the giving back of claims need none.
  */
-bool qw_claims_txn_due(bool release, bool reconcile, bool acquire, int64_t free_with_work);
+bool qw_claims_txn_due(bool acquire, int64_t free_with_work);
 
 /**
  * Whether a pickup runs again at once: we held the pickup lock, it gave out

@@ -1082,7 +1082,9 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, struct qw_db *listener,
     q.policy = (struct qw_txn_policy){
         .hooks = &hooks,
         .max_attempts = cfg->worker_txn_max_attempts,
-        .max_ms = cfg->worker_txn_max_ms,
+        /* retries never hold the lease renewal back past half a lease */
+        .max_ms = cfg->worker_txn_max_ms < cfg->worker_lease_ms / 2 ? cfg->worker_txn_max_ms
+                                                                    : cfg->worker_lease_ms / 2,
         .backoff_base_ms = cfg->worker_txn_backoff_base_ms,
         .backoff_max_ms = cfg->worker_txn_backoff_max_ms,
         .rng = &q.rng,

@@ -157,17 +157,15 @@ static void test_plan_cycle_table(void **state)
 
 struct txn_case {
     const char *name;
-    bool release, reconcile, acquire;
+    bool acquire;
     int64_t free_with_work;
     bool want;
 };
 
 static const struct txn_case txn_cases[] = {
-    {"lone batches on kept claims: no claims transaction", false, false, true, 0, false},
-    {"surplus to give back", true, false, true, 0, true},
-    {"all our claims to read", false, true, true, 0, true},
-    {"free services with work to pick up", false, false, true, 3, true},
-    {"free work, but shutting down (no pickup)", false, false, false, 3, false},
+    {"lone batches on kept claims: no claims transaction", true, 0, false},
+    {"free services with work to pick up", true, 3, true},
+    {"free work, but shutting down (no pickup)", false, 3, false},
 };
 
 static void test_txn_due_table(void **state)
@@ -175,7 +173,7 @@ static void test_txn_due_table(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof(txn_cases) / sizeof(txn_cases[0]); i++) {
         const struct txn_case *c = &txn_cases[i];
-        bool got = qw_claims_txn_due(c->release, c->reconcile, c->acquire, c->free_with_work);
+        bool got = qw_claims_txn_due(c->acquire, c->free_with_work);
         if (got != c->want)
             fail_msg("%s: %d, want %d", c->name, got, c->want);
     }

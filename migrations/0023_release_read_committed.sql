@@ -1,0 +1,11 @@
+-- 0023: claims are given back (claims_release.sql, claims_release_idle.sql)
+-- in READ COMMITTED transactions of their own. A claim row locked there is
+-- re-read at its newest version when another transaction changed it after
+-- the statement's snapshot, and its conditions are checked again; a head
+-- taken out of parking by an operator changes the claim row's work counter
+-- in the same transaction, so the check runs again, and queuer.head_parked
+-- must then read the batches as they are, not as the statement's snapshot
+-- saw them: a VOLATILE function reads with a snapshot of its own in READ
+-- COMMITTED (in a SERIALIZABLE transaction it reads the transaction's, as
+-- before).
+ALTER FUNCTION queuer.head_parked(text) VOLATILE;
