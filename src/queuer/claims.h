@@ -123,7 +123,7 @@ QW_MUST_CHECK int qw_claims_lease(struct qw_db *db, const struct qw_claims_param
  * in the SERIALIZABLE claims transaction with the retry `policy`. On QW_OK
  * `out` describes the committed changes; on failure it is meaningless,
  * except that maintenance or a release may have committed (`out->taken` >
- * 0 or `out->n_released` > 0: read every claim next time). `stats` (may be NULL) gets the claims
+ * 0: read every claim next time). `stats` (may be NULL) gets the claims
  * transaction's retry counts.
  */
 QW_MUST_CHECK int qw_claims_cycle(struct qw_db *db, const struct qw_txn_policy *policy,

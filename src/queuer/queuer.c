@@ -492,10 +492,8 @@ static int claims_step(struct queuer *q, bool acquire, bool woken, bool periodic
      * one call: the next cycle runs at once. */
     q->more_claims = rc == QW_OK && (q->claims.maintain_more || q->claims.free_with_work > 0);
     if (rc != QW_OK) {
-        /* maintenance handed us claims, or claims of ours went back, and
-         * the map may not know: read them all next time */
-        if (q->claims.taken > 0 || q->claims.n_released > 0)
-            q->reconcile_asked = true;
+        if (q->claims.taken > 0)
+            q->reconcile_asked = true; /* maintenance handed us claims */
         return rc;
     }
     q->lease_deadline_ms = deadline;
