@@ -21,8 +21,8 @@ sc_sim_start --commit-delay-ms 50
 sc_worker_start w1
 sc_wait_registered 15 w1
 # S1..S5: a steady stream of batches for the whole scenario; S0: a shorter
-# one that ends before the application commits (w1 holds all six when the
-# application begins); the application's batch goes behind it
+# one, final before the application begins (w1 keeps all six claims), so
+# that the application's batch waits for its commit and nothing else
 sc_gen "$SC_DIR/busy.tsv" 5 800 11 busyx
 sc_gen "$SC_DIR/s0.tsv" 1 201 22 appxx
 head -200 "$SC_DIR/s0.tsv" >"$SC_DIR/s0_stream.tsv"
@@ -35,6 +35,8 @@ sc_wait "w1 holds S0 and the busy services" 20 \
     "SELECT count(*) = 6 FROM queuer.service_id_claims WHERE claimant = 'w1'"
 
 sleep $((WINDOW_S + 1)) # the busy services post at their steady rate by now
+sc_wait "S0's stream is committed" 60 \
+    "SELECT count(*) = 200 FROM queuer.batches WHERE service_id = '$S0' AND status = 'Committed'"
 
 # The application's transaction: enqueue S0's next batch, then stay open.
 payload=$(cut -f3 "$SC_DIR/s0_late.tsv")
