@@ -86,6 +86,8 @@ OUT=$(cd "$OUT" && pwd)
 
 # shellcheck source=tests/lib/cluster.sh
 . "$ROOT/tests/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 trap 'qw_stop_all immediate >/dev/null 2>&1 || true' EXIT
 
 say() { echo "ledger_limits: $*" >&2; }
@@ -223,19 +225,7 @@ run_fairness() {
         die "scabbard-sim did not start"
     qw_worker_start "$dir" w1 "${WORKER_ENV[@]}" QUEUER_DLT_CHANNELS=3
     wait_final 300
-    jain=$(qw_sql "WITH c AS (
-                       SELECT b.service_id, h.at FROM queuer.batch_history h
-                         JOIN queuer.batches b USING (batch_id) WHERE h.to_status = 'Committed'),
-                   w AS (SELECT min(at) + interval '1 second' AS t0,
-                                (SELECT min(last) FROM (SELECT max(at) AS last FROM c
-                                                         GROUP BY service_id) l) AS t1
-                           FROM c),
-                   x AS (SELECT s.service_id, count(c.at) AS n
-                           FROM (SELECT DISTINCT service_id FROM c) s
-                           LEFT JOIN c ON c.service_id = s.service_id
-                                      AND c.at > (SELECT t0 FROM w) AND c.at <= (SELECT t1 FROM w)
-                          GROUP BY s.service_id)
-                   SELECT round((sum(n) ^ 2 / (count(*) * sum(n ^ 2)))::numeric, 4) FROM x")
+    jain=$(qw_sql "$(bench_jain_sql)")
     qw_workers_stop "$dir"
     qw_sim_stop
     figure "run=WF jain_index=$jain"

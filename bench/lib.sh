@@ -16,6 +16,12 @@
 #   bench_db_idle CONNINFO DB SECS        wait until DB has no backend left
 #   bench_machine                 one paragraph describing this machine
 #   bench_ticks_to_s TICKS        clock ticks as seconds (3 decimals)
+#   bench_jain_sql [MORE]         Jain's index, to 4 decimals, of the
+#                                 batches each service (x.n) committed from
+#                                 1 s after the first commit (w.t0) until the
+#                                 first service had nothing left (w.t1), as a
+#                                 query; MORE is appended to its select
+#                                 expression (e.g. " || ' ' || max(n)")
 #   bench_stats_cluster NAME BUILD BIN...   for a one-off measurement: checks
 #                                 that each BIN (a path under BUILD) is built,
 #                                 starts a private cluster with
@@ -153,4 +159,20 @@ track_functions = all" qw_pg_start "$BENCH_WORK/pg" >/dev/null
 bench_stats_cluster_stop() {
     qw_pg_stop immediate
     rm -rf "$BENCH_WORK"
+}
+
+bench_jain_sql() {
+    printf '%s\n' "WITH c AS (
+              SELECT b.service_id, h.at FROM queuer.batch_history h
+                JOIN queuer.batches b USING (batch_id) WHERE h.to_status = 'Committed'),
+          w AS (SELECT min(at) + interval '1 second' AS t0,
+                       (SELECT min(last) FROM (SELECT max(at) AS last FROM c
+                                                GROUP BY service_id) l) AS t1
+                  FROM c),
+          x AS (SELECT s.service_id, count(c.at) AS n
+                  FROM (SELECT DISTINCT service_id FROM c) s
+                  LEFT JOIN c ON c.service_id = s.service_id
+                             AND c.at > (SELECT t0 FROM w) AND c.at <= (SELECT t1 FROM w)
+                 GROUP BY s.service_id)
+          SELECT round((sum(n) ^ 2 / (count(*) * sum(n ^ 2)))::numeric, 4)${1:-} FROM x"
 }

@@ -181,22 +181,9 @@ run_fairness() {
     sched_workers 1 QUEUER_DLT_CHANNELS=3
     wait_all_final "$total" "NOT EXISTS (SELECT 1 FROM queuer.batches WHERE status IS NULL OR status NOT IN ('Committed','Valid','Invalid'))" 600
     # Per service, batches committed in the window where every service had work.
-    jain=$(sched_sql "WITH c AS (
-                          SELECT b.service_id, h.at FROM queuer.batch_history h
-                            JOIN queuer.batches b USING (batch_id) WHERE h.to_status = 'Committed'),
-                      w AS (SELECT min(at) + interval '1 second' AS t0,
-                                   (SELECT min(last) FROM (SELECT max(at) AS last FROM c
-                                                            GROUP BY service_id) l) AS t1
-                              FROM c),
-                      x AS (SELECT s.service_id, count(c.at) AS n
-                              FROM (SELECT DISTINCT service_id FROM c) s
-                              LEFT JOIN c ON c.service_id = s.service_id
-                                         AND c.at > (SELECT t0 FROM w) AND c.at <= (SELECT t1 FROM w)
-                             GROUP BY s.service_id)
-                      SELECT round((sum(n) ^ 2 / (count(*) * sum(n ^ 2)))::numeric, 4) || ' ' ||
-                             round(extract(epoch FROM (SELECT t1 - t0 FROM w))::numeric, 1) || ' ' ||
-                             min(n) || '/' || max(n)
-                        FROM x")
+    jain=$(sched_sql "$(bench_jain_sql " || ' ' ||
+        round(extract(epoch FROM (SELECT t1 - t0 FROM w))::numeric, 1) || ' ' ||
+        min(n) || '/' || max(n)")")
     sched_fig WF batches "$total"
     sched_fig WF status "$RUN_STATUS"
     sched_fig WF jain_index "${jain%% *}"
