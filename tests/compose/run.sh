@@ -209,7 +209,7 @@ qw_check() {
 sql "CREATE SCHEMA compose_test;
      CREATE TABLE compose_test.watch (
          phase text, service_id text, claimant text, old_epoch bigint,
-         taken_at timestamptz, PRIMARY KEY (phase, service_id));"
+         fault_at timestamptz, taken_at timestamptz, PRIMARY KEY (phase, service_id));"
 
 # ---- the demo workload ------------------------------------------------------
 
@@ -303,25 +303,32 @@ feeder_stop() {
     FEEDER_PID=
 }
 
-# watch_claims PHASE PREFIX INSTANCE...: records the phase's services those
-# instances hold now (all held services without instances).
+# watch_claims PHASE PREFIX FAULT-AT INSTANCE...: records the phase's
+# services those instances hold now (all held services without instances),
+# for a fault that struck at FAULT-AT (database clock, read before it).
 watch_claims() {
-    local phase=$1 prefix=$2 ids
-    shift 2
+    local phase=$1 prefix=$2 fault_at=$3 ids
+    shift 3
     ids=$(printf "'%s'," "$@")
-    sql "INSERT INTO compose_test.watch (phase, service_id, claimant, old_epoch)
-         SELECT '$phase', service_id, claimant, claim_epoch FROM queuer.service_id_claims
+    sql "INSERT INTO compose_test.watch (phase, service_id, claimant, old_epoch, fault_at)
+         SELECT '$phase', service_id, claimant, claim_epoch, '$fault_at' FROM queuer.service_id_claims
           WHERE service_id LIKE '$prefix-%' AND claimant IS NOT NULL
             ${1:+AND claimant IN (${ids%,})}"
     sql "SELECT count(*) FROM compose_test.watch WHERE phase = '$phase'"
 }
 
-# taken_over PHASE: true once every watched service has a new holder; marks
+# taken_over PHASE: true once every watched service has a new holder: a
+# new claimant or epoch, or a new process registered under the old
+# claimant's instance_id after the fault (a killed worker1 restarted by its
+# policy keeps its fixed id, and its new incarnation holds the claims the
+# dead process held, fenced from the old one by the incarnation). Marks
 # when each was first seen taken (an upper bound of the takeover).
 taken_over() {
     sql "UPDATE compose_test.watch w SET taken_at = now() FROM queuer.service_id_claims c
           WHERE w.phase = '$1' AND w.taken_at IS NULL AND c.service_id = w.service_id
-            AND (c.claimant IS DISTINCT FROM w.claimant OR c.claim_epoch <> w.old_epoch)" >/dev/null
+            AND (c.claimant IS DISTINCT FROM w.claimant OR c.claim_epoch <> w.old_epoch
+                 OR EXISTS (SELECT 1 FROM queuer.instances i
+                             WHERE i.instance_id = c.claimant AND i.started_at > w.fault_at))" >/dev/null
     [ "$(sql "SELECT count(*) FROM compose_test.watch WHERE phase = '$1' AND taken_at IS NULL")" = 0 ]
 }
 
@@ -492,10 +499,10 @@ fault_kill() {
     w=${VICTIMS[0]}
     hold fkill "${ID_OF[$w]}"
     restarts=$(docker inspect -f '{{.RestartCount}}' "$(cid "$w")")
+    t_fault=$(now)
     killed_at=$(date +%s.%N)
     kill -KILL "$(host_pid "$w")"
-    t_fault=$(now)
-    n=$(watch_claims kill fkill "${ID_OF[$w]}")
+    n=$(watch_claims kill fkill "$t_fault" "${ID_OF[$w]}")
     sim_ctl /_sim/resume
     log "kill: SIGKILL to $w's process (${ID_OF[$w]}, $n services held)"
     FIG[kill.back_s]=$(restarted_s "$w" "$restarts" "$killed_at")
@@ -514,7 +521,7 @@ fault_pause() {
     hold fpaus "$victim"
     docker pause "$(cid "$w")" >/dev/null
     t_fault=$(now)
-    n=$(watch_claims pause fpaus "$victim")
+    n=$(watch_claims pause fpaus "$t_fault" "$victim")
     sim_ctl /_sim/resume
     log "pause: $w ($victim) paused holding $n services"
     observe pause 60 all
@@ -555,7 +562,7 @@ fault_partition() {
     hold fpart "$victim"
     docker network disconnect "$NET" "$(cid "$w")"
     t_fault=$(now)
-    n=$(watch_claims partition fpart "$victim")
+    n=$(watch_claims partition fpart "$t_fault" "$victim")
     sim_ctl /_sim/resume
     log "partition: $w ($victim) disconnected holding $n services"
     reconnect_after partition 20 "$w"
@@ -576,7 +583,7 @@ fault_pg_restart() {
                    AND service_id LIKE 'fpgrs-%'")" = 0 ] || ids+=("${ID_OF[$w]}")
     done
     hold fpgrs "${ids[@]}"
-    n=$(watch_claims pg-restart fpgrs)
+    n=$(watch_claims pg-restart fpgrs "$(now)")
     sim_ctl /_sim/resume
     t_fault=$(now)
     t=$SECONDS
@@ -608,11 +615,11 @@ fault_kill_partition() {
     killed=${VICTIMS[0]} cut=${VICTIMS[1]} victim=${ID_OF[${VICTIMS[1]}]}
     hold ftwo1 "${ID_OF[$killed]}" "$victim"
     restarts=$(docker inspect -f '{{.RestartCount}}' "$(cid "$killed")")
+    t_fault=$(now)
     killed_at=$(date +%s.%N)
     kill -KILL "$(host_pid "$killed")"
     docker network disconnect "$NET" "$(cid "$cut")"
-    t_fault=$(now)
-    n=$(watch_claims kill+partition ftwo1 "${ID_OF[$killed]}" "$victim")
+    n=$(watch_claims kill+partition ftwo1 "$t_fault" "${ID_OF[$killed]}" "$victim")
     sim_ctl /_sim/resume
     log "kill+partition: $killed killed, $cut disconnected ($n services held)"
     reconnect_after kill+partition 20 "$cut"
