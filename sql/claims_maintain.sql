@@ -3,47 +3,63 @@
 -- expiry (greatest(claim expiry_2, holder's lease_2)) always; past the
 -- soft one only when no batch of the service is mid-submission
 -- (`submitting`, kept by the trigger on batches in the same statement as
--- the batch). Each claim goes to a live instance (this one included)
--- chosen by a hash of the service over the live instances, with a fresh
--- lease and claim_epoch + 1: one row update per claim, with or without
--- work (claims are kept when their work runs out). At most $2 claims per
--- call, and $5 to each receiver: the rest wait for the next call.
+-- the batch). Each claim goes to a live instance chosen by a hash of the
+-- service over the live instances, with a fresh lease and claim_epoch + 1:
+-- one row update per claim, with or without work (claims are kept when
+-- their work runs out).
+--
+-- Every live instance runs this when a lease it saw runs out, and takes
+-- the claims that hash to itself: the survivors of a dead worker share the
+-- handover, each its own part, in parallel and without waking anyone. A
+-- claim whose receiver has not taken it $6 ms after it became free to take
+-- is handed over by whoever runs this next (the receiver is woken on its
+-- own channel with the services and epochs it got): a live instance that
+-- does not run maintenance delays its part by no more than that. At most
+-- $2 claims per call, and $5 to each receiver: the rest wait for the next
+-- call.
 --
 -- Only live instances are read, through their lease, and only the claims
 -- of the expired ones: the cost follows what expired, not the number of
--- services. The expired instance's row is locked SKIP LOCKED, so one
--- worker at a time takes over its claims; claim rows locked by a live
--- transaction (a mark or outcome in progress) are skipped, not waited
--- for, and so are services with an enqueue in progress (their ingest row
--- is locked: that enqueue wakes the holder it saw, so the claim changes
--- hands only after it commits). Run at READ COMMITTED, in a transaction
--- of its own: a claim row changed after the statement's snapshot is
--- re-read at its newest version once locked and its conditions checked
--- again there, so a claim is never taken on a stale `submitting` or from
--- a new holder. The receivers other than this instance are woken on their
--- own channels with the services and epochs they got.
--- $1 instance (ours, skipped), $2 at most this many, $3 lease ms and $4
+-- services. The expired instance's row is locked FOR SHARE: the takers of
+-- its claims run together, and its lease renewal waits for them (a
+-- renewal in progress makes them skip it, SKIP LOCKED). Claim rows locked
+-- by a live transaction (a mark or outcome in progress, or another taker)
+-- are skipped, not waited for, and so are services with an enqueue in
+-- progress (their ingest row is locked: that enqueue wakes the holder it
+-- saw, so the claim changes hands only after it commits). Run at READ
+-- COMMITTED, in a transaction of its own: a claim row changed after the
+-- statement's snapshot is re-read at its newest version once locked and
+-- its conditions checked again there, so a claim is never taken on a
+-- stale `submitting` or from a new holder. The expired holder's
+-- `claims_held` is left as it is: only live instances' counts are read
+-- (the enqueue trigger's even share), and the renewal that makes it live
+-- again writes its own count.
+-- $1 instance (ours), $2 at most this many, $3 lease ms and $4
 -- hard-expiry ms of a handed-over claim, $5 at most this many to each
--- receiver. Returns each service handed over with its new claimant and
--- epoch.
-WITH gone AS MATERIALIZED (
+-- receiver, $6 ms after which anyone hands over a claim its receiver has
+-- not taken (0: at once). Returns each service handed over with its new
+-- claimant and epoch.
+WITH live AS MATERIALIZED (
+    -- the receivers: every instance whose lease runs, this one included
+    SELECT array_agg(l.instance_id ORDER BY l.instance_id) AS ids
+      FROM queuer.instances l
+     WHERE l.lease_1 > now() AND l.stopped_at IS NULL
+), gone AS MATERIALIZED (
     SELECT i.instance_id, i.lease_1, i.lease_2
       FROM queuer.instances i
      WHERE i.instance_id <> $1
        AND coalesce(i.lease_1, '-infinity') < now()
        AND EXISTS (SELECT 1 FROM queuer.service_id_claims h WHERE h.claimant = i.instance_id)
-       FOR UPDATE OF i SKIP LOCKED
-), live AS MATERIALIZED (
-    -- the receivers: every instance whose lease runs, this one included
-    SELECT array_agg(l.instance_id ORDER BY l.instance_id) AS ids
-      FROM queuer.instances l
-     WHERE l.lease_1 > now() AND l.stopped_at IS NULL
+       FOR SHARE OF i SKIP LOCKED
 ), expired AS MATERIALIZED (
     -- per expired instance, through the claimant index (never a scan of all claims)
-    SELECT x.ctid, x.service_id, g.instance_id
+    SELECT x.ctid, x.service_id, x.who
       FROM gone g
+     CROSS JOIN live l
      CROSS JOIN LATERAL (
-           SELECT c.ctid, c.service_id FROM queuer.service_id_claims c
+           SELECT c.ctid, c.service_id,
+                  l.ids[1 + abs(hashtext(c.service_id)::bigint) % cardinality(l.ids)] AS who
+             FROM queuer.service_id_claims c
              JOIN queuer.service_ingest s ON s.service_id = c.service_id
             -- (claimant = g.instance_id, written as a range with an order
             -- only the claimant index gives without a sort: no plan, however
@@ -51,28 +67,23 @@ WITH gone AS MATERIALIZED (
             WHERE c.claimant >= g.instance_id AND c.claimant <= g.instance_id
               AND c.expiry_1 < now()
               AND (greatest(c.expiry_2, g.lease_2) < now() OR NOT c.submitting)
+              -- ours, or free to take for $6 ms (since the later of the
+              -- expiries that applies to it)
+              AND (l.ids[1 + abs(hashtext(c.service_id)::bigint) % cardinality(l.ids)] = $1
+                   OR CASE WHEN c.submitting THEN greatest(c.expiry_2, g.lease_2)
+                           ELSE greatest(c.expiry_1, g.lease_1) END
+                      < now() - $6::integer * interval '1 millisecond')
             ORDER BY c.claimant
             LIMIT $2::integer
               FOR UPDATE OF c SKIP LOCKED
               FOR SHARE OF s SKIP LOCKED) x
+     WHERE l.ids IS NOT NULL
      LIMIT $2::integer
 ), plan AS MATERIALIZED (
-    SELECT p.ctid, p.who, p.instance_id
-      FROM (SELECT e.ctid, e.instance_id,
-                   l.ids[1 + abs(hashtext(e.service_id)::bigint) % cardinality(l.ids)] AS who,
-                   row_number() OVER (PARTITION BY
-                       l.ids[1 + abs(hashtext(e.service_id)::bigint) % cardinality(l.ids)]
-                       ORDER BY e.ctid) AS nth
-              FROM expired e, live l
-             WHERE l.ids IS NOT NULL) p
+    SELECT p.ctid, p.who
+      FROM (SELECT e.ctid, e.who, row_number() OVER (PARTITION BY e.who ORDER BY e.ctid) AS nth
+              FROM expired e) p
      WHERE p.nth <= $5::integer
-), counted AS (
-    -- the claims taken no longer count in their old holder's claims_held
-    -- (fair share); the receivers count them from their next lease on
-    UPDATE queuer.instances i
-       SET claims_held = greatest(0, i.claims_held - e.n)
-      FROM (SELECT p.instance_id, count(*) AS n FROM plan p GROUP BY 1) e
-     WHERE i.instance_id = e.instance_id
 ), upd AS (
     UPDATE queuer.service_id_claims c
        SET claimant = p.who,

@@ -110,19 +110,21 @@ static int maintain_body(void *conn, void *arg, struct qw_error *err)
     r->freed = r->taken = r->handed_over = 0;
     r->maintain_more = false;
 
-    char lease[16], hard[16], max_freed[16], max_each[16];
+    char lease[16], hard[16], max_freed[16], max_each[16], grace[16];
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(hard, sizeof(hard), "%d", p->hard_expiry_ms);
     snprintf(max_freed, sizeof(max_freed), "%d", 10 * p->max_changes);
     snprintf(max_each, sizeof(max_each), "%d", p->max_changes);
+    snprintf(grace, sizeof(grace), "%d", p->handover_grace_ms);
     struct qw_db_res *res = NULL;
-    const char *params[] = {p->instance_id, max_freed, lease, hard, max_each};
-    int rc = qw_db_query(db, "claims_maintain", 5, params, &res, err);
+    const char *params[] = {p->instance_id, max_freed, lease, hard, max_each, grace};
+    int rc = qw_db_query(db, "claims_maintain", 6, params, &res, err);
     if (rc != QW_OK)
         return rc;
     rc = take_over(p, r, res, err);
     qw_db_res_free(res);
-    r->maintain_more = r->freed >= 10 * p->max_changes;
+    /* either bound reached: more may wait (our own part, or the others') */
+    r->maintain_more = r->freed >= 10 * p->max_changes || r->taken >= p->max_changes;
     return rc;
 }
 

@@ -12,8 +12,10 @@
  *   epoch, and claims are kept when their work runs out.
  * - qw_claims_cycle() runs maintenance in a READ COMMITTED transaction
  *   when another instance's lease ran out (its claims go to live
- *   instances, decided per service on the locked row; the receivers are
- *   woken on their channels), then, only when there is something to do,
+ *   instances by a hash of the service, decided per service on the locked
+ *   row; each live instance takes its own part, and one not taken after
+ *   handover_grace_ms is handed over by anyone, the receiver woken on its
+ *   channel), then, only when there is something to do,
  *   one retried SERIALIZABLE transaction: the surplus the caller lists
  *   goes back, the caller's claims are all read (`reconcile`), and free
  *   services with work are picked up for every live instance with room,
@@ -65,6 +67,9 @@ struct qw_claims_params {
     int max_changes;           /* at most this many claims acquired or released (each)
                                   per call or handed to one instance, and 10 times as many
                                   taken over: bounded batches */
+    int handover_grace_ms;     /* a lapsed holder's claim that its receiver (by hash) has
+                                  not taken this long after it became free to take is
+                                  handed over by anyone; until then each takes its own */
     size_t held;               /* claims we hold before the call (the caller's count) */
     const char *release;       /* text[] literal of our claims to give back (surplus), or
                                   NULL */

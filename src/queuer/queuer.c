@@ -449,6 +449,8 @@ static int claims_step(struct queuer *q, bool acquire, bool woken, bool periodic
         .slack = cfg->worker_claim_slack,
         .max_claims = cfg->worker_max_claims,
         .max_changes = CLAIMS_BATCH,
+        /* every live worker runs maintenance within a cycle of a lease's end */
+        .handover_grace_ms = cfg->worker_cycle_ms,
         .held = q->n_held,
         /* Every cycle, not only at housekeeping: a draining service with no
          * job out waits for nothing but this (another worker may be idle). */

@@ -572,10 +572,10 @@ static void test_release_all_skips_an_enqueue_in_progress(void **state)
     assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.instances WHERE instance_id = 'w1' "
                                "AND stopped_at IS NOT NULL AND lease_1 <= now()"),
                      1);
-    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000", "0"};
     struct qw_db_res *res = NULL;
     qw_error_clear(&err);
-    if (qw_db_query(f->pg.b, "claims_maintain", 5, params, &res, &err) != QW_OK)
+    if (qw_db_query(f->pg.b, "claims_maintain", 6, params, &res, &err) != QW_OK)
         fail_msg("claims_maintain: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 1);
     qw_db_res_free(res);
@@ -597,11 +597,11 @@ static void test_maintenance_skips_an_enqueue_in_progress(void **state)
     enqueue(f, f->pg.b, S2, NULL);
     struct qw_db *w2 = itest_connect(f->pg.conninfo);
     itest_exec(w2, "SET lock_timeout = '5s'");
-    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000", "0"};
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_db_query(w2, "claims_maintain", 5, params, &res, &err) != QW_OK)
+    if (qw_db_query(w2, "claims_maintain", 6, params, &res, &err) != QW_OK)
         fail_msg("claims_maintain: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 2);
     qw_db_res_free(res);
@@ -610,7 +610,7 @@ static void test_maintenance_skips_an_enqueue_in_progress(void **state)
     assert_holder(f, S3, "w2");
     itest_exec(f->pg.b, "COMMIT");
     qw_error_clear(&err);
-    if (qw_db_query(w2, "claims_maintain", 5, params, &res, &err) != QW_OK)
+    if (qw_db_query(w2, "claims_maintain", 6, params, &res, &err) != QW_OK)
         fail_msg("claims_maintain: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 1);
     qw_db_res_free(res);

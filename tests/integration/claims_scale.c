@@ -451,14 +451,14 @@ static void test_maintenance_follows_the_holders_lease(void **state)
     int64_t epoch_s2 = epoch_of(f, S2);
     int64_t epoch_s3 = epoch_of(f, S3);
     /* w1 gone (below), w2 live: w2 maintains, with a lease of 5 s */
-    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000", "0"};
     /* the claims' own expiries have passed, w1's lease has not */
-    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 0);
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, params), 0);
     /* soft expiry of w1's lease: S2 (work) and S3 (no work: claims are kept
      * when their work runs out) go to the live w2, S1 (mid-submission) stays */
     itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
                         "WHERE instance_id = 'w1'");
-    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 2);
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, params), 2);
     assert_holder(f, S1, "w1");
     assert_holder(f, S2, "w2");
     assert_holder(f, S3, "w2");
@@ -474,7 +474,7 @@ static void test_maintenance_follows_the_holders_lease(void **state)
     /* hard expiry: S1 goes too, to the live w2 (its batch is followed up there) */
     itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = now() - interval '1 s' "
                         "WHERE instance_id = 'w1'");
-    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 1);
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, params), 1);
     assert_holder(f, S1, "w2");
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant = 'w1'"),
@@ -488,12 +488,12 @@ static void test_maintenance_waits_for_a_live_instance(void **state)
     struct fixture *f = *state;
     hold(f, S2, "w1");
     itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
-    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
-    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 0);
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000", "0"};
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, params), 0);
     assert_holder(f, S2, "w1");
     itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() + interval '1 min' "
                         "WHERE instance_id = 'w2'");
-    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 1);
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, params), 1);
     assert_holder(f, S2, "w2");
 }
 
@@ -510,22 +510,82 @@ static void w1_dies_holding_200(struct fixture *f)
                         "WHERE instance_id = 'w1'");
 }
 
+/* w3 joins as a live instance (it runs nothing unless a test does). */
+static void w3_lives(struct fixture *f)
+{
+    itest_exec(f->pg.a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
+                        "lease_2) VALUES ('w3', 'h', 3, 'v', now() + interval '1 h', "
+                        "now() + interval '2 h')");
+}
+
+static int64_t sprea_held_by(struct fixture *f, const char *who)
+{
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM queuer.service_id_claims WHERE service_id LIKE 'sprea-%%' "
+             "AND claimant = '%s'",
+             who);
+    return itest_scalar(f->pg.b, sql);
+}
+
 /* The handed-over claims are spread over the live instances by service. */
 static void test_maintenance_spreads_over_the_live(void **state)
 {
     struct fixture *f = *state;
-    itest_exec(f->pg.a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
-                        "lease_2) VALUES ('w3', 'h', 3, 'v', now() + interval '1 h', "
-                        "now() + interval '2 h')");
+    w3_lives(f);
     w1_dies_holding_200(f);
-    const char *params[] = {"w2", "1000", "5000", "10000", "2000"};
-    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 200);
-    int64_t w2 = itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
-                                       "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'");
-    int64_t w3 = itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
-                                       "WHERE service_id LIKE 'sprea-%' AND claimant = 'w3'");
+    const char *params[] = {"w2", "1000", "5000", "10000", "2000", "0"};
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, params), 200);
+    int64_t w2 = sprea_held_by(f, "w2");
+    int64_t w3 = sprea_held_by(f, "w3");
     assert_int_equal(w2 + w3, 200);
     assert_true(w2 >= 70 && w3 >= 70);
+}
+
+/*
+ * Before the grace runs out each live instance takes only the claims that
+ * hash to it; after it, anyone hands the rest to their receivers.
+ */
+static void test_maintenance_takes_its_own_part_first(void **state)
+{
+    struct fixture *f = *state;
+    w3_lives(f);
+    w1_dies_holding_200(f);
+    const char *within_grace[] = {"w2", "1000", "5000", "10000", "2000", "3600000"};
+    int own = run(f->pg.b, "claims_maintain", 6, within_grace);
+    assert_true(own >= 70 && own <= 130);
+    assert_int_equal(sprea_held_by(f, "w2"), own);
+    assert_int_equal(sprea_held_by(f, "w3"), 0);
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, within_grace), 0);
+    const char *past_grace[] = {"w2", "1000", "5000", "10000", "2000", "0"};
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, past_grace), 200 - own);
+    assert_int_equal(sprea_held_by(f, "w3"), 200 - own);
+    assert_int_equal(sprea_held_by(f, "w1"), 0);
+}
+
+/*
+ * Two live instances take a lapsed holder's claims at the same time, each
+ * its own part: the second neither waits for the first's transaction nor
+ * skips the holder it has locked.
+ */
+static void test_maintenance_takers_run_together(void **state)
+{
+    struct fixture *f = *state;
+    w3_lives(f);
+    w1_dies_holding_200(f);
+    struct qw_db *w3 = itest_connect(f->pg.conninfo);
+    itest_exec(w3, "BEGIN");
+    const char *w3_params[] = {"w3", "1000", "5000", "10000", "2000", "3600000"};
+    int by_w3 = run(w3, "claims_maintain", 6, w3_params);
+    assert_true(by_w3 >= 70 && by_w3 <= 130);
+    itest_exec(f->pg.b, "SET lock_timeout = '5s'");
+    const char *w2_params[] = {"w2", "1000", "5000", "10000", "2000", "3600000"};
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, w2_params), 200 - by_w3);
+    itest_exec(w3, "COMMIT");
+    qw_db_close(w3);
+    assert_int_equal(sprea_held_by(f, "w2"), 200 - by_w3);
+    assert_int_equal(sprea_held_by(f, "w3"), by_w3);
+    assert_int_equal(sprea_held_by(f, "w1"), 0);
 }
 
 /* At most so many to each receiver in one call; the rest wait, still the
@@ -534,15 +594,15 @@ static void test_maintenance_hands_each_a_bounded_number(void **state)
 {
     struct fixture *f = *state;
     w1_dies_holding_200(f);
-    const char *params[] = {"w2", "1000", "5000", "10000", "50"};
-    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 50);
+    const char *params[] = {"w2", "1000", "5000", "10000", "50", "0"};
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, params), 50);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'"),
                      50);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE service_id LIKE 'sprea-%' AND claimant = 'w1'"),
                      150);
-    assert_int_equal(run(f->pg.b, "claims_maintain", 5, params), 50);
+    assert_int_equal(run(f->pg.b, "claims_maintain", 6, params), 50);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE service_id LIKE 'sprea-%' AND claimant = 'w2'"),
                      100);
@@ -564,6 +624,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_maintenance_waits_for_a_live_instance, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_spreads_over_the_live, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_takes_its_own_part_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_maintenance_takers_run_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maintenance_hands_each_a_bounded_number, setup,
                                         teardown),
     };

@@ -112,7 +112,7 @@ static void set_batch(struct fixture *f, int k, const char *assignments)
 }
 
 /* Maintenance as another worker runs it. */
-static const char *const maintain_params[] = {"w2", "1000", "5000", "10000", "2000"};
+static const char *const maintain_params[] = {"w2", "1000", "5000", "10000", "2000", "0"};
 
 static int64_t submitting(struct fixture *f)
 {
@@ -150,7 +150,7 @@ static void race_maintenance(struct fixture *f)
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    int rc = qw_db_query(f->pg.b, "claims_maintain", 5, maintain_params, &res, &err);
+    int rc = qw_db_query(f->pg.b, "claims_maintain", 6, maintain_params, &res, &err);
     if (rc == QW_OK) {
         int freed = qw_db_res_rows(res);
         qw_db_res_free(res);
@@ -168,13 +168,13 @@ static void race_maintenance(struct fixture *f)
 
     /* The re-run, on a snapshot that sees the batch mid-submission. */
     itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->pg.b, "claims_maintain", 5, maintain_params, 0);
+    query(f->pg.b, "claims_maintain", 6, maintain_params, 0);
     itest_exec(f->pg.b, "COMMIT");
     /* Hard expiry hands it to the live w2, mid-submission or not. */
     itest_exec(f->pg.b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
     itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = lease_1 WHERE instance_id = 'w1'");
     itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->pg.b, "claims_maintain", 5, maintain_params, 1);
+    query(f->pg.b, "claims_maintain", 6, maintain_params, 1);
     itest_exec(f->pg.b, "COMMIT");
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant = 'w2' AND claim_epoch = 4"),
@@ -203,18 +203,18 @@ static void test_mark_races_soft_expiry_read_committed(void **state)
     mark(f, 0, 1);
     wait_soft_expiry(f);
     itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL READ COMMITTED");
-    query(f->pg.b, "claims_maintain", 5, maintain_params, 0);
+    query(f->pg.b, "claims_maintain", 6, maintain_params, 0);
     itest_exec(f->pg.b, "COMMIT");
     itest_exec(f->pg.a, "COMMIT");
     itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL READ COMMITTED");
-    query(f->pg.b, "claims_maintain", 5, maintain_params, 0);
+    query(f->pg.b, "claims_maintain", 6, maintain_params, 0);
     itest_exec(f->pg.b, "COMMIT");
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant = 'w1' AND claim_epoch = 3"),
                      1);
     itest_exec(f->pg.b, "UPDATE queuer.service_id_claims SET expiry_2 = expiry_1");
     itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_2 = lease_1 WHERE instance_id = 'w1'");
-    query(f->pg.b, "claims_maintain", 5, maintain_params, 1);
+    query(f->pg.b, "claims_maintain", 6, maintain_params, 1);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant = 'w2' AND claim_epoch = 4"),
                      1);
@@ -237,7 +237,7 @@ static void test_soft_expiry_hands_over_without_submission(void **state)
     set_batch(f, 0, "submitted = true, status = 'Pending', attempts = 1");
     wait_soft_expiry(f);
     itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    query(f->pg.b, "claims_maintain", 5, maintain_params, 1);
+    query(f->pg.b, "claims_maintain", 6, maintain_params, 1);
     itest_exec(f->pg.b, "COMMIT");
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant = 'w2' AND claim_epoch = 4"),
