@@ -39,8 +39,8 @@
 #define HOUSEKEEPING_EVERY 5
 
 /* At most this many claims acquired or released (each) per claims
- * transaction, and ten times as many freed (one worker frees a dead one's
- * claims at a time): a cycle stays short, and what is left goes next
+ * transaction, or taken over for one receiver, and ten times as many
+ * taken over in all: a cycle stays short, and what is left goes next
  * cycle. */
 #define CLAIMS_BATCH 2000
 
