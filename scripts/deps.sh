@@ -17,9 +17,9 @@ packages=(
 )
 # Only the tests use these: clock skew (nemesis), the compose file check,
 # the `status --watch` screen test, the systemd unit check, the alert rules,
-# the shell scripts' lint.
+# the shell scripts' lint, the claims model check.
 test_packages=(
-    faketime docker-compose python3-yaml tmux systemd prometheus shellcheck
+    faketime docker-compose python3-yaml tmux systemd prometheus shellcheck spin
 )
 
 case ${1:-} in

@@ -5,7 +5,7 @@
 # the simulator and a hostile ledger, and the lint suite: formatting,
 # QW_MUST_CHECK, transaction control, the shell scripts), then builds again with
 # AddressSanitizer + UndefinedBehaviorSanitizer and runs every suite but the
-# scenario, compose and lint ones there (scenarios are whole-process,
+# scenario, compose, lint and model ones there (scenarios are whole-process,
 # timing-bound runs; the nemesis suite covers the same processes under the
 # sanitizers), then with ThreadSanitizer for the worker's threads (unit
 # tests and suite 'tsan').
@@ -58,11 +58,11 @@ run_suite build/ci || status=1
 setup build/asan --werror --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 meson compile -C build/asan
 echo
-echo "sanitizer pass: $(meson test -C build/asan --list --no-suite scenario --no-suite compose --no-suite lint 2>/dev/null | wc -l) of" \
-    "$(meson test -C build/asan --list 2>/dev/null | wc -l) tests (all but the scenario, compose and lint suites)"
-# (the compose suite runs release builds in containers, and the lint suite
-# reads only the sources: once is enough)
-run_suite build/asan --setup=asan --no-suite scenario --no-suite compose --no-suite lint || status=1
+echo "sanitizer pass: $(meson test -C build/asan --list --no-suite scenario --no-suite compose --no-suite lint --no-suite model 2>/dev/null | wc -l) of" \
+    "$(meson test -C build/asan --list 2>/dev/null | wc -l) tests (all but the scenario, compose, lint and model suites)"
+# (the compose suite runs release builds in containers, and the lint and
+# model suites read only the sources: once is enough)
+run_suite build/asan --setup=asan --no-suite scenario --no-suite compose --no-suite lint --no-suite model || status=1
 
 setup build/tsan --werror --buildtype=debug -Db_sanitize=thread -Db_lundef=false
 meson compile -C build/tsan

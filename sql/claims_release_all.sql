@@ -3,15 +3,21 @@
 -- work), so another worker takes over without waiting for expiry. A claim
 -- whose service has an enqueue in progress is left: the instance's lease
 -- ends with the stop (instance_stop.sql), and maintenance hands it over.
+-- When the stop abandoned POSTs in flight ($3), a claim whose service has a
+-- batch mid-submission is left too: such a POST may still reach the ledger
+-- until its request timeout, and the claim changes hands only after the
+-- hard expiry, which comes later (maintenance), so no new holder
+-- resubmits the batch or posts the next before it lands.
 -- $1 instance, $2 our incarnation (a superseded process gives nothing back:
--- the claims are the later registration's). Returns the released services
--- and whether each has work.
+-- the claims are the later registration's), $3 POSTs were abandoned.
+-- Returns the released services and whether each has work.
 WITH r AS MATERIALIZED (
     SELECT c.ctid, c.service_id,
            g.n_in - c.n_out > 0 AND NOT queuer.head_parked(c.service_id) AS has_work
       FROM queuer.service_id_claims c
       JOIN queuer.service_ingest g ON g.service_id = c.service_id
      WHERE c.claimant = $1
+       AND NOT ($3::boolean AND c.submitting)
        AND EXISTS (SELECT 1 FROM queuer.instances i
                     WHERE i.instance_id = $1 AND i.incarnation = $2::bigint)
        FOR UPDATE OF c SKIP LOCKED

@@ -386,17 +386,17 @@ void qw_claims_result_free(struct qw_claims_result *r)
 }
 
 int qw_claims_release_all(struct qw_db *db, const char *instance_id, const char *incarnation,
-                          int *released, struct qw_error *err)
+                          bool posts_abandoned, int *released, struct qw_error *err)
 {
     /* One transaction: others see the instance stopped (so it no longer
      * counts in their fair share) at the moment its claims become free. */
     struct qw_db_res *res = NULL;
-    const char *params[] = {instance_id, incarnation};
+    const char *params[] = {instance_id, incarnation, posts_abandoned ? "true" : "false"};
     int rc = qw_txn_begin(db, err);
     if (rc == QW_OK)
         rc = qw_db_query(db, "instance_stop", 2, params, NULL, err);
     if (rc == QW_OK)
-        rc = qw_db_query(db, "claims_release_all", 2, params, &res, err);
+        rc = qw_db_query(db, "claims_release_all", 3, params, &res, err);
     int n = rc == QW_OK ? qw_db_res_rows(res) : 0;
     qw_db_res_free(res);
     /* Wake the other workers (delivered at COMMIT) so they pick up at once. */

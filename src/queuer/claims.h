@@ -141,13 +141,14 @@ void qw_claims_result_free(struct qw_claims_result *r);
 
 /**
  * Graceful shutdown: in one transaction marks the instance stopped (its
- * lease ends) and gives back every claim of `instance_id`, then NOTIFYs,
- * so other workers pick up its services with work at once, with a fair
- * share that no longer counts this one. Returns the number released in
- * *released.
+ * lease ends) and gives back every claim of `instance_id` (but those with
+ * a batch mid-submission when `posts_abandoned`: their POST may still
+ * land, and they change hands at the hard expiry), then NOTIFYs, so other
+ * workers pick up its services with work at once, with a fair share that
+ * no longer counts this one. Returns the number released in *released.
  */
 QW_MUST_CHECK int qw_claims_release_all(struct qw_db *db, const char *instance_id,
-                                        const char *incarnation, int *released,
-                                        struct qw_error *err);
+                                        const char *incarnation, bool posts_abandoned,
+                                        int *released, struct qw_error *err);
 
 #endif

@@ -1033,7 +1033,8 @@ static void queuer_shutdown(struct queuer *q, pthread_t submitter)
     int released = 0;
     int rc = qw_db_ok(q->db) ? QW_OK : qw_db_reconnect(q->db, &err);
     if (rc == QW_OK)
-        rc = qw_claims_release_all(q->db, q->w->instance_id, q->w->incarnation, &released, &err);
+        rc = qw_claims_release_all(q->db, q->w->instance_id, q->w->incarnation,
+                                   atomic_load(&q->w->posts_abandoned), &released, &err);
     if (rc != QW_OK)
         log_failure("claims.release_failed", &err);
     qw_log_info("worker.stopped", "released=%d", released);

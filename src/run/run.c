@@ -72,10 +72,38 @@ static void make_instance_id(const struct qw_config *cfg, char *out, size_t len)
     snprintf(out, len, "%.40s-%d-%04x", host, (int)getpid(), (unsigned)(r & 0xffff));
 }
 
-/* Keeps the incarnation a registration returned (row 0, column 1). */
+/*
+ * Keeps the incarnation a registration returned. When it replaced a
+ * registration whose POSTs may still land (its process died or froze,
+ * maybe while posting, or its stop abandoned POSTs), ours posts nothing
+ * for a while: it holds that registration's claims at their epochs and
+ * adopts its batches mid-submission at once, and a POST lands, if ever,
+ * within dlt.request_timeout_ms of being sent. The earlier process sent
+ * its last POST before each of: now (it is gone, or frozen past its
+ * claims' deadlines, since we registered two leases after its heartbeat);
+ * two leases after its last heartbeat (a claim another worker handed it
+ * runs a lease past that worker's check of its lease); its stop, if it
+ * stopped.
+ */
 static void keep_incarnation(struct qw_worker *w, struct qw_db_res *res)
 {
     snprintf(w->incarnation, sizeof(w->incarnation), "%s", qw_db_res_get(res, 0, 1));
+    if (qw_db_res_isnull(res, 0, 2))
+        return;
+    int64_t timeout_ms = w->cfg->dlt_request_timeout_ms, age_ms = qw_db_res_int(res, 0, 2);
+    int64_t last_post_ms = strcmp(qw_db_res_get(res, 0, 3), "t") == 0
+                               ? -age_ms
+                               : 2 * (int64_t)w->cfg->worker_lease_ms - age_ms;
+    if (last_post_ms > 0)
+        last_post_ms = 0;
+    int64_t wait_ms = last_post_ms + timeout_ms;
+    if (wait_ms <= 0)
+        return;
+    w->posts_from_ms = qw_clock_mono_ms() + wait_ms;
+    qw_log_info("instance.replaced",
+                "posts_wait_ms=%lld heartbeat_age_ms=%lld reason=\"POSTs of the process this "
+                "registration replaced may still reach the ledger\"",
+                (long long)wait_ms, (long long)age_ms);
 }
 
 /*

@@ -87,6 +87,11 @@ struct qw_worker {
     char instance_id[80];          /* our claimant id */
     char incarnation[24];          /* our registration's incarnation (decimal), set before the
                                       threads start: the lease and every fenced write name it */
+    int64_t posts_from_ms;         /* monotonic ms: no POST before this (our registration
+                                      replaced one whose POSTs may still land), 0 = none; set
+                                      before the threads start */
+    atomic_int posts_abandoned;    /* 1 once a graceful stop's grace ended with POSTs in flight:
+                                      their services keep their claims until the hard expiry */
     atomic_int superseded;         /* 1 once a later registration of our instance_id took over:
                                       the process stops at once and exits non-zero */
     atomic_int stop;               /* 0 running, 1 graceful stop requested */

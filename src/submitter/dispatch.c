@@ -152,9 +152,18 @@ static bool try_post(struct submitter *s, struct qw_prioq_item *it, uint32_t rou
     return true;
 }
 
+/* the latest of: a 429 pause, a 401/403 pause, the wait of a registration
+ * that replaced a process whose POSTs may still land */
+static int64_t paused_until(const struct submitter *s)
+{
+    int64_t until = s->pause.pause_until_ms > s->pause.auth_until_ms ? s->pause.pause_until_ms
+                                                                     : s->pause.auth_until_ms;
+    return until > s->w->posts_from_ms ? until : s->w->posts_from_ms;
+}
+
 static bool paused(const struct submitter *s, int64_t t)
 {
-    return t < s->pause.pause_until_ms || t < s->pause.auth_until_ms;
+    return t < paused_until(s);
 }
 
 /* Gives back the ready jobs whose lease deadline passed (all of them when stopping). */
@@ -244,11 +253,7 @@ int64_t qw_submitter_dispatch_due(const struct submitter *s, int64_t t)
     if (qw_prioq_len(&s->ready) == 0)
         return INT64_MAX;
     int64_t due = s->ready_deadline_ms < s->cap_retry_ms ? s->ready_deadline_ms : s->cap_retry_ms;
-    if (paused(s, t)) {
-        int64_t until = s->pause.pause_until_ms > s->pause.auth_until_ms ? s->pause.pause_until_ms
-                                                                         : s->pause.auth_until_ms;
-        if (until < due)
-            due = until;
-    }
+    if (paused(s, t) && paused_until(s) < due)
+        due = paused_until(s);
     return due;
 }

@@ -183,6 +183,13 @@ static void submitter_loop(struct submitter *s)
         int64_t t = now_ms();
         if (s->stopping && (s->posting == 0 || t >= s->grace_deadline_ms)) {
             /* POSTs are done (or out of time): abandon polls, record, hand back. */
+            if (s->posting > 0) {
+                atomic_store(&s->w->posts_abandoned, 1);
+                qw_log_warn("submitter.posts_abandoned",
+                            "posting=%d grace_ms=%d hint=\"their services keep their claims "
+                            "until the hard expiry: a POST may still reach the ledger\"",
+                            s->posting, s->cfg->worker_shutdown_grace_ms);
+            }
             if (qw_dlt_cancel_all(s->dlt, qw_submitter_on_transfer_done, s) < 0)
                 qw_log_error("submitter.cancel_failed", "posting=%d", s->posting);
             qw_submitter_sweep_ready(s, t);

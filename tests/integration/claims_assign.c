@@ -563,7 +563,7 @@ static void test_release_all_skips_an_enqueue_in_progress(void **state)
     int released = -1;
     struct qw_error err;
     qw_error_clear(&err);
-    if (qw_claims_release_all(w1, "w1", f->inc, &released, &err) != QW_OK)
+    if (qw_claims_release_all(w1, "w1", f->inc, false, &released, &err) != QW_OK)
         fail_msg("release all: %s", err.msg);
     qw_db_close(w1);
     assert_int_equal(released, 2);
@@ -654,6 +654,8 @@ static void test_new_incarnation_fences_the_old(void **state)
         fail_msg("instance_register: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 1);
     char *fresh = strdup(qw_db_res_get(res, 0, 1));
+    /* the replaced registration did not stop: its heartbeat age, to wait for its POSTs */
+    assert_false(qw_db_res_isnull(res, 0, 2));
     qw_db_res_free(res);
     assert_string_not_equal(fresh, f->inc);
 
@@ -672,7 +674,7 @@ static void test_new_incarnation_fences_the_old(void **state)
         fail_msg("batches_note: %s", err.msg);
     qw_db_res_free(res);
     int released = -1;
-    if (qw_claims_release_all(f->pg.a, "w1", f->inc, &released, &err) != QW_OK)
+    if (qw_claims_release_all(f->pg.a, "w1", f->inc, false, &released, &err) != QW_OK)
         fail_msg("release all: %s", err.msg);
     assert_int_equal(released, 0);
     assert_holder(f, S1, "w1");
@@ -685,6 +687,53 @@ static void test_new_incarnation_fences_the_old(void **state)
     /* the new incarnation writes */
     assert_int_equal(record_committed(f->pg.a, fresh, S1, id, epoch), 1);
     free(fresh);
+}
+
+/* Registers instance `id` with $6 `take_over`; returns whether the answer
+ * names a heartbeat age (a replaced registration whose POSTs may land). */
+static bool register_names_an_age(struct fixture *f, const char *id, const char *take_over)
+{
+    const char *reg[] = {id, "h3", "4343", "v", "60000", take_over};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->pg.b, "instance_register", 6, reg, &res, &err) != QW_OK)
+        fail_msg("instance_register: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    bool named = !qw_db_res_isnull(res, 0, 2);
+    qw_db_res_free(res);
+    return named;
+}
+
+/*
+ * A stop that abandoned POSTs keeps the claim of a service with a batch
+ * mid-submission (it changes hands at the hard expiry, after any such POST
+ * landed) and gives the others back. A later registration of the id is told
+ * the stopped one's heartbeat age, to wait for those POSTs before posting;
+ * one of a fresh id is not.
+ */
+static void test_stop_that_abandoned_posts_keeps_mid_submission(void **state)
+{
+    struct fixture *f = *state;
+    char id[129];
+    enqueue(f, f->pg.a, S1, id);
+    enqueue(f, f->pg.a, S3, NULL);
+    hold(f, S1, "w1");
+    hold(f, S3, "w1");
+    assert_int_equal(renew(f, f->inc), QW_OK);
+    assert_int_equal(mark(f->pg.a, f->inc, S1, id, epoch_of(f, S1)), 1);
+    int released = -1;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_claims_release_all(f->pg.a, "w1", f->inc, true, &released, &err) != QW_OK)
+        fail_msg("release all: %s", err.msg);
+    assert_int_equal(released, 1);
+    assert_holder(f, S1, "w1");
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims WHERE service_id "
+                               "= '" S3 "' AND claimant IS NULL"),
+                     1);
+    assert_true(register_names_an_age(f, "w1", "false"));
+    assert_false(register_names_an_age(f, "w9", "false"));
 }
 
 int main(void)
@@ -706,6 +755,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_maintenance_skips_an_enqueue_in_progress, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_new_incarnation_fences_the_old, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_that_abandoned_posts_keeps_mid_submission, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
