@@ -637,6 +637,20 @@ static int renew(struct fixture *f, const char *inc)
  * QW_ERR_SUPERSEDED and its fenced writes (mark, outcome, note, graceful
  * release, stop) match nothing, while the new incarnation's do.
  */
+/* Registers instance `id` as a process on host h2 with $6 `take_over`;
+ * the answer has one row (the caller frees it). */
+static struct qw_db_res *register_id(struct fixture *f, const char *id, const char *take_over)
+{
+    const char *reg[] = {id, "h2", "4242", "v", "60000", take_over};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->pg.b, "instance_register", 6, reg, &res, &err) != QW_OK)
+        fail_msg("instance_register: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    return res;
+}
+
 static void test_new_incarnation_fences_the_old(void **state)
 {
     struct fixture *f = *state;
@@ -646,13 +660,7 @@ static void test_new_incarnation_fences_the_old(void **state)
     int64_t epoch = epoch_of(f, S1);
     assert_int_equal(renew(f, f->inc), QW_OK);
 
-    const char *reg[] = {"w1", "h2", "4242", "v", "60000", "true"};
-    struct qw_db_res *res = NULL;
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query(f->pg.b, "instance_register", 6, reg, &res, &err) != QW_OK)
-        fail_msg("instance_register: %s", err.msg);
-    assert_int_equal(qw_db_res_rows(res), 1);
+    struct qw_db_res *res = register_id(f, "w1", "true");
     char *fresh = strdup(qw_db_res_get(res, 0, 1));
     /* the replaced registration did not stop: its heartbeat age, to wait for its POSTs */
     assert_false(qw_db_res_isnull(res, 0, 2));
@@ -668,6 +676,7 @@ static void test_new_incarnation_fences_the_old(void **state)
     char epoch_text[24];
     snprintf(epoch_text, sizeof(epoch_text), "%lld", (long long)epoch);
     note[3] = epoch_text;
+    struct qw_error err;
     qw_error_clear(&err);
     res = NULL;
     if (qw_db_query(f->pg.a, "batches_note", 6, note, &res, &err) != QW_OK)
@@ -693,13 +702,7 @@ static void test_new_incarnation_fences_the_old(void **state)
  * names a heartbeat age (a replaced registration whose POSTs may land). */
 static bool register_names_an_age(struct fixture *f, const char *id, const char *take_over)
 {
-    const char *reg[] = {id, "h3", "4343", "v", "60000", take_over};
-    struct qw_db_res *res = NULL;
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query(f->pg.b, "instance_register", 6, reg, &res, &err) != QW_OK)
-        fail_msg("instance_register: %s", err.msg);
-    assert_int_equal(qw_db_res_rows(res), 1);
+    struct qw_db_res *res = register_id(f, id, take_over);
     bool named = !qw_db_res_isnull(res, 0, 2);
     qw_db_res_free(res);
     return named;
