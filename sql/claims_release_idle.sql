@@ -13,7 +13,10 @@
 -- (queuer.head_parked included: it reads with a snapshot of its own). A service given back with a parked head is free without
 -- work (has_work false): pickup leaves it alone until an operator retries
 -- its head or it gets a new batch. Reads our claims through the claimant
--- index, and a head through batches_open (queuer.head_parked). $1
+-- index; a head is probed (queuer.head_parked, through batches_open) only
+-- for a service with a parked batch, read once from batches_parked (a
+-- parked head is a parked batch; the probe re-checks at the row's newest
+-- version). $1
 -- instance, $2 how many. Returns the released services and whether each
 -- has work (never).
 WITH idle AS MATERIALIZED (
@@ -21,7 +24,10 @@ WITH idle AS MATERIALIZED (
       FROM queuer.service_id_claims c
       JOIN queuer.service_ingest g ON g.service_id = c.service_id
      WHERE c.claimant = $1 AND NOT c.submitting
-       AND (g.n_in - c.n_out = 0 OR queuer.head_parked(c.service_id))
+       AND (g.n_in - c.n_out = 0
+            OR (c.service_id IN (SELECT p.service_id FROM queuer.batches p
+                                  WHERE p.status = 'Delayed' AND p.retry_at = 'infinity')
+                AND queuer.head_parked(c.service_id)))
      LIMIT $2::integer
        FOR UPDATE OF c SKIP LOCKED
        FOR SHARE OF g SKIP LOCKED
