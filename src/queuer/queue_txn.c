@@ -32,17 +32,10 @@ static void free_job_list(struct qw_job *list)
     }
 }
 
-void qw_queue_free_ids(char **ids, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(ids[i]);
-    free(ids);
-}
-
 void qw_queue_result_free(struct qw_queue_result *r)
 {
     free_job_list(r->jobs);
-    qw_queue_free_ids(r->overflow, r->n_overflow);
+    qw_waiting_free(r->overflow, r->n_overflow);
     r->jobs = NULL;
     r->n_jobs = 0;
     r->overflow = NULL;
@@ -264,8 +257,10 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         /* No room for all: remember the rest, to start as jobs come back. */
         t->overflow = calloc(n_chosen - fit, sizeof(*t->overflow));
         for (size_t i = fit; t->overflow && i < n_chosen; i++) {
-            t->overflow[t->n_overflow] = strdup(in[chosen[i]].service_id);
-            if (t->overflow[t->n_overflow])
+            struct qw_waiting *w = &t->overflow[t->n_overflow];
+            w->service_id = strdup(in[chosen[i]].service_id);
+            w->priority = meta[chosen[i]].priority;
+            if (w->service_id)
                 t->n_overflow++;
         }
         n_chosen = fit;

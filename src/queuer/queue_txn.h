@@ -20,6 +20,7 @@
 #include "db/pgarray.h"
 #include "db/txn.h"
 #include "shared/job.h"
+#include "queuer/backlog.h"
 #include "queuer/svcmap.h"
 
 #include <stddef.h>
@@ -36,17 +37,18 @@ struct qw_queue_params {
 
 /** What it produced; valid only when qw_queue_txn_run() returned QW_OK. */
 struct qw_queue_result {
-    struct qw_job *jobs;       /* jobs to hand over (list through ->next), owned */
-    size_t n_jobs;             /* entries in jobs */
-    int64_t next_retry_us;     /* earliest retry_at of a waiting batch (database clock),
-                                  0 = none waits */
-    int64_t db_now_us;         /* database clock at the fetch */
-    char **overflow;           /* chosen services beyond the room we had (ids owned) */
-    size_t n_overflow;         /* entries in overflow */
-    long long n_delayed;       /* fetched oldest batches that are Delayed */
-    bool mark_short;           /* the mark returned fewer batches than it was given (a claim
-                                  lost or locked, a batch changed): fetch again soon */
-    struct qw_txn_stats stats; /* attempts and retries of the transaction */
+    struct qw_job *jobs;         /* jobs to hand over (list through ->next), owned */
+    size_t n_jobs;               /* entries in jobs */
+    int64_t next_retry_us;       /* earliest retry_at of a waiting batch (database clock),
+                                    0 = none waits */
+    int64_t db_now_us;           /* database clock at the fetch */
+    struct qw_waiting *overflow; /* chosen services beyond the room we had, in priority
+                                    order (ids owned) */
+    size_t n_overflow;           /* entries in overflow */
+    long long n_delayed;         /* fetched oldest batches that are Delayed */
+    bool mark_short;             /* the mark returned fewer batches than it was given (a claim
+                                    lost or locked, a batch changed): fetch again soon */
+    struct qw_txn_stats stats;   /* attempts and retries of the transaction */
 };
 
 /** Reusable buffers of the queue transaction (the mark's array parameters). */
@@ -84,8 +86,5 @@ QW_MUST_CHECK int qw_queue_recheck_marks(struct qw_db *db, const char *instance_
 
 /** Frees the jobs and ids a result still owns; leaves it empty. */
 void qw_queue_result_free(struct qw_queue_result *r);
-
-/** Frees an array of `n` owned strings. */
-void qw_queue_free_ids(char **ids, size_t n);
 
 #endif

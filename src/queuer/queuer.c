@@ -14,6 +14,7 @@
 #include "db/outage.h"
 #include "db/pgarray.h"
 #include "db/txn.h"
+#include "queuer/backlog.h"
 #include "queuer/claims.h"
 #include "queuer/claims_plan.h"
 #include "queuer/notify_check.h"
@@ -29,7 +30,8 @@
 #include <unistd.h>
 
 /* A claims cycle fetches every held service only this often (and when a
- * big load or a due retry asks for it); otherwise just what changed. */
+ * big load or a due retry asks for it); otherwise just what changed. The
+ * periodic one waits while the backlog drains (see backlog_draining). */
 #define FULL_FETCH_EVERY 5
 /* The claims cycle's scans over all held services (fair share, release of
  * idle and surplus claims) run this often, counted apart from the full
@@ -113,10 +115,8 @@ struct queuer {
     bool more_claims;                  /* maintenance or pickup has more to do at once */
     int64_t release_due_ms;            /* monotonic: a claims cycle gives back drained
                                           claims whose job came back, or 0 */
-    char **backlog;                    /* services chosen but left out for want of room,
-                                          started as jobs come back (ids owned) */
-    size_t n_backlog;                  /* entries in backlog */
-    size_t backlog_head;               /* next entry to start */
+    struct qw_backlog backlog;         /* services chosen but left out for want of room,
+                                          started as jobs come back */
     bool notified;                     /* a notification asked for a claims cycle */
     bool notified_all;                 /* ... and for a full fetch (too many to name) */
     int cycles_since_full;             /* claims cycles since the last full fetch */
@@ -176,25 +176,21 @@ static void add_serialization_retries(struct queuer *q, const struct qw_txn_stat
                                   memory_order_relaxed);
 }
 
-/* Adds a partial fetch's overflow to the backlog (taking its ids). */
-static int append_backlog(struct queuer *q, struct qw_queue_result *t)
+/*
+ * Services wait in the backlog and jobs are out, each of which starts the
+ * next one when it comes back. A full fetch would find mostly those
+ * services again, at the cost of a probe of the batches index for every
+ * held service (seconds of database time a minute per worker at 12,500
+ * held services, every worker alike), so the periodic one waits until the
+ * backlog has drained: wake-ups name the services that get new work (and
+ * a partial fetch puts them in the backlog by priority), new claims are
+ * fetched at once, and a due retry still runs a full fetch. What it would
+ * find otherwise (a wake-up lost although the self-test passes) waits
+ * until the backlog drains.
+ */
+static bool backlog_draining(const struct queuer *q)
 {
-    size_t keep = q->n_backlog - q->backlog_head;
-    char **grown = malloc((keep + t->n_overflow) * sizeof(*grown));
-    if (!grown)
-        return QW_ERR_NOMEM;
-    for (size_t i = 0; i < q->backlog_head; i++)
-        free(q->backlog[i]);
-    memcpy(grown, q->backlog + q->backlog_head, keep * sizeof(*grown));
-    memcpy(grown + keep, t->overflow, t->n_overflow * sizeof(*grown));
-    free(q->backlog);
-    free(t->overflow);
-    q->backlog = grown;
-    q->n_backlog = keep + t->n_overflow;
-    q->backlog_head = 0;
-    t->overflow = NULL;
-    t->n_overflow = 0;
-    return QW_OK;
+    return qw_backlog_waiting(&q->backlog) > 0 && q->svcs.busy > 0;
 }
 
 /* Fetch + queue for all held services (filter NULL) or the listed ones. */
@@ -234,14 +230,16 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         /* A full fetch knows every waiting service: its overflow replaces the
          * backlog. A partial one adds to it (replacing it forgot services
          * that waited for room until the next full fetch). */
-        qw_queue_free_ids(q->backlog, q->n_backlog);
-        q->backlog = t.overflow;
-        q->n_backlog = t.n_overflow;
-        q->backlog_head = 0;
+        qw_backlog_replace(&q->backlog, t.overflow, t.n_overflow);
         t.overflow = NULL;
         t.n_overflow = 0;
-    } else if (t.n_overflow > 0 && append_backlog(q, &t) != QW_OK) {
-        q->next_retry_ms = 0; /* cannot remember them: fall back to a full fetch */
+    } else if (t.n_overflow > 0) {
+        if (qw_backlog_add(&q->backlog, t.overflow, t.n_overflow) == QW_OK) {
+            t.overflow = NULL;
+            t.n_overflow = 0;
+        } else {
+            q->next_retry_ms = 0; /* cannot remember them: fall back to a full fetch */
+        }
     }
     int64_t deadline = q->lease_deadline_ms;
     struct qw_job *job = t.jobs;
@@ -622,8 +620,8 @@ static void take_done(struct queuer *q)
         }
         qw_job_free(job);
         /* A slot is free: start the next service that waited for one. */
-        while (q->backlog_head < q->n_backlog) {
-            const char *next = q->backlog[q->backlog_head++];
+        const char *next;
+        while ((next = qw_backlog_next(&q->backlog)) != NULL) {
             struct qw_svc *w = qw_svcmap_get(&q->svcs, next);
             if (w && w->held && !w->busy && !w->draining) {
                 if (add_dirty(q, next) != QW_OK)
@@ -953,8 +951,8 @@ static void queuer_loop(struct queuer *q)
              * every held service (fair share, full fetch) are the safety net,
              * run every few cycles and when woken. Polling workers (no LISTEN)
              * learn of new claims and new work only here, every cycle. */
-            bool full = ++q->cycles_since_full >= FULL_FETCH_EVERY || q->notified_all ||
-                        t >= q->next_retry_ms || polling(q);
+            bool full = (++q->cycles_since_full >= FULL_FETCH_EVERY && !backlog_draining(q)) ||
+                        q->notified_all || t >= q->next_retry_ms || polling(q);
             bool periodic = ++q->cycles_since_housekeeping >= HOUSEKEEPING_EVERY ||
                             q->notified_all || polling(q);
             if (periodic || woken)
@@ -1106,7 +1104,7 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, struct qw_db *listener,
     clear_dirty(&q);
     free(q.dirty);
     qw_claims_result_free(&q.claims);
-    qw_queue_free_ids(q.backlog, q.n_backlog);
+    qw_backlog_free(&q.backlog);
     qw_svcmap_free(&q.svcs);
     qw_queue_bufs_free(&q.bufs);
     qw_pgarray_free(&q.filter);
