@@ -97,7 +97,11 @@ WITH live AS MATERIALIZED (
     RETURNING c.service_id, c.claimant, c.claim_epoch
 ), woke AS (
     SELECT pg_notify('queuer_i' || i.incarnation,
-                     CASE WHEN count(*) <= 8
+                     -- every claim named while the payload stays below
+                     -- PostgreSQL's 8,000 bytes (an epoch has at most 19
+                     -- digits): a receiver told "*" reads all its claims and
+                     -- fetches all its services
+                     CASE WHEN sum(octet_length(u.service_id) + 21) < 8000
                           THEN string_agg(u.service_id || ':' || u.claim_epoch, ' ')
                           ELSE '*' END) AS sent
       FROM upd u JOIN queuer.instances i ON i.instance_id = u.claimant

@@ -391,6 +391,57 @@ static void test_enqueue_gives_a_free_service_and_wakes_the_holder(void **state)
     qw_db_close(l2);
 }
 
+/*
+ * Pickup names every claim it gives another instance (ten here, more than
+ * an enqueue's payload names): a receiver told "*" would read all its
+ * claims and fetch every service it holds, at every pickup.
+ */
+static void test_pickup_names_every_claim_given(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const twenty[] = {
+        "assig-ccccc::0001", "assig-ccccc::0002", "assig-ccccc::0003", "assig-ccccc::0004",
+        "assig-ccccc::0005", "assig-ccccc::0006", "assig-ccccc::0007", "assig-ccccc::0008",
+        "assig-ccccc::0009", "assig-ccccc::0010", "assig-ccccc::0011", "assig-ccccc::0012",
+        "assig-ccccc::0013", "assig-ccccc::0014", "assig-ccccc::0015", "assig-ccccc::0016",
+        "assig-ccccc::0017", "assig-ccccc::0018", "assig-ccccc::0019", "assig-ccccc::0020"};
+    /* enqueued while nobody is live: free with work, for pickup */
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
+    enqueue_one_statement(f, twenty, 20);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() + interval '1 hour'");
+    struct qw_db *l2 = itest_listen_instance(f->pg.conninfo, "w2");
+    /* w1 picks up for both, in turns: w2 gets ten */
+    const char *params[] = {"w1", "100", "3600000", "7200000", "0", "0", "100"};
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->pg.a, "claims_acquire", 7, params, &res, &err) != QW_OK)
+        fail_msg("claims_acquire: %s", err.msg);
+    qw_db_res_free(res);
+    itest_exec(f->pg.a, "COMMIT");
+    char *want = itest_string(f->pg.b, "SELECT string_agg(service_id || ':' || claim_epoch, ' ' "
+                                       "ORDER BY service_id) FROM queuer.service_id_claims "
+                                       "WHERE claimant = 'w2'");
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims "
+                               "WHERE claimant = 'w2'"),
+                     10);
+    char *got = itest_notifications(l2, 5000);
+    /* the same items, in whatever order the statement wrote them */
+    char sql[2048];
+    size_t len = strlen(got);
+    assert_true(len > 1 && got[len - 1] == '\n' && strchr(got, '\n') == got + len - 1);
+    got[len - 1] = '\0';
+    snprintf(sql, sizeof(sql),
+             "SELECT string_agg(x, ' ' ORDER BY x) FROM unnest(string_to_array('%s', ' ')) x", got);
+    char *sorted = itest_string(f->pg.b, sql);
+    assert_string_equal(sorted, want);
+    free(sorted);
+    free(got);
+    free(want);
+    qw_db_close(l2);
+}
+
 /* Nine services given to one holder in one statement: one notification,
  * "*" (read your claims); two: both named. */
 static void test_wake_up_names_up_to_eight(void **state)
@@ -749,6 +800,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_enqueue_gives_a_free_service_and_wakes_the_holder,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_wake_up_names_up_to_eight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pickup_names_every_claim_given, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_respects_share_and_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_of_a_held_service_leaves_its_claim_row, setup,
                                         teardown),
