@@ -220,6 +220,24 @@ static bool window_answer(struct submitter *s, struct qw_job *job, const struct 
     return a == QW_WINDOW_REFUSED && above_min;
 }
 
+/*
+ * A status read was answered. Unknown from a node other than the POST's
+ * proves nothing (it has not learnt the commit yet, or it forgot it): the
+ * next reads ask the other nodes before it, and still keep away from a node
+ * that failed the batch (poll_route() in follow.c), so neither a node that
+ * forgot the batch nor one that hangs is asked again while another may
+ * know. Any other answer clears both.
+ */
+static void note_read_answer(struct qw_submission *sub, int node, enum qw_plan_event event)
+{
+    if (event == QW_EV_UNKNOWN_ELSEWHERE) {
+        sub->unknown_elsewhere |= UINT32_C(1) << node;
+        return;
+    }
+    sub->poll_avoid = -1;
+    sub->unknown_elsewhere = 0;
+}
+
 static bool is_probe(const struct submitter *s, const void *user)
 {
     const char *p = user;
@@ -248,8 +266,6 @@ void qw_submitter_on_transfer_done(const struct qw_dlt_result *r, void *arg)
                                              t));
     if (nr == QW_NODE_FAILED)
         job->sub->poll_avoid = r->node; /* its next status read goes elsewhere */
-    else if (nr == QW_NODE_ANSWERED && !post)
-        job->sub->poll_avoid = -1;
     bool backs_off = false;
     if (post) {
         s->posting--;
@@ -266,6 +282,8 @@ void qw_submitter_on_transfer_done(const struct qw_dlt_result *r, void *arg)
     ctx.window_backs_off = backs_off;
     struct qw_plan plan;
     qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
+    if (nr == QW_NODE_ANSWERED && !post)
+        note_read_answer(job->sub, r->node, plan.event);
     if (r->node == job->sub->post_node &&
         (plan.event == QW_EV_POST_ACCEPTED || plan.event == QW_EV_PENDING))
         job->sub->post_node_knew = true; /* its Unknown now means it forgot the batch */

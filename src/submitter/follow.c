@@ -8,25 +8,36 @@
 
 /*
  * Where a status poll goes: the node that took (or may have taken) the
- * batch's POST while it is up and its last poll there did not fail, since
- * only its history surely holds the batch; otherwise any up node that
- * serves the service (one that learnt the commit can say so; its Unknown
- * proves nothing, monitor.h), so a node that hangs holds a batch for one
- * request timeout, not for as long as it hangs.
+ * batch's POST while it is up and the batch's last request did not fail
+ * there, since only its history surely holds the batch; otherwise the other
+ * up nodes that serve the service (one that learnt the commit can say so;
+ * its Unknown proves nothing, monitor.h), but neither the node that failed
+ * the batch's last request nor those that answered Unknown since: so a node
+ * that hangs holds a batch for one request timeout, not for as long as it
+ * hangs, and a node that forgot the batch is not asked over and over while
+ * another may know it. Once no such node is left, the POST's node is asked
+ * again when it is up (only it can confirm an Unknown), else any up node.
  */
-static uint32_t poll_route(const struct submitter *s, const struct qw_job *job)
+static uint32_t poll_route(const struct submitter *s, struct qw_job *job, int64_t t)
 {
-    int pn = job->sub->post_node;
-    if (pn >= 0 && (size_t)pn < s->nodes.n && s->nodes.node[pn].state == QW_NODE_UP &&
-        pn != job->sub->poll_avoid)
-        return UINT32_C(1) << pn;
-    return job->sub->route;
+    struct qw_submission *sub = job->sub;
+    int pn = sub->post_node;
+    uint32_t post = pn >= 0 && (size_t)pn < s->nodes.n ? UINT32_C(1) << pn : 0;
+    bool post_up = post && s->nodes.node[pn].state == QW_NODE_UP;
+    if (post_up && pn != sub->poll_avoid)
+        return post;
+    uint32_t failed = sub->poll_avoid >= 0 ? UINT32_C(1) << sub->poll_avoid : 0;
+    uint32_t others = sub->route & ~post & ~failed & ~sub->unknown_elsewhere;
+    if (qw_nodes_pick_poll(&s->nodes, others, -1, t) >= 0)
+        return others;
+    sub->unknown_elsewhere = 0;
+    return post_up ? post : sub->route;
 }
 
 void qw_submitter_start_poll(struct submitter *s, struct qw_job *job, int wait_s)
 {
     int64_t t = now_ms();
-    uint32_t route = poll_route(s, job);
+    uint32_t route = poll_route(s, job, t);
     int node = qw_nodes_pick_poll(&s->nodes, route, job->sub->poll_avoid, t);
     /* Elsewhere than the POST's node, a wait on a batch that node never
      * learns would hold the poll for its whole wait: ask without one. */

@@ -93,6 +93,7 @@ static void continue_job(struct submitter *s, struct qw_job *job, const struct q
     job->priority = nb->priority;
     job->avoid_node = -1;
     job->sub->poll_avoid = -1;
+    job->sub->unknown_elsewhere = 0;
     job->sub->post_node = -1;
     job->sub->post_node_knew = false;
     job->kind = QW_JOB_SUBMIT;

@@ -29,7 +29,10 @@ struct qw_submission {
     enum qw_job_state state;    /* progress */
     struct qw_prioq_item ready; /* entry in the ready queue while its POST waits for capacity */
     int node;                   /* node of the request in flight */
-    int poll_avoid;             /* node the last status poll failed on, -1 = none */
+    int poll_avoid;             /* node the batch's last failed request went to, -1 = none
+                                   (or a read was answered since) */
+    uint32_t unknown_elsewhere; /* nodes other than the POST's that answered Unknown since
+                                   its last other answer (bit i = node i): asked last */
     int poll_wait_s;            /* long-poll wait of the poll in flight, seconds */
     bool parked;                /* POLL_WAIT with no node up: waits for one to come back */
     bool post_uncertain;        /* the last POST got no answer (timeout, connection lost):
