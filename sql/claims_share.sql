@@ -12,8 +12,13 @@
 -- everything). Advisory: read outside the claims transaction. Last, whether
 -- maintenance (sql/claims_maintain.sql) has anyone to take claims from:
 -- another instance that holds claims and whose lease ran out (the same test
--- as its `gone`); the worker skips it otherwise. $1 instance, $2 slack, $3
--- max claims (0 = none), $4 lease ms.
+-- as its `gone`); the worker skips it otherwise. And how much room the
+-- other live instances have below their share (by the counts they report
+-- with their leases, at most half a cycle old): while they can take the
+-- free services with work, this instance keeps its idle claims (giving
+-- them back shrank every share and drained others' claims with work, which
+-- woke every worker again). $1 instance, $2 slack, $3 max claims (0 =
+-- none), $4 lease ms.
 WITH inst AS (
     SELECT greatest(1, count(*) FILTER (
                WHERE i.lease_1 > now() OR i.instance_id = $1
@@ -25,14 +30,21 @@ WITH inst AS (
      WHERE i.stopped_at IS NULL
 ), free AS (
     SELECT count(*) AS n FROM queuer.service_id_claims c WHERE c.claimant IS NULL AND c.has_work
+), even AS (
+    SELECT ceil((inst.held + free.n)::numeric / inst.live)::integer + $2::integer AS n
+      FROM inst, free
 )
-SELECT CASE WHEN $3::integer > 0
-            THEN least($3::integer, ceil((inst.held + free.n)::numeric / inst.live)::integer + $2::integer)
-            ELSE ceil((inst.held + free.n)::numeric / inst.live)::integer + $2::integer END,
+SELECT CASE WHEN $3::integer > 0 THEN least($3::integer, even.n) ELSE even.n END,
        inst.held + free.n, inst.live, free.n,
        EXISTS (SELECT 1 FROM queuer.instances g
                 WHERE g.instance_id <> $1
                   AND coalesce(g.lease_1, '-infinity') < now()
                   AND EXISTS (SELECT 1 FROM queuer.service_id_claims h
-                               WHERE h.claimant = g.instance_id)) AS lapsed
-  FROM inst, free
+                               WHERE h.claimant = g.instance_id)) AS lapsed,
+       (SELECT coalesce(sum(greatest(0, CASE WHEN o.max_claims > 0
+                                             THEN least(o.max_claims, even.n)
+                                             ELSE even.n END - o.claims_held)), 0)
+          FROM queuer.instances o
+         WHERE o.instance_id <> $1 AND o.stopped_at IS NULL AND o.lease_1 > now())
+           AS room_elsewhere
+  FROM inst, free, even

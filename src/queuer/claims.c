@@ -160,7 +160,7 @@ static int release_body(void *conn, void *arg, struct qw_error *err)
     /* At our share with free work waiting: make room, idle claims first. */
     long now_held = p->reconcile ? (long)t->base : (long)p->held - (long)r->n_released;
     if (!qw_claims_release_idle_due(now_held > 0 ? (size_t)now_held : 0, r->share,
-                                    r->free_with_work))
+                                    r->free_with_work, r->room_elsewhere))
         return QW_OK;
     char max_idle[16];
     snprintf(max_idle, sizeof(max_idle), "%d", p->max_changes);
@@ -229,6 +229,7 @@ static int read_share(struct qw_db *db, const struct qw_claims_params *p,
     r->live = (int)qw_db_res_int(res, 0, 2);
     r->free_with_work = qw_db_res_int(res, 0, 3);
     r->lapsed = strcmp(qw_db_res_get(res, 0, 4), "t") == 0;
+    r->room_elsewhere = qw_db_res_int(res, 0, 5);
     qw_db_res_free(res);
     return QW_OK;
 }

@@ -101,6 +101,8 @@ struct qw_claims_result {
     int64_t with_work;         /* services with non-final batches (estimate) */
     int64_t free_with_work;    /* of those, held by nobody (before maintenance; set to 0
                                   once pickup gave out what there was room for) */
+    int64_t room_elsewhere;    /* claims the other live instances may take below their
+                                  share, by the counts they report */
     int live;                  /* live instances */
     bool lapsed;               /* another instance with claims let its lease run out
                                   (maintenance has work; read with the share) */

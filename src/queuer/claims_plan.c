@@ -41,9 +41,10 @@ bool qw_claims_pickup_again(bool picker, int picked, int acquired, int step)
     return picker && picked >= step && picked > acquired;
 }
 
-bool qw_claims_release_idle_due(size_t held, int share, int64_t free_with_work)
+bool qw_claims_release_idle_due(size_t held, int share, int64_t free_with_work,
+                                int64_t room_elsewhere)
 {
-    return free_with_work > 0 && share > 0 && held >= (size_t)share;
+    return free_with_work > room_elsewhere && share > 0 && held >= (size_t)share;
 }
 
 static int by_service_id_desc(const void *a, const void *b)

@@ -85,11 +85,13 @@ bool qw_claims_pickup_again(bool picker, int picked, int acquired, int step);
 
 /**
  * Whether idle claims (services without work) go back: only when free
- * services with work wait and we hold our share already (`held` >=
- * `share` > 0), so that pickup can give those to us. Claims are kept
- * otherwise.
+ * services with work wait, more than the other live instances have room
+ * for below their share (`room_elsewhere`), and we hold our share already
+ * (`held` >= `share` > 0), so that pickup can give the rest to us. Claims
+ * are kept otherwise.
  */
-bool qw_claims_release_idle_due(size_t held, int share, int64_t free_with_work);
+bool qw_claims_release_idle_due(size_t held, int share, int64_t free_with_work,
+                                int64_t room_elsewhere);
 
 /** One held service as the surplus choice sees it. */
 struct qw_claims_held {

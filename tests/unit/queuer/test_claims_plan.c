@@ -228,11 +228,16 @@ static void test_pickup_again(void **state)
 static void test_release_idle_due(void **state)
 {
     (void)state;
-    assert_true(qw_claims_release_idle_due(5, 5, 3));  /* at the cap, free work waits */
-    assert_true(qw_claims_release_idle_due(6, 5, 3));  /* above it */
-    assert_false(qw_claims_release_idle_due(4, 5, 3)); /* room left: pickup fills it */
-    assert_false(qw_claims_release_idle_due(5, 5, 0)); /* nothing waits: claims are kept */
-    assert_false(qw_claims_release_idle_due(0, 0, 3)); /* no share read yet */
+    assert_true(qw_claims_release_idle_due(5, 5, 3, 0));  /* at the cap, free work waits */
+    assert_true(qw_claims_release_idle_due(6, 5, 3, 0));  /* above it */
+    assert_false(qw_claims_release_idle_due(4, 5, 3, 0)); /* room left: pickup fills it */
+    assert_false(qw_claims_release_idle_due(5, 5, 0, 0)); /* nothing waits: claims are kept */
+    assert_false(qw_claims_release_idle_due(0, 0, 3, 0)); /* no share read yet */
+    /* the others have room for all that waits: pickup gives it to them */
+    assert_false(qw_claims_release_idle_due(5, 5, 3, 3));
+    assert_false(qw_claims_release_idle_due(5, 5, 3, 100));
+    /* more waits than they have room for: make room here too */
+    assert_true(qw_claims_release_idle_due(5, 5, 4, 3));
 }
 
 static void test_count_unreported(void **state)
