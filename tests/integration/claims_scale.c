@@ -281,6 +281,44 @@ static void test_release_idle_gives_back_only_idle(void **state)
                      1);
 }
 
+/* claims_share's last column for w1 (slack 2): the room the other live
+ * instances have below their share, by the counts they report. */
+static int64_t room_elsewhere(struct fixture *f)
+{
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    const char *params[] = {"w1", "2", "0", "60000"};
+    if (qw_db_query(f->pg.a, "claims_share", 4, params, &res, &err) != QW_OK)
+        fail_msg("claims_share: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    int64_t room = qw_db_res_int(res, 0, 5);
+    qw_db_res_free(res);
+    return room;
+}
+
+/* Two services free with work and two live instances: a share of 1 + 2
+ * (slack) each. w2 reports 0 claims: room for 3; 2: room for 1; 5: none
+ * (never below 0); its cap of 1 with 0 held: room for 1; its lease run
+ * out: it is not live and has no room. Our own count never counts. */
+static void test_share_reads_the_room_elsewhere(void **state)
+{
+    struct fixture *f = *state;
+    assert_int_equal(room_elsewhere(f), 3);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET claims_held = 2 WHERE instance_id = 'w2'");
+    assert_int_equal(room_elsewhere(f), 1);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET claims_held = 5 WHERE instance_id = 'w2'");
+    assert_int_equal(room_elsewhere(f), 0);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET claims_held = 0, max_claims = 1 "
+                        "WHERE instance_id = 'w2'");
+    assert_int_equal(room_elsewhere(f), 1);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET claims_held = 9 WHERE instance_id = 'w1'");
+    assert_int_equal(room_elsewhere(f), 1);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
+                        "WHERE instance_id = 'w2'");
+    assert_int_equal(room_elsewhere(f), 0);
+}
+
 /* A service whose head is parked (Delayed, retry_at = infinity) counts as
  * idle though batches wait behind it: they cannot move until an operator
  * acts, so the claim goes back without work when free services with work
@@ -614,6 +652,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_takes_free_services_with_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_share_reads_the_room_elsewhere, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_a_parked_head, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup, teardown),
