@@ -8,15 +8,16 @@
 
 /*
  * Where a status poll goes: the node that took (or may have taken) the
- * batch's POST while it is up and the batch's last request did not fail
- * there, since only its history surely holds the batch; otherwise the other
- * up nodes that serve the service (one that learnt the commit can say so;
- * its Unknown proves nothing, monitor.h), but neither the node that failed
- * the batch's last request nor those that answered Unknown since: so a node
- * that hangs holds a batch for one request timeout, not for as long as it
- * hangs, and a node that forgot the batch is not asked over and over while
- * another may know it. Once no such node is left, the POST's node is asked
- * again when it is up (only it can confirm an Unknown), else any up node.
+ * batch's POST while it is up, since only its history surely holds the
+ * batch, unless the batch's last request failed there and the node has
+ * answered nothing since; otherwise the other up nodes that serve the
+ * service (one that learnt the commit can say so; its Unknown proves
+ * nothing, monitor.h), but neither the node that failed the batch's last
+ * request nor those that answered Unknown since: so a node that hangs holds
+ * a batch for one request timeout, not for as long as it hangs, and a node
+ * that forgot the batch is not asked over and over while another may know
+ * it. Once no such node is left, the POST's node is asked again when it is
+ * up (only it can confirm an Unknown), else any up node.
  */
 static uint32_t poll_route(const struct submitter *s, struct qw_job *job, int64_t t)
 {
@@ -24,7 +25,7 @@ static uint32_t poll_route(const struct submitter *s, struct qw_job *job, int64_
     int pn = sub->post_node;
     uint32_t post = pn >= 0 && (size_t)pn < s->nodes.n ? UINT32_C(1) << pn : 0;
     bool post_up = post && s->nodes.node[pn].state == QW_NODE_UP;
-    if (post_up && pn != sub->poll_avoid)
+    if (post_up && (pn != sub->poll_avoid || s->nodes.node[pn].failures == 0))
         return post;
     uint32_t failed = sub->poll_avoid >= 0 ? UINT32_C(1) << sub->poll_avoid : 0;
     uint32_t others = sub->route & ~post & ~failed & ~sub->unknown_elsewhere;
