@@ -6,39 +6,31 @@
 #include "common/log.h"
 #include "submitter/submitter_int.h"
 
-/*
- * Where a status poll goes: the node that took (or may have taken) the
- * batch's POST while it is up, since only its history surely holds the
- * batch, unless the batch's last request failed there and the node has
- * answered nothing since; otherwise the other up nodes that serve the
- * service (one that learnt the commit can say so; its Unknown proves
- * nothing, monitor.h), but neither the node that failed the batch's last
- * request nor those that answered Unknown since: so a node that hangs holds
- * a batch for one request timeout, not for as long as it hangs, and a node
- * that forgot the batch is not asked over and over while another may know
- * it. Once no such node is left, the POST's node is asked again when it is
- * up (only it can confirm an Unknown), else any up node.
- */
-static uint32_t poll_route(const struct submitter *s, struct qw_job *job, int64_t t)
+/* Where a status poll goes (qw_nodes_poll_route()); clears the batch's
+ * unknown_elsewhere once every other node is ruled out. */
+static uint32_t poll_route(const struct submitter *s, struct qw_job *job)
 {
     struct qw_submission *sub = job->sub;
     int pn = sub->post_node;
-    uint32_t post = pn >= 0 && (size_t)pn < s->nodes.n ? UINT32_C(1) << pn : 0;
-    bool post_up = post && s->nodes.node[pn].state == QW_NODE_UP;
-    if (post_up && (pn != sub->poll_avoid || s->nodes.node[pn].failures == 0))
-        return post;
-    uint32_t failed = sub->poll_avoid >= 0 ? UINT32_C(1) << sub->poll_avoid : 0;
-    uint32_t others = sub->route & ~post & ~failed & ~sub->unknown_elsewhere;
-    if (qw_nodes_pick_poll(&s->nodes, others, -1, t) >= 0)
-        return others;
-    sub->unknown_elsewhere = 0;
-    return post_up ? post : sub->route;
+    struct qw_poll_route_in in = {
+        .n = s->nodes.n,
+        .up = qw_nodes_up_mask(&s->nodes),
+        .route = sub->route,
+        .post_node = pn,
+        .avoid = sub->poll_avoid,
+        .post_failures = pn >= 0 && (size_t)pn < s->nodes.n ? s->nodes.node[pn].failures : 0,
+        .unknown_elsewhere = sub->unknown_elsewhere,
+    };
+    struct qw_poll_route route = qw_nodes_poll_route(&in);
+    if (route.forget_unknown)
+        sub->unknown_elsewhere = 0;
+    return route.mask;
 }
 
 void qw_submitter_start_poll(struct submitter *s, struct qw_job *job, int wait_s)
 {
     int64_t t = now_ms();
-    uint32_t route = poll_route(s, job, t);
+    uint32_t route = poll_route(s, job);
     int node = qw_nodes_pick_poll(&s->nodes, route, job->sub->poll_avoid, t);
     /* Elsewhere than the POST's node, a wait on a batch that node never
      * learns would hold the poll for its whole wait: ask without one. */

@@ -108,6 +108,30 @@ int qw_nodes_pick_poll(const struct qw_nodes *set, uint32_t mask, int avoid, int
     return pick(set, mask, avoid, 0, now_ms, false);
 }
 
+uint32_t qw_nodes_up_mask(const struct qw_nodes *set)
+{
+    uint32_t up = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        if (set->node[i].state == QW_NODE_UP)
+            up |= UINT32_C(1) << i;
+    }
+    return up;
+}
+
+struct qw_poll_route qw_nodes_poll_route(const struct qw_poll_route_in *in)
+{
+    int pn = in->post_node;
+    uint32_t post = pn >= 0 && (size_t)pn < in->n ? UINT32_C(1) << pn : 0;
+    bool post_up = (post & in->up) != 0;
+    if (post_up && (pn != in->avoid || in->post_failures == 0))
+        return (struct qw_poll_route){.mask = post};
+    uint32_t failed = in->avoid >= 0 ? UINT32_C(1) << in->avoid : 0;
+    uint32_t others = in->route & ~post & ~failed & ~in->unknown_elsewhere;
+    if (others & in->up)
+        return (struct qw_poll_route){.mask = others};
+    return (struct qw_poll_route){.mask = post_up ? post : in->route, .forget_unknown = true};
+}
+
 int qw_nodes_probe_due(const struct qw_nodes *set, int64_t now_ms)
 {
     int due = -1;

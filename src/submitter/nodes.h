@@ -144,6 +144,41 @@ int qw_nodes_pick_post(const struct qw_nodes *set, uint32_t mask, int avoid, int
  * when none is up. */
 int qw_nodes_pick_poll(const struct qw_nodes *set, uint32_t mask, int avoid, int64_t now_ms);
 
+/** The nodes that are up, as a mask (bit i = node i). */
+uint32_t qw_nodes_up_mask(const struct qw_nodes *set);
+
+/** What a batch's next status read may go to: its facts, as plain values. */
+struct qw_poll_route_in {
+    size_t n;                   /* nodes of the ledger, 1..QW_NODES_MAX */
+    uint32_t up;                /* nodes that are up (qw_nodes_up_mask()) */
+    uint32_t route;             /* nodes that serve the batch's service */
+    int post_node;              /* node that took (or may have taken) its POST, -1 = none */
+    int avoid;                  /* node its last failed request went to, -1 = none */
+    int post_failures;          /* requests in a row that failed at `post_node` (0 = it
+                                   answered the last one) */
+    uint32_t unknown_elsewhere; /* nodes other than the POST's that answered Unknown since */
+};
+
+/** Where a batch's next status read may go. */
+struct qw_poll_route {
+    uint32_t mask;       /* the nodes that may take it (qw_nodes_pick_poll()) */
+    bool forget_unknown; /* every other node was ruled out: clear unknown_elsewhere */
+};
+
+/**
+ * Where a batch's next status read may go: the POST's node while it is up,
+ * since only its history surely holds the batch, unless the batch's last
+ * request failed there and the node has answered nothing since; otherwise
+ * the other up nodes of `route` that neither failed the last request nor
+ * answered Unknown since (one that learnt the commit can say so; its
+ * Unknown proves nothing, monitor.h), so a hung node holds a batch for one
+ * request timeout, not for as long as it hangs, and a node that forgot the
+ * batch is not asked over and over. Once no such node is up, the POST's
+ * node again when it is up (only it can confirm an Unknown), else all of
+ * `route`, and `forget_unknown` is set.
+ */
+struct qw_poll_route qw_nodes_poll_route(const struct qw_poll_route_in *in);
+
 /** A node that is not up and whose probe is due at `now_ms` (none in flight), or -1. */
 int qw_nodes_probe_due(const struct qw_nodes *set, int64_t now_ms);
 
