@@ -224,7 +224,7 @@ static bool window_answer(struct submitter *s, struct qw_job *job, const struct 
  * A status read was answered. Unknown from a node other than the POST's
  * proves nothing (it has not learnt the commit yet, or it forgot it): the
  * next reads ask the other nodes before it, and still keep away from a node
- * that failed the batch (poll_route() in follow.c), so neither a node that
+ * that failed the batch (qw_nodes_poll_route()), so neither a node that
  * forgot the batch nor one that hangs is asked again while another may
  * know. Any other answer clears both.
  */

@@ -95,7 +95,7 @@ enum qw_plan_event {
     QW_EV_INVALID,           /* final: Invalid (status answer) */
     QW_EV_UNKNOWN_SEEN,      /* Unknown, not yet confirmed: check again later */
     QW_EV_UNKNOWN_ELSEWHERE, /* Unknown from a node that did not take the POST: proves
-                                nothing, ask again (where: poll_route() in follow.c) */
+                                nothing, ask again (where: qw_nodes_poll_route()) */
     QW_EV_UNKNOWN_CONFIRMED, /* Unknown for the whole confirmation delay: resubmit */
 };
 

@@ -28,8 +28,8 @@
  * lease deadline passes while it waits is given back (never posted late).
  * Status polls go to the POST's node, or to the other up nodes when it is
  * down or failed the batch's last request and has not answered since
- * (follow.c says which first);
- * with no node up they wait for a probe to find one. Nodes that
+ * (qw_nodes_poll_route() says which first); with no node up they wait for
+ * a probe to find one. Nodes that
  * fail turn suspect and are probed (a status GET) until they answer; a
  * POST that got no answer may have reached the ledger and is followed by
  * its status (on another node) before anything is resubmitted.
