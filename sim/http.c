@@ -378,9 +378,9 @@ static enum MHD_Result handle_statuses(struct request *r)
     char why[160];
     int64_t wait_ms =
         qw_sim_wait_parse(MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "wait"));
-    /* libmicrohttpd calls the handler again for a request whose answer
-     * could not be queued (a long poll resumed while the daemon stops):
-     * the ids of the earlier call go first. */
+    /* A long poll resumed while the daemon stops is answered and then
+     * handed to the handler once more, which dispatches it again: the ids
+     * of the earlier call go first. */
     qw_sim_ids_free(&r->ids);
     if (qw_sim_ids_parse(ids_text, &r->ids, why, sizeof(why)) != QW_OK) {
         atomic_fetch_add(&h->stats->gets, 1);

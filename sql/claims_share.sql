@@ -34,16 +34,16 @@ WITH inst AS (
     SELECT ceil((inst.held + free.n)::numeric / inst.live)::integer + $2::integer AS n
       FROM inst, free
 )
-SELECT CASE WHEN $3::integer > 0 THEN least($3::integer, even.n) ELSE even.n END,
+-- (a cap of 0 is none: least() passes over the NULL)
+SELECT least(even.n, nullif($3::integer, 0)),
        inst.held + free.n, inst.live, free.n,
        EXISTS (SELECT 1 FROM queuer.instances g
                 WHERE g.instance_id <> $1
                   AND coalesce(g.lease_1, '-infinity') < now()
                   AND EXISTS (SELECT 1 FROM queuer.service_id_claims h
                                WHERE h.claimant = g.instance_id)) AS lapsed,
-       (SELECT coalesce(sum(greatest(0, CASE WHEN o.max_claims > 0
-                                             THEN least(o.max_claims, even.n)
-                                             ELSE even.n END - o.claims_held)), 0)
+       (SELECT coalesce(sum(greatest(0, least(even.n, nullif(o.max_claims, 0))
+                                        - o.claims_held)), 0)
           FROM queuer.instances o
          WHERE o.instance_id <> $1 AND o.stopped_at IS NULL AND o.lease_1 > now())
            AS room_elsewhere
