@@ -62,12 +62,14 @@ WITH o AS (
 ), skipped AS (
     -- outcomes whose claim is ours at their epoch (as the statement's
     -- snapshot shows it) but was not locked above: another transaction
-    -- holds the row
+    -- holds the row (the claim rows are found by key, as in `fence`: a
+    -- join on o alone lets a generic plan walk the whole primary key)
     SELECT o.ord
       FROM o JOIN queuer.service_id_claims c
                   ON c.service_id = o.service_id AND c.claim_epoch = o.epoch
                  AND c.claimant IS NOT DISTINCT FROM $1
-     WHERE NOT EXISTS (SELECT 1 FROM fence f WHERE f.service_id = o.service_id)
+     WHERE c.service_id = ANY (ARRAY(SELECT o.service_id FROM o))
+       AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.service_id = o.service_id)
        AND greatest(c.expiry_1,
                     (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
        AND EXISTS (SELECT 1 FROM queuer.instances i
