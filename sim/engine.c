@@ -227,8 +227,8 @@ static bool waiter_ready(const struct qw_sim_engine *e, const struct qw_sim_wait
     return true;
 }
 
-/* The first look of a long poll armed at `start_us` at or after `t_us` (scabbard's handler
- * looks every wait_poll_us from the request on). */
+/* The first look of a long poll whose wait began at `start_us` at or after `t_us` (scabbard's
+ * handler looks every wait_poll_us from the request on). */
 static int64_t next_look(const struct qw_sim_engine *e, int64_t start_us, int64_t t_us)
 {
     int64_t p = e->cfg.wait_poll_us;
@@ -653,12 +653,11 @@ void qw_sim_engine_wait(struct qw_sim_engine *e, struct qw_sim_waiter *w)
     pthread_mutex_lock(&e->mu);
     int64_t now = qw_sim_clock_now_us();
     advance(e, now);
-    w->start_us = now;
     enum qw_sim_wake_reason at_once = QW_SIM_WAKE_NONE;
     if (e->shutting_down)
         at_once = QW_SIM_WAKE_SHUTDOWN;
     if (w->n_ids > 0 && w->deadline_us != INT64_MAX)
-        w->deadline_us = next_look(e, now, w->deadline_us); /* it ends at a look */
+        w->deadline_us = next_look(e, w->start_us, w->deadline_us); /* it ends at a look */
     if (!at_once && w->n_ids > 0) {
         w->svc = qw_sim_ledger_service(e->ledger, w->service_key, true);
         if (!w->svc || waiter_ready(e, w))

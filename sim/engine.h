@@ -72,6 +72,7 @@ struct qw_sim_waiter {
     const char *service_key;               /* long poll: the service, else NULL */
     const char *const *ids;                /* long poll: ids that must settle */
     size_t n_ids;                          /* long poll: number of ids, 0 = pure timer */
+    int64_t start_us;                      /* long poll: when its wait began; looks count from it */
     enum qw_sim_wake_reason reason;        /* why it was woken, set before `wake` */
     /* engine-private */
     atomic_bool armed;              /* linked into the engine */
@@ -79,7 +80,6 @@ struct qw_sim_waiter {
     struct qw_sim_waiter *svc_prev; /* long-poll list of its service */
     struct qw_sim_waiter *svc_next; /* long-poll list of its service */
     struct qw_sim_service *svc;     /* service of a long poll */
-    int64_t start_us;               /* when it was armed */
 };
 
 /**

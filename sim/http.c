@@ -175,6 +175,7 @@ static enum MHD_Result suspend(struct request *r, enum suspend_kind kind, int64_
     r->waiter.deadline_us = deadline_us;
     if (kind == SUSPEND_POLL) {
         r->waiter.node = node_index(r->h);
+        r->waiter.start_us = r->poll_start_us;
         r->waiter.service_key = r->route.service_key;
         r->waiter.ids = (const char *const *)r->ids.ids;
         r->waiter.n_ids = r->ids.n;

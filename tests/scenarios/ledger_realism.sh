@@ -13,14 +13,14 @@
 #   - no batch reached the ledger twice except after a node restart, and
 #     every such batch has the confirmed Unknown of the node that forgot it
 #     in its history;
-#   - a status wait is bounded: no long poll was held past dlt.status_wait_s,
-#     and no batch waited more than BOUND_MS from its commit at the ledger to
-#     the client's verdict on it: its final status recorded, or the Unknown
-#     of the node that forgot it recorded as confirmed (its resubmission
-#     follows: a new POST, paced by the ledger's back pressure, not by a
-#     status wait). Both times are wall-clock times of this machine: the
-#     simulator's event log and PostgreSQL's now() when the outcome's
-#     statement began;
+#   - a status wait is bounded: no long poll was held to a look past
+#     dlt.status_wait_s (POLL_HOLD_MS), and no batch waited more than
+#     BOUND_MS from its commit at the ledger to the client's verdict on it:
+#     its final status recorded, or the Unknown of the node that forgot it
+#     recorded as confirmed (its resubmission follows: a new POST, paced by
+#     the ledger's back pressure, not by a status wait). Both times are
+#     wall-clock times of this machine: the simulator's event log and
+#     PostgreSQL's now() when the outcome's statement began;
 #   - the faults happened: 429s, hung requests on node 1, node 2's restart.
 #
 # BOUND_MS is the longest chain from a commit to the verdict that the client
@@ -56,6 +56,27 @@
 # stays below node 1's 10 s hang: a read that waits out the hang, a status
 # wait not bounded, or a batch read again at the hung node after another
 # node's Unknown exceeds it.
+#
+# POLL_HOLD_MS bounds a long poll's hold, the waited_ms of its line in the
+# simulator's log: from the start of its wait, after the query's first look,
+# to the handler's last look (sim/http.c); the request's arrival, that first
+# look and the answer's write are outside it. The terms:
+#   - the wait: WAIT_S is the longest wait the client asks (the first read
+#     after a 202 waits QW_OUTCOME_FIRST_POLL_WAIT_S, 1 s); a wait that runs
+#     out ends at the first look after it, and the looks come every
+#     WAIT_LOOK_MS from the start of the wait (sim/README.md), so a wait of
+#     WAIT_S, a whole number of looks, ends at the look WAIT_S * 1000 ms in;
+#   - the answer at that look: the simulator's ticker wakes then, resumes the
+#     request, and a libmicrohttpd thread takes it up and renders the
+#     statuses under the engine mutex (sim/engine.c, sim/http.c): two thread
+#     wake-ups and a lock, as soon as this machine schedules them. No setting
+#     bounds it; it stays far below a look (at most 44 ms measured, on two
+#     cores kept busy by a load of 8). As every hold ends at a look counted
+#     from the start of the wait, a hold's remainder modulo WAIT_LOOK_MS is
+#     this time; the check prints the largest as slowest_answer_ms.
+# Every hold the simulator decides ends at a look, so a poll held to a look
+# past its wait is held WAIT_LOOK_MS more: the check is that every hold is
+# below WAIT_S * 1000 + WAIT_LOOK_MS.
 . "$(dirname "$0")/e2e_common.sh"
 
 SERVICES=30
@@ -72,6 +93,7 @@ COMMIT_DELAY_MS=50     # --commit-delay-ms below: a batch commits this long afte
 WAIT_LOOK_MS=100       # --wait-poll-ms below: a read that waits at a node looks this often
 BOUND_MS=$((WAIT_LOOK_MS + POLL_ERROR_BASE_MS + ELSEWHERE_POLL_MS + TIMEOUT_MS + POLL_ERROR_BASE_MS
     + WAIT_S * 1000 + UNKNOWN_CONFIRM_MS + OUTCOME_GROUP_AGE_MS))
+POLL_HOLD_MS=$((WAIT_S * 1000 + WAIT_LOOK_MS))
 
 e2e_db
 e2e_workload "$SERVICES" "$BATCHES"
@@ -121,17 +143,18 @@ e2e_assert "${FIG[batches]}" -eq "$TOTAL" "qw-check saw every batch"
 e2e_assert "${FIG[posts_429]}" -gt 0 "429s from the ledger"
 
 # The ledger's side, from its event log.
-python3 - "$QW_SIM_LOG" "$E2E_DIR/verdicts.txt" "$E2E_DIR/unknown_confirmed.txt" "$WAIT_S" \
-    "$BOUND_MS" >"$E2E_DIR/ledger_side.txt" <<'EOF' || e2e_fail "ledger-side checks: $(cat "$E2E_DIR/ledger_side.txt")"
+python3 - "$QW_SIM_LOG" "$E2E_DIR/verdicts.txt" "$E2E_DIR/unknown_confirmed.txt" "$POLL_HOLD_MS" \
+    "$WAIT_LOOK_MS" "$BOUND_MS" >"$E2E_DIR/ledger_side.txt" <<'EOF' || e2e_fail "ledger-side checks: $(cat "$E2E_DIR/ledger_side.txt")"
 import json, sys
-log, verdicts_file, unknown_file, wait_s, bound_ms = sys.argv[1:6]
-wait_s, bound_ms = int(wait_s), int(bound_ms)
+log, verdicts_file, unknown_file, poll_hold_ms, look_ms, bound_ms = sys.argv[1:7]
+poll_hold_ms, look_ms, bound_ms = int(poll_hold_ms), int(look_ms), int(bound_ms)
 taken = {}        # batch -> times the ledger took it (202, or a lost answer it accepted)
 restarts = []     # times of node restarts
 hung_from = None  # time of the first request node 1 held (its hang began)
 dropped = 0       # batches the restarted node had queued (lost)
 hung_gets = 0
 longest_wait = 0
+slowest_answer = 0 # ms from the look that ended a long poll to its answer
 committed_at = {} # batch -> first commit time, us
 bad = []
 for line in open(log):
@@ -148,6 +171,7 @@ for line in open(log):
         if e["code"] == "hang" and e.get("node") == 1:
             hung_gets += 1
         longest_wait = max(longest_wait, e.get("waited_ms", 0))
+        slowest_answer = max(slowest_answer, e.get("waited_ms", 0) % look_ms)
     elif ev == "status" and e["to"] == "Committed":
         committed_at.setdefault(e["batch"], e["t"])
 unknown = set(l.strip() for l in open(unknown_file) if l.strip())
@@ -177,14 +201,16 @@ if not unknown:
     bad.append("no Unknown was confirmed: the restart made no node forget a batch in flight")
 if hung_gets == 0:
     bad.append("no status query hung on node 1")
-if longest_wait > wait_s * 1000 + 300:
-    bad.append("a long poll was held %d ms, past the %d s wait" % (longest_wait, wait_s))
+if longest_wait >= poll_hold_ms:
+    bad.append("a long poll was held %d ms, a look past the longest wait (bound %d ms)"
+               % (longest_wait, poll_hold_ms))
 if worst[0] > bound_ms:
     bad.append("batch %s was recorded %s %d ms after the ledger committed it (bound %d ms)"
                % (worst[1][:16], worst[2], worst[0], bound_ms))
 print("posted_again=%d restarts=%d dropped=%d unknown_confirmed=%d hung_gets=%d "
-      "longest_wait_ms=%d worst_lag_ms=%d bound_ms=%d"
-      % (twice, len(restarts), dropped, len(unknown), hung_gets, longest_wait, worst[0], bound_ms))
+      "longest_wait_ms=%d slowest_answer_ms=%d poll_hold_ms=%d worst_lag_ms=%d bound_ms=%d"
+      % (twice, len(restarts), dropped, len(unknown), hung_gets, longest_wait, slowest_answer,
+         poll_hold_ms, worst[0], bound_ms))
 if lags:
     # What the slowest verdict was made of: its commit and its restart
     # against the hang's start; its final status comes after a resubmission
