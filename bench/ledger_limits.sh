@@ -7,7 +7,11 @@
 #       and answers 429 to the rest (--rate 300); 200 services x 10 at
 #       priority 0 are enqueued, 4 workers start, then 20 services x 10 at
 #       priority 10 are enqueued. Figure: the share of priority-0 batches
-#       final when the last priority-10 batch is (target <= 10%).
+#       final when the last priority-10 batch is (target <= 10%); beside
+#       it the share already final when the first priority-10 batch was,
+#       and how long the priority-10 chains took (a chain moves one batch
+#       at a time, so the ledger's rate times that long is what the
+#       priority-0 batches can take meanwhile without being held back).
 #   LC  unconfigured capacity: the ledger takes at most 40 pending batches
 #       (429 until it drains to 20) and 1,000 batches/s; 4 workers drain
 #       500 services x 10, once without `queuer capacity set` (LC-nocap) and
@@ -151,13 +155,19 @@ run_priority() {
     load "$dir/high.tsv" --priority 10
     wait_final 300
     t1=$(date +%s.%N)
-    frac=$(qw_sql "WITH fin AS (
+    # the share of priority-0 batches final when the last priority-10 one
+    # was, of them those already final when the first priority-10 one was,
+    # and how long the priority-10 chains took from their first commit to
+    # their last (their ten steps, each a POST, a commit and a status read)
+    read -r frac before chains <<<"$(qw_sql "WITH fin AS (
                        SELECT b.service_id LIKE 'highp%' AS high, h.at
                          FROM queuer.batch_history h JOIN queuer.batches b USING (batch_id)
-                        WHERE h.to_status = 'Committed')
-                   SELECT round(100.0 * count(*) FILTER (WHERE NOT high
-                                AND at <= (SELECT max(at) FROM fin WHERE high)) / 2000, 1)
-                     FROM fin")
+                        WHERE h.to_status = 'Committed'), hi AS (
+                       SELECT min(at) AS first, max(at) AS last FROM fin WHERE high)
+                   SELECT round(100.0 * count(*) FILTER (WHERE NOT high AND at <= hi.last) / 2000, 1),
+                          round(100.0 * count(*) FILTER (WHERE NOT high AND at <= hi.first) / 2000, 1),
+                          round(extract(epoch FROM hi.last - hi.first)::numeric, 2)
+                     FROM fin, hi GROUP BY hi.first, hi.last" | tr '|' ' ')"
     posts=$(sim_stat 'sum(d["posts"].values())')
     refused=$(sim_stat 'd["posts"]["429"]')
     spread=$(qw_sql "SELECT string_agg(n::text, '/' ORDER BY n DESC) FROM (
@@ -166,8 +176,8 @@ run_priority() {
                           GROUP BY instance_id) x")
     qw_workers_stop "$dir"
     qw_sim_stop
-    figure "run=LP low_final_pct_when_high_done=$frac posts=$posts posts_429=$refused" \
-        "high_services_per_worker=$spread" \
+    figure "run=LP low_final_pct_when_high_done=$frac low_final_pct_when_high_began=$before" \
+        "high_chains_s=$chains posts=$posts posts_429=$refused high_services_per_worker=$spread" \
         "span_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')"
 }
 
