@@ -75,11 +75,11 @@ WITH lock AS MATERIALIZED (
     SELECT pg_notify('queuer_i' || l.incarnation,
                      -- every claim named while the payload stays below
                      -- PostgreSQL's 8,000 bytes (an epoch has at most 19
-                     -- digits): a receiver told "*" reads all its claims and
-                     -- fetches all its services
+                     -- digits); more are "+": the receiver reads all its
+                     -- claims and fetches those at a new epoch
                      CASE WHEN sum(octet_length(u.service_id) + 21) < 8000
                           THEN string_agg(u.service_id || ':' || u.claim_epoch, ' ')
-                          ELSE '*' END) AS sent
+                          ELSE '+' END) AS sent
       FROM upd u JOIN live l ON l.instance_id = u.claimant
      WHERE u.claimant <> $1
      GROUP BY l.incarnation

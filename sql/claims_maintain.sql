@@ -99,11 +99,11 @@ WITH live AS MATERIALIZED (
     SELECT pg_notify('queuer_i' || i.incarnation,
                      -- every claim named while the payload stays below
                      -- PostgreSQL's 8,000 bytes (an epoch has at most 19
-                     -- digits): a receiver told "*" reads all its claims and
-                     -- fetches all its services
+                     -- digits); more are "+": the receiver reads all its
+                     -- claims and fetches those at a new epoch
                      CASE WHEN sum(octet_length(u.service_id) + 21) < 8000
                           THEN string_agg(u.service_id || ':' || u.claim_epoch, ' ')
-                          ELSE '*' END) AS sent
+                          ELSE '+' END) AS sent
       FROM upd u JOIN queuer.instances i ON i.instance_id = u.claimant
      WHERE u.claimant <> $1
      GROUP BY i.incarnation

@@ -40,8 +40,12 @@
 #define QW_CLAIMS_CHANNEL "queuer_claims"
 /** An instance's own channel is this prefix and its incarnation (sql/claims_acquire.sql). */
 #define QW_CLAIMS_CHANNEL_PREFIX "queuer_i"
-/** Payload on an instance's channel: more claims or work than one payload names; read all. */
+/** Payload on an instance's channel: more services got work than one payload names (an
+ * insert): read all our claims and fetch every held service. */
 #define QW_CLAIMS_ALL "*"
+/** Payload on an instance's channel: more claims were given to us than one payload names
+ * (pickup, handover): read all our claims; those at a new epoch are fetched. */
+#define QW_CLAIMS_NEW "+"
 
 /**
  * Wakes the listening workers for a claims cycle with housekeeping (NOTIFY

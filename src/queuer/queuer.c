@@ -727,8 +727,11 @@ static void on_item(struct queuer *q, const char *service, int64_t epoch)
 /*
  * Notifications: on our own channel the services we were given or that
  * got work ("<service>:<epoch>" items), our self-test (notify_check.h),
- * or QW_CLAIMS_ALL (more than a
- * payload names: read all our claims and fetch them all); on
+ * QW_CLAIMS_ALL (more services got work than a payload names: read all our
+ * claims and fetch them all) or QW_CLAIMS_NEW (more claims were given to
+ * us than a payload names: read all our claims; note_claim() marks those
+ * at a new epoch to fetch, and the services we held already are left
+ * alone, each a probe of the batches index that would find what we know); on
  * QW_CLAIMS_CHANNEL a claims change that concerns every worker (one
  * joined, or claims went back): a claims cycle with the fair share.
  */
@@ -746,6 +749,10 @@ static void on_notify(const char *channel, const char *payload, void *arg)
     }
     if (strcmp(payload, QW_CLAIMS_ALL) == 0) {
         q->reconcile_asked = q->notified = q->notified_all = true;
+        return;
+    }
+    if (strcmp(payload, QW_CLAIMS_NEW) == 0) {
+        q->reconcile_asked = q->notified = true;
         return;
     }
     char service[QW_SERVICE_ID_MAX];

@@ -442,6 +442,44 @@ static void test_pickup_names_every_claim_given(void **state)
     qw_db_close(l2);
 }
 
+/*
+ * Past what one payload holds (PostgreSQL's 8,000 bytes: about two hundred
+ * claims), pickup tells the receiver QW_CLAIMS_NEW: read your claims and
+ * fetch those at a new epoch, not every service you hold (QW_CLAIMS_ALL,
+ * which a receiver holding thousands paid for at every pickup).
+ */
+static void test_pickup_past_one_payload_says_new_claims(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 600 };
+    char names[N][QW_SERVICE_ID_MAX];
+    const char *svcs[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "assig-ddddd::%04d", i);
+        svcs[i] = names[i];
+    }
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
+    enqueue_one_statement(f, svcs, N);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() + interval '1 hour'");
+    struct qw_db *l2 = itest_listen_instance(f->pg.conninfo, "w2");
+    const char *params[] = {"w1", "1000", "3600000", "7200000", "0", "0", "1000"};
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->pg.a, "claims_acquire", 7, params, &res, &err) != QW_OK)
+        fail_msg("claims_acquire: %s", err.msg);
+    qw_db_res_free(res);
+    itest_exec(f->pg.a, "COMMIT");
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims "
+                               "WHERE claimant = 'w2'"),
+                     N / 2);
+    char *got = itest_notifications(l2, 5000);
+    assert_string_equal(got, QW_CLAIMS_NEW "\n");
+    free(got);
+    qw_db_close(l2);
+}
+
 /* Nine services given to one holder in one statement: one notification,
  * "*" (read your claims); two: both named. */
 static void test_wake_up_names_up_to_eight(void **state)
@@ -801,6 +839,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_wake_up_names_up_to_eight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_names_every_claim_given, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pickup_past_one_payload_says_new_claims, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_respects_share_and_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_of_a_held_service_leaves_its_claim_row, setup,
                                         teardown),

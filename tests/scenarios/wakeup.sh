@@ -3,7 +3,9 @@
 # newly enqueued batch within milliseconds because enqueue NOTIFYs; with
 # worker.listen = false (transaction poolers) it still submits it, but on
 # its next cycle. Latency = history 'Submitting' time - 'Enqueued' time,
-# both on the database clock.
+# both on the database clock. And a worker that pickup gives more claims
+# than one notification names (told "+") fetches them at once, not at its
+# next full fetch five long cycles later.
 . "$(dirname "$0")/lib_scenario.sh"
 sc_begin wakeup
 
@@ -49,3 +51,28 @@ sc_log "polling worker: enqueue -> submit ${ms} ms (cycle 1500 ms)"
 sc_check_num "polling worker submits within a cycle plus margin (ms)" "$ms" "<" 3000
 sc_wait "everything final" 20 \
     "SELECT count(*) = 0 FROM queuer.batches WHERE status IS DISTINCT FROM 'Committed'"
+
+# Pickup past one payload. w3 (20 s cycles: its next full fetch is minutes
+# away) is idle and live when 600 services with work appear that nobody
+# holds (enqueued while its lease read as run out, so the enqueue gives
+# them to no one). w4 starts and picks up for both, 300 each: w3 is told
+# "+" and must fetch its 300 at once.
+sc_worker_stop w2 20
+sc_gen "$SC_DIR/pick.tsv" 600 1 11 qwpik
+sc_worker_start w3 QUEUER_WORKER_CYCLE_MS=20000 QUEUER_WORKER_LEASE_MS=60000 \
+    QUEUER_WORKER_HARD_EXPIRY_MS=120000
+sc_wait_registered 10 w3
+qw_sql "UPDATE queuer.instances SET lease_1 = now() - interval '1 second' WHERE instance_id = 'w3'"
+sc_load_tsv "$SC_DIR/pick.tsv"
+qw_sql "UPDATE queuer.instances SET lease_1 = now() + interval '60 seconds' WHERE instance_id = 'w3'"
+sc_check_sql "the 600 services are free with work" 600 \
+    "SELECT count(*) FROM queuer.service_id_claims WHERE claimant IS NULL AND has_work" \
+    "SELECT claimant, has_work, count(*) FROM queuer.service_id_claims GROUP BY 1, 2"
+sc_worker_start w4 QUEUER_WORKER_CYCLE_MS=500
+sc_wait "every picked-up batch committed, w3's as well" 15 \
+    "SELECT count(*) = 0 FROM queuer.batches WHERE status IS DISTINCT FROM 'Committed'"
+sc_check_sql "w3 was given claims by pickup and submitted their batches" t \
+    "SELECT count(*) >= 100 FROM queuer.batch_history
+      WHERE to_status = 'Submitting' AND instance_id = 'w3'"
+sc_worker_stop w3 20
+sc_worker_stop w4 20
