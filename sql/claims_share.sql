@@ -2,41 +2,57 @@
 -- instances) + slack, capped by max_claims when > 0; and how many services
 -- with work nobody holds. The services to share are the claimed ones
 -- (claims are kept when their work runs out; a dead worker's count until
--- maintenance hands them over), counted through the claimant index (the
--- counts instances report with their leases lag the claims an enqueue or
--- a pickup just gave them, and a share read from them made workers give
--- back what pickup handed out again), plus the free ones with work (an
--- index of its own). Live: a lease that has not run out, ours, or
--- an instance registered less than $4 ms ago that has not taken a lease
--- yet (so the first of several workers started together does not take
--- everything). Advisory: read outside the claims transaction. Last, whether
--- maintenance (sql/claims_maintain.sql) has anyone to take claims from:
--- another instance that holds claims and whose lease ran out (the same test
--- as its `gone`); the worker skips it otherwise. And how much room the
--- other live instances have below their share (by the counts they report
--- with their leases, at most half a cycle old): while they can take the
--- free services with work, this instance keeps its idle claims (giving
--- them back shrank every share and drained others' claims with work, which
--- woke every worker again). $1 instance, $2 slack, $3 max claims (0 =
--- none), $4 lease ms.
+-- maintenance hands them over) plus the free ones with work (an index of
+-- their own). The claimed ones are first summed from the counts instances
+-- report with their leases (ours is $5, the count we hold): one row
+-- per instance, where a count through the claimant index reads every
+-- claim, 100,000 of them at that scale, at every housekeeping of every
+-- worker. The reported counts lag the claims an enqueue or a pickup just
+-- gave someone, so a share read from them can be too small, and a worker
+-- that believed it made workers give back what pickup handed out again;
+-- so whenever we hold that rough share or more (the only case in which
+-- the share makes us give anything back), or when we do not know our own
+-- count, the claims are counted through the claimant index instead, and
+-- the share is exact. Live: a lease that
+-- has not run out, ours, or an instance registered less than $4 ms ago
+-- that has not taken a lease yet (so the first of several workers started
+-- together does not take everything). Advisory: read outside the claims
+-- transaction. Last, whether maintenance (sql/claims_maintain.sql) has
+-- anyone to take claims from: another instance that holds claims and whose
+-- lease ran out (the same test as its `gone`); the worker skips it
+-- otherwise. And how much room the other live instances have below their
+-- share (by the counts they report with their leases, at most half a cycle
+-- old): while they can take the free services with work, this instance
+-- keeps its idle claims (giving them back shrank every share and drained
+-- others' claims with work, which woke every worker again). $1 instance,
+-- $2 slack, $3 max claims (0 = none), $4 lease ms, $5 claims we hold
+-- (NULL: not known, a read of all of them follows).
 WITH inst AS (
     SELECT greatest(1, count(*) FILTER (
                WHERE i.lease_1 > now() OR i.instance_id = $1
                   OR (i.lease_1 IS NULL
                       AND i.heartbeat_at > now() - $4::integer * interval '1 millisecond')))
                AS live,
-           (SELECT count(*) FROM queuer.service_id_claims h WHERE h.claimant IS NOT NULL) AS held
+           coalesce(sum(i.claims_held) FILTER (WHERE i.instance_id <> $1), 0)
+               + coalesce($5::integer, 0) AS reported
       FROM queuer.instances i
      WHERE i.stopped_at IS NULL
 ), free AS (
     SELECT count(*) AS n FROM queuer.service_id_claims c WHERE c.claimant IS NULL AND c.has_work
-), even AS (
-    SELECT ceil((inst.held + free.n)::numeric / inst.live)::integer + $2::integer AS n
+), held AS (
+    SELECT CASE WHEN $5::integer IS NULL
+                  OR $5::integer >= least(ceil((inst.reported + free.n)::numeric / inst.live)::integer
+                              + $2::integer, nullif($3::integer, 0))
+                THEN (SELECT count(*) FROM queuer.service_id_claims h WHERE h.claimant IS NOT NULL)
+                ELSE inst.reported END AS n
       FROM inst, free
+), even AS (
+    SELECT ceil((held.n + free.n)::numeric / inst.live)::integer + $2::integer AS n
+      FROM inst, free, held
 )
 -- (a cap of 0 is none: least() passes over the NULL)
 SELECT least(even.n, nullif($3::integer, 0)),
-       inst.held + free.n, inst.live, free.n,
+       held.n + free.n, inst.live, free.n,
        EXISTS (SELECT 1 FROM queuer.instances g
                 WHERE g.instance_id <> $1
                   AND coalesce(g.lease_1, '-infinity') < now()
@@ -47,4 +63,4 @@ SELECT least(even.n, nullif($3::integer, 0)),
           FROM queuer.instances o
          WHERE o.instance_id <> $1 AND o.stopped_at IS NULL AND o.lease_1 > now())
            AS room_elsewhere
-  FROM inst, free, even
+  FROM inst, free, held, even

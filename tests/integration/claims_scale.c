@@ -281,20 +281,27 @@ static void test_release_idle_gives_back_only_idle(void **state)
                      1);
 }
 
-/* claims_share's last column for w1 (slack 2): the room the other live
- * instances have below their share, by the counts they report. */
-static int64_t room_elsewhere(struct fixture *f)
+/* Column `col` of claims_share for w1 (slack 2, cap `max_claims`), which
+ * says it holds `held` claims (NULL: not known). */
+static int64_t share_column(struct fixture *f, const char *held, const char *max_claims, int col)
 {
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    const char *params[] = {"w1", "2", "0", "60000"};
-    if (qw_db_query(f->pg.a, "claims_share", 4, params, &res, &err) != QW_OK)
+    const char *params[] = {"w1", "2", max_claims, "60000", held};
+    if (qw_db_query(f->pg.a, "claims_share", 5, params, &res, &err) != QW_OK)
         fail_msg("claims_share: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 1);
-    int64_t room = qw_db_res_int(res, 0, 5);
+    int64_t v = qw_db_res_int(res, 0, col);
     qw_db_res_free(res);
-    return room;
+    return v;
+}
+
+/* claims_share's last column: the room the other live instances have
+ * below their share, by the counts they report. */
+static int64_t room_elsewhere(struct fixture *f)
+{
+    return share_column(f, NULL, "0", 5);
 }
 
 /* Two services free with work and two live instances: a share of 1 + 2
@@ -317,6 +324,36 @@ static void test_share_reads_the_room_elsewhere(void **state)
     itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s' "
                         "WHERE instance_id = 'w2'");
     assert_int_equal(room_elsewhere(f), 0);
+}
+
+/*
+ * The share is summed from the reported counts while we hold less than
+ * it, and counted through the claimant index when we hold it or more, or
+ * do not know our count. w2 holds 10 claims but reports none (its report
+ * lags); w1 holds 6; S1 and S2 are free with work. Saying 2 or 4, w1 is
+ * below the share the reports give (4, 5): that share stands. Saying 6
+ * (the reports' share is 6), or nothing, it gets the exact share,
+ * ceil((16 + 2) / 2) + 2 = 11, and would give nothing back. With a cap of
+ * 5 the share is 5 either way; the services to share tell the two apart.
+ */
+static void test_share_is_exact_where_it_could_give_back(void **state)
+{
+    struct fixture *f = *state;
+    for (int i = 1; i <= 16; i++) {
+        char svc[32];
+        snprintf(svc, sizeof(svc), "scale-bbbbb::%04d", i);
+        idle_service(f, svc);
+        hold(f, svc, i <= 6 ? "w1" : "w2");
+    }
+    assert_int_equal(share_column(f, "2", "0", 0), 4);
+    assert_int_equal(share_column(f, "4", "0", 0), 5);
+    assert_int_equal(share_column(f, "6", "0", 0), 11);
+    assert_int_equal(share_column(f, NULL, "0", 0), 11);
+    assert_int_equal(share_column(f, "6", "0", 1), 18);
+    assert_int_equal(share_column(f, "2", "0", 1), 4);
+    assert_int_equal(share_column(f, "5", "5", 0), 5);
+    assert_int_equal(share_column(f, "5", "5", 1), 18);
+    assert_int_equal(share_column(f, "3", "5", 1), 5);
 }
 
 /* Recording an outcome reads the claim rows of its own services, not every
@@ -697,6 +734,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pickup_takes_free_services_with_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_share_reads_the_room_elsewhere, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_share_is_exact_where_it_could_give_back, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_outcome_reads_only_its_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_a_parked_head, setup,
                                         teardown),
