@@ -13,10 +13,10 @@
 -- so whenever we hold that rough share or more (the only case in which
 -- the share makes us give anything back), or when we do not know our own
 -- count, the claims are counted through the claimant index instead, and
--- the share is exact. Live: a lease that
--- has not run out, ours, or an instance registered less than $4 ms ago
--- that has not taken a lease yet (so the first of several workers started
--- together does not take everything). Advisory: read outside the claims
+-- the share is exact. Live: a lease that has not run out, ours, or an
+-- instance registered less than $4 ms ago that has not taken a lease yet
+-- (so the first of several workers started together does not take
+-- everything). Advisory: read outside the claims
 -- transaction. Last, whether maintenance (sql/claims_maintain.sql) has
 -- anyone to take claims from: another instance that holds claims and whose
 -- lease ran out (the same test as its `gone`); the worker skips it
