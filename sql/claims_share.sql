@@ -10,8 +10,9 @@
 -- worker. The reported counts lag the claims an enqueue or a pickup just
 -- gave someone, so a share read from them can be too small, and a worker
 -- that believed it made workers give back what pickup handed out again;
--- so whenever we hold that rough share or more (the only case in which
--- the share makes us give anything back), or when we do not know our own
+-- so whenever the share could make us give anything back (we hold more
+-- than that rough share, or as much with free services with work
+-- waiting: sql/claims_release_idle.sql), or when we do not know our own
 -- count, the claims are counted through the claimant index instead, and
 -- the share is exact. Live: a lease that has not run out, ours, or an
 -- instance registered less than $4 ms ago that has not taken a lease yet
@@ -41,11 +42,12 @@ WITH inst AS (
     SELECT count(*) AS n FROM queuer.service_id_claims c WHERE c.claimant IS NULL AND c.has_work
 ), held AS (
     SELECT CASE WHEN $5::integer IS NULL
-                  OR $5::integer >= least(ceil((inst.reported + free.n)::numeric / inst.live)::integer
-                              + $2::integer, nullif($3::integer, 0))
+                  OR $5::integer > r.n OR ($5::integer = r.n AND free.n > 0)
                 THEN (SELECT count(*) FROM queuer.service_id_claims h WHERE h.claimant IS NOT NULL)
                 ELSE inst.reported END AS n
-      FROM inst, free
+      FROM inst, free,
+           LATERAL (SELECT least(ceil((inst.reported + free.n)::numeric / inst.live)::integer
+                                 + $2::integer, nullif($3::integer, 0)) AS n) r
 ), even AS (
     SELECT ceil((held.n + free.n)::numeric / inst.live)::integer + $2::integer AS n
       FROM inst, free, held

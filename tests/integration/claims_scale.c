@@ -328,13 +328,14 @@ static void test_share_reads_the_room_elsewhere(void **state)
 
 /*
  * The share is summed from the reported counts while we hold less than
- * it, and counted through the claimant index when we hold it or more, or
- * do not know our count. w2 holds 10 claims but reports none (its report
- * lags); w1 holds 6; S1 and S2 are free with work. Saying 2 or 4, w1 is
- * below the share the reports give (4, 5): that share stands. Saying 6
- * (the reports' share is 6), or nothing, it gets the exact share,
- * ceil((16 + 2) / 2) + 2 = 11, and would give nothing back. With a cap of
- * 5 the share is 5 either way; the services to share tell the two apart.
+ * it, and counted through the claimant index when we hold more, or as
+ * much with free work waiting, or do not know our count. w2 holds 10
+ * claims but reports none (its report lags); w1 holds 6; S1 and S2 are
+ * free with work. Saying 2 or 4, w1 is below the share the reports give
+ * (4, 5): that share stands. Saying 6 (the reports' share is 6), or
+ * nothing, it gets the exact share, ceil((16 + 2) / 2) + 2 = 11, and
+ * would give nothing back. With a cap of 5 the share is 5 either way; the
+ * services to share tell the two apart.
  */
 static void test_share_is_exact_where_it_could_give_back(void **state)
 {
@@ -354,6 +355,12 @@ static void test_share_is_exact_where_it_could_give_back(void **state)
     assert_int_equal(share_column(f, "5", "5", 0), 5);
     assert_int_equal(share_column(f, "5", "5", 1), 18);
     assert_int_equal(share_column(f, "3", "5", 1), 5);
+    /* Without free work, holding the reports' share exactly gives nothing
+     * back: 5 (the reports' share) stands, 6 is counted (10). */
+    itest_exec(f->pg.a, "UPDATE queuer.service_id_claims SET has_work = false "
+                        "WHERE claimant IS NULL");
+    assert_int_equal(share_column(f, "5", "0", 0), 5);
+    assert_int_equal(share_column(f, "6", "0", 0), 10);
 }
 
 /* Recording an outcome reads the claim rows of its own services, not every
