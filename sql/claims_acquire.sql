@@ -16,7 +16,9 @@
 -- failures). The other receivers are woken on their own channels.
 -- Each instance's claims are counted here, through the claimant index (the
 -- counts instances report with their leases lag the claims an enqueue or
--- an earlier pickup just gave them).
+-- an earlier pickup just gave them); the free services with work up to
+-- $2 (with more, the rooms below the share still hold the $2 this call
+-- may give out, in the same turns).
 -- $1 instance, $2 at most this many in all, $3 lease ms, $4 hard-expiry
 -- ms, $5 slack, $6 max claims per instance (0 = none), $7 at most this many
 -- to each instance (a worker alone, the first of several starting, does not
@@ -41,8 +43,10 @@ WITH lock AS MATERIALIZED (
     SELECT CASE WHEN $6::integer > 0 THEN least($6::integer, s.even + $5::integer)
                 ELSE s.even + $5::integer END AS n
       FROM (SELECT ceil((sum(l.held)
-                         + (SELECT count(*) FROM queuer.service_id_claims f
-                             WHERE f.claimant IS NULL AND f.has_work))::numeric
+                         + (SELECT count(*)
+                              FROM (SELECT 1 FROM queuer.service_id_claims f
+                                     WHERE f.claimant IS NULL AND f.has_work
+                                     LIMIT $2::integer) f))::numeric
                         / greatest(1, count(*)))::integer AS even
               FROM live l) s
 ), slots AS MATERIALIZED (

@@ -27,7 +27,11 @@
 -- keeps its idle claims (giving them back shrank every share and drained
 -- others' claims with work, which woke every worker again). $1 instance,
 -- $2 slack, $3 max claims (0 = none), $4 lease ms, $5 claims we hold
--- (NULL: not known, a read of all of them follows).
+-- (NULL: not known, a read of all of them follows), $6 free services with
+-- work are counted up to this many (what one pickup gives out at most: a
+-- load of 100,000 services enqueued while no worker ran made every
+-- housekeeping count all of them, and more would not change what the
+-- next pickup gives).
 WITH inst AS (
     SELECT greatest(1, count(*) FILTER (
                WHERE i.lease_1 > now() OR i.instance_id = $1
@@ -39,7 +43,9 @@ WITH inst AS (
       FROM queuer.instances i
      WHERE i.stopped_at IS NULL
 ), free AS (
-    SELECT count(*) AS n FROM queuer.service_id_claims c WHERE c.claimant IS NULL AND c.has_work
+    SELECT count(*) AS n
+      FROM (SELECT 1 FROM queuer.service_id_claims c WHERE c.claimant IS NULL AND c.has_work
+             LIMIT $6::integer) c
 ), held AS (
     SELECT CASE WHEN $5::integer IS NULL
                   OR $5::integer > r.n OR ($5::integer = r.n AND free.n > 0)

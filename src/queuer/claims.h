@@ -103,8 +103,9 @@ struct qw_claims_result {
     bool picker;               /* we held the pickup lock (another worker picks otherwise) */
     int share;                 /* our fair share this cycle */
     int64_t with_work;         /* services with non-final batches (estimate) */
-    int64_t free_with_work;    /* of those, held by nobody (before maintenance; set to 0
-                                  once pickup gave out what there was room for) */
+    int64_t free_with_work;    /* of those, held by nobody, counted up to what one pickup
+                                  gives out (before maintenance; set to 0 once pickup
+                                  gave out what there was room for) */
     int64_t room_elsewhere;    /* claims the other live instances may take below their
                                   share, by the counts they report */
     int live;                  /* live instances */

@@ -282,19 +282,26 @@ static void test_release_idle_gives_back_only_idle(void **state)
 }
 
 /* Column `col` of claims_share for w1 (slack 2, cap `max_claims`), which
- * says it holds `held` claims (NULL: not known). */
-static int64_t share_column(struct fixture *f, const char *held, const char *max_claims, int col)
+ * says it holds `held` claims (NULL: not known), counting free services
+ * with work up to `free_max`. */
+static int64_t share_column_counting(struct fixture *f, const char *held, const char *max_claims,
+                                     int col, const char *free_max)
 {
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    const char *params[] = {"w1", "2", max_claims, "60000", held};
-    if (qw_db_query(f->pg.a, "claims_share", 5, params, &res, &err) != QW_OK)
+    const char *params[] = {"w1", "2", max_claims, "60000", held, free_max};
+    if (qw_db_query(f->pg.a, "claims_share", 6, params, &res, &err) != QW_OK)
         fail_msg("claims_share: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 1);
     int64_t v = qw_db_res_int(res, 0, col);
     qw_db_res_free(res);
     return v;
+}
+
+static int64_t share_column(struct fixture *f, const char *held, const char *max_claims, int col)
+{
+    return share_column_counting(f, held, max_claims, col, "1000");
 }
 
 /* claims_share's last column: the room the other live instances have
@@ -355,6 +362,9 @@ static void test_share_is_exact_where_it_could_give_back(void **state)
     assert_int_equal(share_column(f, "5", "5", 0), 5);
     assert_int_equal(share_column(f, "5", "5", 1), 18);
     assert_int_equal(share_column(f, "3", "5", 1), 5);
+    /* the free services with work (column 3) are counted up to the bound */
+    assert_int_equal(share_column_counting(f, "2", "0", 3, "1000"), 2);
+    assert_int_equal(share_column_counting(f, "2", "0", 3, "1"), 1);
     /* Without free work, holding the reports' share exactly gives nothing
      * back: 5 (the reports' share) stands, 6 is counted (10). */
     itest_exec(f->pg.a, "UPDATE queuer.service_id_claims SET has_work = false "
