@@ -55,16 +55,19 @@ sc_wait "everything final" 20 \
 # Pickup past one payload. w3 (20 s cycles: its next full fetch is minutes
 # away) is idle and live when 600 services with work appear that nobody
 # holds (enqueued while its lease read as run out, so the enqueue gives
-# them to no one). w4 starts and picks up for both, 300 each: w3 is told
+# them to no one; w3 is stopped meanwhile, so no lease renewal of its own
+# comes between). w4 starts and picks up for both, 300 each: w3 is told
 # "+" and must fetch its 300 at once.
 sc_worker_stop w2 20
 sc_gen "$SC_DIR/pick.tsv" 600 1 11 qwpik
 sc_worker_start w3 QUEUER_WORKER_CYCLE_MS=20000 QUEUER_WORKER_LEASE_MS=60000 \
     QUEUER_WORKER_HARD_EXPIRY_MS=120000
 sc_wait_registered 10 w3
+sc_worker_signal w3 STOP
 qw_sql "UPDATE queuer.instances SET lease_1 = now() - interval '1 second' WHERE instance_id = 'w3'"
 sc_load_tsv "$SC_DIR/pick.tsv"
 qw_sql "UPDATE queuer.instances SET lease_1 = now() + interval '60 seconds' WHERE instance_id = 'w3'"
+sc_worker_signal w3 CONT
 sc_check_sql "the 600 services are free with work" 600 \
     "SELECT count(*) FROM queuer.service_id_claims WHERE claimant IS NULL AND has_work" \
     "SELECT claimant, has_work, count(*) FROM queuer.service_id_claims GROUP BY 1, 2"
