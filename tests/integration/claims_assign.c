@@ -392,6 +392,30 @@ static void test_enqueue_gives_a_free_service_and_wakes_the_holder(void **state)
 }
 
 /*
+ * Enqueues `svcs` while nobody is live (free with work, for pickup), then
+ * w1 picks up for every live instance, giving out at most `max` (as a
+ * string): returns w2's listening connection, opened before the pickup.
+ */
+static struct qw_db *picked_up_by_w1(struct fixture *f, const char *const *svcs, size_t n,
+                                     const char *max)
+{
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
+    enqueue_one_statement(f, svcs, n);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() + interval '1 hour'");
+    struct qw_db *l2 = itest_listen_instance(f->pg.conninfo, "w2");
+    const char *params[] = {"w1", max, "3600000", "7200000", "0", "0", max};
+    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->pg.a, "claims_acquire", 7, params, &res, &err) != QW_OK)
+        fail_msg("claims_acquire: %s", err.msg);
+    qw_db_res_free(res);
+    itest_exec(f->pg.a, "COMMIT");
+    return l2;
+}
+
+/*
  * Pickup names every claim it gives another instance (ten here, more than
  * an enqueue's payload names): a receiver told "*" would read all its
  * claims and fetch every service it holds, at every pickup.
@@ -405,21 +429,8 @@ static void test_pickup_names_every_claim_given(void **state)
         "assig-ccccc::0009", "assig-ccccc::0010", "assig-ccccc::0011", "assig-ccccc::0012",
         "assig-ccccc::0013", "assig-ccccc::0014", "assig-ccccc::0015", "assig-ccccc::0016",
         "assig-ccccc::0017", "assig-ccccc::0018", "assig-ccccc::0019", "assig-ccccc::0020"};
-    /* enqueued while nobody is live: free with work, for pickup */
-    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
-    enqueue_one_statement(f, twenty, 20);
-    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() + interval '1 hour'");
-    struct qw_db *l2 = itest_listen_instance(f->pg.conninfo, "w2");
     /* w1 picks up for both, in turns: w2 gets ten */
-    const char *params[] = {"w1", "100", "3600000", "7200000", "0", "0", "100"};
-    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    struct qw_db_res *res = NULL;
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query(f->pg.a, "claims_acquire", 7, params, &res, &err) != QW_OK)
-        fail_msg("claims_acquire: %s", err.msg);
-    qw_db_res_free(res);
-    itest_exec(f->pg.a, "COMMIT");
+    struct qw_db *l2 = picked_up_by_w1(f, twenty, 20, "100");
     char *want = itest_string(f->pg.b, "SELECT string_agg(service_id || ':' || claim_epoch, ' ' "
                                        "ORDER BY service_id) FROM queuer.service_id_claims "
                                        "WHERE claimant = 'w2'");
@@ -458,19 +469,7 @@ static void test_pickup_past_one_payload_says_new_claims(void **state)
         snprintf(names[i], sizeof(names[i]), "assig-ddddd::%04d", i);
         svcs[i] = names[i];
     }
-    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() - interval '1 s'");
-    enqueue_one_statement(f, svcs, N);
-    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = now() + interval '1 hour'");
-    struct qw_db *l2 = itest_listen_instance(f->pg.conninfo, "w2");
-    const char *params[] = {"w1", "1000", "3600000", "7200000", "0", "0", "1000"};
-    itest_exec(f->pg.a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    struct qw_db_res *res = NULL;
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query(f->pg.a, "claims_acquire", 7, params, &res, &err) != QW_OK)
-        fail_msg("claims_acquire: %s", err.msg);
-    qw_db_res_free(res);
-    itest_exec(f->pg.a, "COMMIT");
+    struct qw_db *l2 = picked_up_by_w1(f, svcs, N, "1000");
     assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims "
                                "WHERE claimant = 'w2'"),
                      N / 2);
