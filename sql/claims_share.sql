@@ -3,8 +3,8 @@
 -- with work nobody holds. The services to share are the claimed ones
 -- (claims are kept when their work runs out; a dead worker's count until
 -- maintenance hands them over) plus the free ones with work (an index of
--- their own). The claimed ones are first summed from the counts instances
--- report with their leases (ours is $5, the count we hold): one row
+-- their own). The claimed ones are first summed from the counts live
+-- instances report with their leases (ours is $5, the count we hold): one row
 -- per instance, where a count through the claimant index reads every
 -- claim, 100,000 of them at that scale, at every housekeeping of every
 -- worker. The reported counts lag the claims an enqueue or a pickup just
@@ -38,7 +38,15 @@ WITH inst AS (
                   OR (i.lease_1 IS NULL
                       AND i.heartbeat_at > now() - $4::integer * interval '1 millisecond')))
                AS live,
-           coalesce(sum(i.claims_held) FILTER (WHERE i.instance_id <> $1), 0)
+           -- the others' reports while their leases run; the claims of one
+           -- whose lease ran out, or that stopped, are counted (its last
+           -- report stays behind when maintenance hands them over, and
+           -- counted twice it kept shares too large to drain anyone)
+           (SELECT coalesce(sum(CASE WHEN o.lease_1 > now() AND o.stopped_at IS NULL
+                                     THEN o.claims_held
+                                     ELSE (SELECT count(*) FROM queuer.service_id_claims h
+                                            WHERE h.claimant = o.instance_id) END), 0)
+              FROM queuer.instances o WHERE o.instance_id <> $1)
                + coalesce($5::integer, 0) AS reported
       FROM queuer.instances i
      WHERE i.stopped_at IS NULL

@@ -371,6 +371,14 @@ static void test_share_is_exact_where_it_could_give_back(void **state)
                         "WHERE claimant IS NULL");
     assert_int_equal(share_column(f, "5", "0", 0), 5);
     assert_int_equal(share_column(f, "6", "0", 0), 10);
+    /* An instance whose lease ran out is counted by its claims, not by its
+     * last report: w2 reports 40 but holds 10 (maintenance would have handed
+     * them over, and its report stays); w1, alone live, saying 6, gets
+     * ceil(16 / 1) + 2 = 18 either way, not ceil(46 / 1) + 2. */
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET claims_held = 40, "
+                        "lease_1 = now() - interval '1 s' WHERE instance_id = 'w2'");
+    assert_int_equal(share_column(f, "6", "0", 0), 18);
+    assert_int_equal(share_column(f, "6", "0", 1), 16);
 }
 
 /* Recording an outcome reads the claim rows of its own services, not every
