@@ -437,9 +437,6 @@ int qw_db_begin(struct qw_db *db, const char *sql, struct qw_error *err)
 {
     if (!db->conn)
         return conn_error(db, err);
-    /* (a transaction pooler gets every statement as before) */
-    if (db->unprepared)
-        return exec_setup(db, sql, err);
     db->begin = sql;
     return QW_OK;
 }

@@ -71,8 +71,9 @@ int qw_db_timeout(const struct qw_db *db);
 /**
  * Starts a transaction with `sql` (a BEGIN; it must stay valid until the
  * next statement): sent together with the next statement, in one round
- * trip (libpq's pipeline mode), or at once with `unprepared`. Whatever
- * the next call is (a query, qw_db_exec(), COMMIT), BEGIN goes first.
+ * trip (libpq's pipeline mode; a transaction pooler such as PgBouncer
+ * passes the pipeline on as it came, one sync for both). Whatever the
+ * next call is (a query, qw_db_exec(), COMMIT), BEGIN goes first.
  */
 QW_MUST_CHECK int qw_db_begin(struct qw_db *db, const char *sql, struct qw_error *err);
 

@@ -32,6 +32,7 @@ PGB_PID=
 # shellcheck disable=SC2317 # called from the EXIT trap
 pgb_cleanup() {
     qw_workers_stop "$SC_DIR" 2>/dev/null
+    [ -z "${APP_PID:-}" ] || qw_stop_pids 5 "$APP_PID"
     [ -z "$PGB_PID" ] || qw_stop_pids 5 "$PGB_PID"
     if [ "$SC_EXIT_RC" != 0 ] && [ -s "$SC_DIR/pgb/pgbouncer.log" ]; then
         echo "---- last lines of pgbouncer.log"
@@ -151,17 +152,22 @@ sc_wait "w4 reports its wake-ups delivered" 20 \
 sc_check_sql "w4 listens on its direct connection only" 1 \
     "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'w4-listen'"
 
-# enqueue_one FILE LINE: enqueues line LINE of a TSV workload as an application
-# does (one autocommit statement, straight to PostgreSQL) and waits until the
-# ledger got it; sets ENQ_ID to its batch id.
+# enqueue_one FILE LINE: enqueues line LINE of a TSV workload as an
+# application does (queuer.enqueue_batch() in autocommit, on the one
+# connection it keeps open, straight to PostgreSQL) and waits until the
+# ledger got it; sets ENQ_ID to its batch id. A process and a session per
+# batch (`queuer enqueue`) would end both inside the few milliseconds
+# measured, and on two cores their teardown delays the worker itself; the
+# first look at the history waits 50 ms for the same reason.
 ENQ_ID=
+coproc APP { psql -X -q -A -t -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO application_name=app" 2>&1; }
 enqueue_one() {
-    local svc id hex
+    local svc id hex said
     IFS=$'\t' read -r svc id hex < <(sed -n "${2}p" "$1")
-    python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex(sys.argv[1]))' "$hex" \
-        >"$SC_DIR/payload.bin"
-    QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO" "$QUEUER_BIN" enqueue --service "$svc" \
-        --batch-id "$id" --payload-file "$SC_DIR/payload.bin" >/dev/null || sc_fail "enqueue failed"
+    echo "SELECT queuer.enqueue_batch('$svc', '$id', '\\x$hex'::bytea);" >&"${APP[1]}"
+    read -r -t 10 said <&"${APP[0]}" || sc_fail "the application's enqueue did not answer"
+    [ "$said" = enqueued ] || sc_fail "enqueue_batch said: $said"
+    sleep 0.05
     sc_wait "batch $2 posted" 10 \
         "SELECT EXISTS (SELECT 1 FROM queuer.batch_history WHERE batch_id = '$id' AND to_status = 'Submitting')"
     ENQ_ID=$id
@@ -223,6 +229,9 @@ sc_check "notify.not_delivered logged once" 1 "$(grep -c 'event=notify.not_deliv
 sc_gen "$SC_DIR/after.tsv" 1 1 8 after
 enqueue_one "$SC_DIR/after.tsv" 1
 sc_log "a batch enqueued after the listener came back was posted (${ENQ_ID:0:16})"
+echo '\q' >&"${APP[1]}"
+wait "$APP_PID" || sc_fail "the application's session did not end cleanly"
+APP_PID=
 sc_worker_stop w4 20
 
 # ---- LISTEN through the transaction pool itself: the self-test finds it deaf
