@@ -30,6 +30,8 @@ struct qw_db {
     const char *prepared[QW_DB_MAX_PREPARED]; /* statement names prepared on conn */
     int nprepared;                            /* used entries of prepared */
     const char *begin;                        /* a BEGIN not sent yet (qw_db_begin) */
+    bool then_pending;                        /* qw_db_query_then()'s second statement ran */
+    struct qw_error then_err;                 /* (until the next call): its outcome */
 };
 
 struct qw_db_res {
@@ -50,6 +52,7 @@ static void db_drop(struct qw_db *db)
     }
     db->nprepared = 0;
     db->begin = NULL;
+    db->then_pending = false;
 }
 
 /*
@@ -241,29 +244,27 @@ static int collect(struct qw_db *db, PGresult **out, struct qw_error *err)
 }
 
 /*
- * Collects the results of a pipeline of two statements (the deferred BEGIN,
- * then the caller's) and its sync: the first error, else the last
- * statement's result.
+ * Collects the results of a pipeline of `n` statements and its sync: per
+ * statement its first error, else its last result, NULL when the server
+ * skipped it. On failure the caller frees what `got` holds.
  */
-static int collect_pipeline(struct qw_db *db, PGresult **out, struct qw_error *err)
+static int collect_piped(struct qw_db *db, int n, PGresult *got[], struct qw_error *err)
 {
     int64_t deadline = qw_clock_mono_ms() + db->query_timeout_ms;
     int rc = flush_out(db, deadline, err);
     if (rc != QW_OK)
         return rc;
-    PGresult *keep = NULL;
-    int ended = 0; /* statements whose results are all in (each ends with a NULL) */
+    int i = 0; /* statements whose results are all in (each ends with a NULL) */
     for (;;) {
-        rc = await_result(db, deadline, &keep, err);
+        PGresult *none = NULL;
+        rc = await_result(db, deadline, &none, err);
         if (rc != QW_OK)
             return rc;
         PGresult *r = PQgetResult(db->conn);
         if (!r) {
-            /* past both statements without the sync: the connection broke */
-            if (++ended > 2) {
-                PQclear(keep);
+            /* past the last statement without the sync: the connection broke */
+            if (++i > n)
                 return conn_error(db, err);
-            }
             continue;
         }
         ExecStatusType st = PQresultStatus(r);
@@ -271,11 +272,30 @@ static int collect_pipeline(struct qw_db *db, PGresult **out, struct qw_error *e
             PQclear(r);
             break;
         }
-        keep_result(&keep, r, st == PGRES_PIPELINE_ABORTED);
+        if (i >= n) {
+            PQclear(r);
+            return conn_error(db, err);
+        }
+        keep_result(&got[i], r, st == PGRES_PIPELINE_ABORTED);
     }
-    if (!keep || !PQexitPipelineMode(db->conn)) {
+    return PQexitPipelineMode(db->conn) ? QW_OK : conn_error(db, err);
+}
+
+/*
+ * Collects the results of a pipeline of two statements (the deferred BEGIN,
+ * then the caller's) and its sync: the first error, else the caller's
+ * statement's result.
+ */
+static int collect_pipeline(struct qw_db *db, PGresult **out, struct qw_error *err)
+{
+    PGresult *got[2] = {NULL, NULL};
+    int rc = collect_piped(db, 2, got, err);
+    bool begin_failed = got[0] && PQresultStatus(got[0]) == PGRES_FATAL_ERROR;
+    PGresult *keep = got[begin_failed ? 0 : 1];
+    PQclear(got[begin_failed ? 1 : 0]);
+    if (rc != QW_OK || !keep) {
         PQclear(keep);
-        return conn_error(db, err);
+        return rc != QW_OK ? rc : conn_error(db, err);
     }
     return deliver(db, keep, out, err);
 }
@@ -437,12 +457,14 @@ int qw_db_begin(struct qw_db *db, const char *sql, struct qw_error *err)
 {
     if (!db->conn)
         return conn_error(db, err);
+    db->then_pending = false;
     db->begin = sql;
     return QW_OK;
 }
 
 int qw_db_exec(struct qw_db *db, const char *sql, struct qw_error *err)
 {
+    db->then_pending = false;
     if (!db->conn)
         return conn_error(db, err);
     int rc = send_begin(db, err);
@@ -504,6 +526,7 @@ int qw_db_query_sql(struct qw_db *db, const char *sql, int nparams, const char *
 {
     if (res)
         *res = NULL;
+    db->then_pending = false;
     if (!db->conn)
         return conn_error(db, err);
     int piped = pipeline_begin(db);
@@ -522,23 +545,27 @@ static int is_prepared(const struct qw_db *db, const char *name)
     return 0;
 }
 
-int qw_db_query(struct qw_db *db, const char *name, int nparams, const char *const *params,
-                struct qw_db_res **res, struct qw_error *err)
+/*
+ * Sends statement `name` with its parameters (prepared on first use, or as
+ * text with `unprepared`), after the deferred BEGIN if there is one. `piped`
+ * says how: in pipeline mode after BEGIN (1), in pipeline mode without one
+ * (2: only with `pipeline`, which asks for pipeline mode in any case), alone
+ * (0), or not at all (-1). Clears *res first. Returns QW_OK once sent,
+ * else an error (nothing of the statement went out).
+ */
+static int send_named(struct qw_db *db, const char *name, int nparams, const char *const *params,
+                      bool pipeline, int *piped, struct qw_db_res **res, struct qw_error *err)
 {
+    *piped = 0;
     if (res)
         *res = NULL;
+    db->then_pending = false;
     if (!db->conn)
         return conn_error(db, err);
-    if (db->unprepared) {
-        const char *text = qw_statement_text(name);
-        if (!text)
-            return qw_error_set(err, QW_ERR_INVALID, "no embedded statement named %s", name);
-        return qw_db_query_sql(db, text, nparams, params, res, err);
-    }
-    if (!is_prepared(db, name)) {
-        const char *text = qw_statement_text(name);
-        if (!text)
-            return qw_error_set(err, QW_ERR_INVALID, "no embedded statement named %s", name);
+    const char *text = qw_statement_text(name);
+    if (!text)
+        return qw_error_set(err, QW_ERR_INVALID, "no embedded statement named %s", name);
+    if (!db->unprepared && !is_prepared(db, name)) {
         if (db->nprepared == QW_DB_MAX_PREPARED)
             return qw_error_set(err, QW_ERR_INVALID, "too many prepared statements");
         /* (the first use on a connection: BEGIN goes out alone) */
@@ -552,11 +579,78 @@ int qw_db_query(struct qw_db *db, const char *name, int nparams, const char *con
             return rc;
         db->prepared[db->nprepared++] = name;
     }
-    int piped = pipeline_begin(db);
-    return finish_query(db, piped,
-                        piped >= 0 &&
-                            PQsendQueryPrepared(db->conn, name, nparams, params, NULL, NULL, 0),
-                        res, err);
+    *piped = pipeline_begin(db);
+    if (*piped == 0 && pipeline)
+        *piped = PQenterPipelineMode(db->conn) ? 2 : -1;
+    int sent =
+        *piped >= 0 &&
+        (db->unprepared ? PQsendQueryParams(db->conn, text, nparams, NULL, params, NULL, NULL, 0)
+                        : PQsendQueryPrepared(db->conn, name, nparams, params, NULL, NULL, 0));
+    return sent ? QW_OK : conn_error(db, err);
+}
+
+int qw_db_query(struct qw_db *db, const char *name, int nparams, const char *const *params,
+                struct qw_db_res **res, struct qw_error *err)
+{
+    int piped = 0;
+    int rc = send_named(db, name, nparams, params, false, &piped, res, err);
+    if (rc != QW_OK)
+        return rc;
+    return finish_query(db, piped, 1, res, err);
+}
+
+int qw_db_query_then(struct qw_db *db, const char *name, int nparams, const char *const *params,
+                     const char *then_sql, struct qw_db_res **res, struct qw_error *err)
+{
+    int piped = 0;
+    int rc = send_named(db, name, nparams, params, true, &piped, res, err);
+    if (rc != QW_OK)
+        return rc;
+    bool begun = piped == 1;
+    PGresult *got[3] = {NULL, NULL, NULL};
+    struct qw_error lost;
+    qw_error_clear(&lost);
+    if (!PQsendQueryParams(db->conn, then_sql, 0, NULL, NULL, NULL, NULL, 0) ||
+        !PQpipelineSync(db->conn))
+        rc = conn_error(db, &lost);
+    else
+        rc = collect_piped(db, begun ? 3 : 2, got + (begun ? 0 : 1), &lost);
+    /* BEGIN's error, else the statement's: the server skipped the rest of
+     * the pipeline, `then_sql` included. */
+    for (int i = 0; rc == QW_OK && i < 2; i++) {
+        if (got[i] && PQresultStatus(got[i]) == PGRES_FATAL_ERROR) {
+            rc = result_rc(db, got[i], err);
+            for (int j = 0; j < 3; j++)
+                PQclear(got[j]);
+            return rc;
+        }
+    }
+    if (rc != QW_OK || !got[1]) {
+        /* The pipeline may have reached the server and run to its end. */
+        for (int i = 0; i < 3; i++)
+            PQclear(got[i]);
+        return qw_error_set(err, QW_ERR_OUTCOME_UNKNOWN, "outcome unknown: %.450s",
+                            rc != QW_OK ? lost.msg : "no result for the statement");
+    }
+    PQclear(got[0]);
+    qw_error_clear(&db->then_err);
+    db->then_err.rc = got[2] ? result_rc(db, got[2], &db->then_err) : conn_error(db, &db->then_err);
+    PQclear(got[2]);
+    db->then_pending = true;
+    return wrap_result(got[1], res, err);
+}
+
+bool qw_db_then_pending(const struct qw_db *db)
+{
+    return db->then_pending;
+}
+
+int qw_db_then_outcome(struct qw_db *db, struct qw_error *err)
+{
+    db->then_pending = false;
+    if (err && db->then_err.rc != QW_OK)
+        *err = db->then_err;
+    return db->then_err.rc;
 }
 
 int qw_db_res_rows(const struct qw_db_res *res)
@@ -591,6 +685,7 @@ void qw_db_res_free(struct qw_db_res *res)
 
 int qw_db_copy_begin(struct qw_db *db, const char *sql, struct qw_error *err)
 {
+    db->then_pending = false;
     if (!db->conn)
         return conn_error(db, err);
     int rc = send_begin(db, err);

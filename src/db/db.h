@@ -24,6 +24,7 @@
 
 #include "common/err.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -91,6 +92,28 @@ QW_MUST_CHECK int qw_db_exec(struct qw_db *db, const char *sql, struct qw_error 
 QW_MUST_CHECK int qw_db_query(struct qw_db *db, const char *name, int nparams,
                               const char *const *params, struct qw_db_res **res,
                               struct qw_error *err);
+
+/**
+ * Runs statement `name` as qw_db_query() does, followed by `then_sql` (no
+ * parameters) in the same round trip (libpq's pipeline mode: the deferred
+ * BEGIN if any, the statement, `then_sql`, one sync); db/txn.h uses it to
+ * commit with a transaction's last statement. The statement's error (or
+ * BEGIN's) is returned as qw_db_query() would: the server skipped
+ * `then_sql`. When the statement succeeded, *res gets its rows and the
+ * outcome of `then_sql` waits for qw_db_then_outcome(), which the caller
+ * must call next. A connection lost or a deadline passed before the answers
+ * were in is QW_ERR_OUTCOME_UNKNOWN: both may have run.
+ */
+QW_MUST_CHECK int qw_db_query_then(struct qw_db *db, const char *name, int nparams,
+                                   const char *const *params, const char *then_sql,
+                                   struct qw_db_res **res, struct qw_error *err);
+
+/** True after a successful qw_db_query_then() until qw_db_then_outcome()
+ * or the next statement sent. */
+bool qw_db_then_pending(const struct qw_db *db);
+
+/** The outcome of the `then_sql` of the last qw_db_query_then(): QW_OK or its error. */
+QW_MUST_CHECK int qw_db_then_outcome(struct qw_db *db, struct qw_error *err);
 
 /**
  * Like qw_db_query() for ad-hoc SQL text (migrations, tests). Parameters

@@ -27,6 +27,11 @@ static int db_ops_begin(void *conn, const char *sql, struct qw_error *err)
     return qw_db_begin(conn, sql, err);
 }
 
+static int db_ops_commit(void *conn, struct qw_error *err)
+{
+    return qw_txn_commit(conn, err);
+}
+
 static int db_ops_reconnect(void *conn, struct qw_error *err)
 {
     return qw_db_reconnect(conn, err);
@@ -40,6 +45,7 @@ static int db_ops_ok(void *conn)
 const struct qw_txn_ops qw_txn_db_ops = {
     .exec = db_ops_exec,
     .begin = db_ops_begin,
+    .commit = db_ops_commit,
     .reconnect = db_ops_reconnect,
     .ok = db_ops_ok,
 };
@@ -232,7 +238,7 @@ int qw_txn_run(const struct qw_txn_ops *ops, void *conn, const struct qw_txn_pol
             rc = body(conn, arg, &last);
             if (rc == QW_OK) {
                 qw_error_clear(&last);
-                rc = ops->exec(conn, "COMMIT", &last);
+                rc = ops->commit ? ops->commit(conn, &last) : ops->exec(conn, "COMMIT", &last);
                 if (rc == QW_OK)
                     return QW_OK;
                 last.rc = rc;
@@ -288,7 +294,15 @@ int qw_txn_begin_snapshot(struct qw_db *db, struct qw_error *err)
 
 int qw_txn_commit(struct qw_db *db, struct qw_error *err)
 {
+    if (qw_db_then_pending(db))
+        return qw_db_then_outcome(db, err);
     return qw_db_exec(db, "COMMIT", err);
+}
+
+int qw_txn_query_commit(struct qw_db *db, const char *name, int nparams, const char *const *params,
+                        struct qw_db_res **res, struct qw_error *err)
+{
+    return qw_db_query_then(db, name, nparams, params, "COMMIT", res, err);
 }
 
 void qw_txn_rollback(struct qw_db *db)

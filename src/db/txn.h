@@ -15,6 +15,8 @@
  *  - the COMMIT result is checked: 40001 on COMMIT re-runs the body; a
  *    connection lost during COMMIT is QW_ERR_OUTCOME_UNKNOWN and is never
  *    re-run automatically (the caller re-reads by key and claim epoch);
+ *    the same holds when the body's last statement took COMMIT along
+ *    (qw_txn_query_commit()) and the connection was lost before its answer;
  *  - a connection lost (or a client-side timeout, which drops the
  *    connection) before COMMIT reconnects, repeating the session setup,
  *    and re-runs the body within the same budgets;
@@ -33,13 +35,16 @@
 
 #include <stdint.h>
 
-/** How the helper talks to one connection. All but `begin` are required. */
+/** How the helper talks to one connection. All but `begin` and `commit` are required. */
 struct qw_txn_ops {
     /** Runs a statement without results (BEGIN, COMMIT, ROLLBACK). */
     int (*exec)(void *conn, const char *sql, struct qw_error *err);
     /** Starts the transaction with `sql`, which may go out with the body's
      * first statement; NULL: `exec` sends it at once. */
     int (*begin)(void *conn, const char *sql, struct qw_error *err);
+    /** Commits: sends COMMIT, or answers the outcome of one the body's
+     * last statement took along; NULL: `exec` sends COMMIT. */
+    int (*commit)(void *conn, struct qw_error *err);
     /** Drops and reopens the connection, repeating the session setup. */
     int (*reconnect)(void *conn, struct qw_error *err);
     /** Non-zero while the connection is usable. */
@@ -115,6 +120,7 @@ QW_MUST_CHECK int qw_txn_run(const struct qw_txn_ops *ops, void *conn,
  * detail in `err`. The caller owns the connection and the transaction.
  */
 struct qw_db;
+struct qw_db_res;
 
 /** Starts a transaction (BEGIN, the server's default isolation). Returns QW_OK or an error. */
 QW_MUST_CHECK int qw_txn_begin(struct qw_db *db, struct qw_error *err);
@@ -126,10 +132,24 @@ QW_MUST_CHECK int qw_txn_begin(struct qw_db *db, struct qw_error *err);
 QW_MUST_CHECK int qw_txn_begin_snapshot(struct qw_db *db, struct qw_error *err);
 
 /**
- * Commits the open transaction. Returns QW_OK, or an error after which the
- * transaction is over (a lost connection leaves its outcome unknown).
+ * Commits the open transaction, or, right after qw_txn_query_commit()
+ * succeeded, answers the outcome of the COMMIT that went with it. Returns
+ * QW_OK, or an error after which the transaction is over (a lost
+ * connection leaves its outcome unknown).
  */
 QW_MUST_CHECK int qw_txn_commit(struct qw_db *db, struct qw_error *err);
+
+/**
+ * Runs statement `name` (as qw_db_query()) as the transaction's last and
+ * sends COMMIT with it, one round trip for both; then qw_txn_commit()
+ * (qw_txn_run() calls it after the body) answers COMMIT's outcome. The
+ * statement's own error leaves the transaction open, to roll back;
+ * QW_ERR_OUTCOME_UNKNOWN says the connection was lost with both on their
+ * way: the transaction may have committed (re-read by key).
+ */
+QW_MUST_CHECK int qw_txn_query_commit(struct qw_db *db, const char *name, int nparams,
+                                      const char *const *params, struct qw_db_res **res,
+                                      struct qw_error *err);
 
 /**
  * Rolls the open transaction back after a failure, when the connection is

@@ -290,7 +290,8 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
     }
     struct qw_db_res *marked = NULL;
     txn->bufs->mark_sent = true;
-    rc = qw_db_query(db, "batches_mark", 6, mark, &marked, err);
+    /* (the mark is the transaction's last statement: COMMIT goes with it) */
+    rc = qw_txn_query_commit(db, "batches_mark", 6, mark, &marked, err);
     if (rc != QW_OK)
         goto out;
     t->mark_short = (size_t)qw_db_res_rows(marked) < n_chosen;

@@ -172,12 +172,106 @@ static void test_first_statement_is_inside_the_transaction(void **state)
     free(conninfo);
 }
 
+/*
+ * The last statement sent with COMMIT (qw_txn_query_commit): one round trip
+ * for both; COMMIT's own outcome is what qw_txn_run() answers; an error of
+ * the statement itself leaves nothing committed.
+ */
+struct last_call {
+    struct qw_db *other;  /* looks from outside the transaction */
+    const char *prelude;  /* run before the last statement, or NULL */
+    const char *incarn;   /* the last statement's bigint parameter */
+    int64_t seen_outside; /* rows `other` saw right after the last statement */
+    int rows;             /* rows the last statement returned */
+};
+
+static int body_last_commits(void *conn, void *arg, struct qw_error *err)
+{
+    struct last_call *c = arg;
+    int rc = c->prelude ? qw_db_query_sql(conn, c->prelude, 0, NULL, NULL, err) : QW_OK;
+    if (rc != QW_OK)
+        return rc;
+    /* (an embedded statement that marks nothing when given no batches) */
+    const char *mark[6] = {"w1", "{}", "{}", "{}", "{}", c->incarn};
+    struct qw_db_res *res = NULL;
+    rc = qw_txn_query_commit(conn, "batches_mark", 6, mark, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    c->rows = qw_db_res_rows(res);
+    qw_db_res_free(res);
+    c->seen_outside = itest_scalar(c->other, "SELECT count(*) FROM kept");
+    return QW_OK;
+}
+
+static void test_last_statement_takes_commit_along(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("txn_last", 1);
+    struct qw_db *a = itest_connect(conninfo);
+    struct qw_db *b = itest_connect(conninfo);
+    itest_exec(a, "CREATE TABLE kept (k int UNIQUE DEFERRABLE INITIALLY DEFERRED)");
+    itest_exec(a, "GRANT ALL ON kept TO PUBLIC");
+    struct qw_txn_policy policy = {.max_attempts = 3,
+                                   .begin_sql = "BEGIN ISOLATION LEVEL READ COMMITTED"};
+    struct qw_txn_stats stats;
+    struct qw_error err;
+
+    /* Committed by the time the statement's rows are in. */
+    struct last_call ok = {.other = b, .prelude = "INSERT INTO kept VALUES (1)", .incarn = "1"};
+    qw_error_clear(&err);
+    assert_int_equal(qw_txn_run(&qw_txn_db_ops, a, &policy, body_last_commits, &ok, &stats, &err),
+                     QW_OK);
+    assert_int_equal(ok.rows, 0);
+    assert_int_equal(ok.seen_outside, 1);
+    assert_int_equal(stats.attempts, 1);
+
+    /* The statement fails: COMMIT is skipped, the insert before it rolled back. */
+    struct last_call bad = {.other = b, .prelude = "INSERT INTO kept VALUES (2)", .incarn = "x"};
+    qw_error_clear(&err);
+    assert_int_equal(qw_txn_run(&qw_txn_db_ops, a, &policy, body_last_commits, &bad, &stats, &err),
+                     QW_ERR_DB);
+    assert_string_equal(err.sqlstate, "22P02");
+    assert_int_equal(itest_scalar(b, "SELECT count(*) FROM kept"), 1);
+
+    /* COMMIT fails (a deferred unique check): its error is the answer. */
+    struct last_call late = {.other = b, .prelude = "INSERT INTO kept VALUES (1)", .incarn = "1"};
+    qw_error_clear(&err);
+    assert_int_equal(qw_txn_run(&qw_txn_db_ops, a, &policy, body_last_commits, &late, &stats, &err),
+                     QW_ERR_DB);
+    assert_string_equal(err.sqlstate, "23505");
+    assert_int_equal(late.seen_outside, 1);
+    assert_int_equal(itest_scalar(b, "SELECT count(*) FROM kept"), 1);
+
+    /* The connection serves the next transaction. */
+    assert_int_equal(itest_scalar(a, "SELECT 41 + 1"), 42);
+
+    /* As the only statement: on a new connection (prepared first, BEGIN
+     * alone), then where it is prepared (BEGIN in the same pipeline). */
+    struct qw_db *fresh = itest_connect(conninfo);
+    struct qw_db *on[2] = {fresh, a};
+    for (int i = 0; i < 2; i++) {
+        struct last_call only = {.other = b, .incarn = "1", .rows = -1};
+        qw_error_clear(&err);
+        assert_int_equal(
+            qw_txn_run(&qw_txn_db_ops, on[i], &policy, body_last_commits, &only, &stats, &err),
+            QW_OK);
+        assert_int_equal(only.rows, 0);
+        assert_int_equal(stats.attempts, 1);
+        assert_int_equal(itest_scalar(on[i], "SELECT 41 + 1"), 42);
+    }
+    qw_db_close(fresh);
+    qw_db_close(b);
+    qw_db_close(a);
+    free(conninfo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_skew_is_retried),
         cmocka_unit_test(test_other_errors_roll_back_and_return),
         cmocka_unit_test(test_first_statement_is_inside_the_transaction),
+        cmocka_unit_test(test_last_statement_takes_commit_along),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Scenario: a worker hangs *inside* its queue transaction (SIGSTOP while
-# its mark of a batch has updated the rows but not committed; a network
-# partition that keeps the TCP session open looks the same to the
-# server). Its uncommitted transaction holds the locks of that mark: the
-# service's claim row (the mark's fence) and the batch. The other worker
-# must keep working (DESIGN: workers keep going "while individual workers
-# crash, hang, lose the network"): it keeps its own claims (same epoch
-# throughout) and takes the hung worker's services over within the hung
-# worker's hard expiry plus a margin.
+# its mark of a batch waits on a row lock; a network partition that keeps
+# the TCP session open looks the same to the server). The mark went out
+# with its COMMIT (one pipeline), so once the lock is released the server
+# finishes both without the worker: the hung worker leaves nothing locked
+# and nothing open. The other worker must keep working (DESIGN: workers
+# keep going "while individual workers crash, hang, lose the network"): it
+# keeps its own claims (same epoch throughout) and takes the hung worker's
+# services over within the hung worker's hard expiry plus a margin, the
+# batch marked but never posted included.
 #
 # How the hang is placed deterministically: w1 and w2 start with one
 # request in flight at most and no slack, and the simulator holds every
@@ -17,10 +18,9 @@
 # simulator lets w1's batch in flight end, w1's next mark
 # (sql/batches_mark.sql) locks its claim row and waits on the helper's
 # lock inside w1's queue transaction; w1 is frozen while it waits, then the
-# helper commits, the mark completes on the server, and w1's session stays
-# "idle in transaction" with the rows locked. w1 runs with a 4 s lease, so
-# that a statement of its may wait 1 s for a lock (a quarter lease) and
-# the freeze lands within that wait.
+# helper commits, and the mark and its COMMIT complete on the server. w1
+# runs with a 4 s lease, so that a statement of its may wait 1 s for a
+# lock (a quarter lease) and the freeze lands within that wait.
 # shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/lib_scenario.sh"
 
@@ -47,11 +47,12 @@ batches_of() {
 IN_FLIGHT="b.submitted AND (b.status IS NULL OR b.status = 'Pending')"
 WAITING="NOT b.submitted AND b.status IS NULL"
 
-# freeze_inside_txn: one attempt; sets STATE to w1's session state after it
-# ("idle in transaction" on success; the mark may instead have given up on
-# the lock first, and then the transaction holds nothing).
+# freeze_inside_txn: one attempt; sets STATE to the state and last statement
+# of w1's session after it ("idle|COMMIT" on success; the mark may instead
+# have given up on the lock first, which skips the COMMIT and leaves the
+# transaction aborted, or w1 may have rolled back before the freeze).
 freeze_inside_txn() {
-    local helper
+    local helper mark_pid
     sc_wait "w1 and w2 each have a batch in flight, w1 others waiting" 20 \
         "SELECT $(batches_of w1 "$IN_FLIGHT") = 1 AND $(batches_of w2 "$IN_FLIGHT") = 1
                 AND $(batches_of w1 "$WAITING") >= 1" \
@@ -75,34 +76,38 @@ freeze_inside_txn() {
     sc_wait "w1's mark waits on the helper's lock" 15 \
         "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
                           AND wait_event_type = 'Lock' AND query LIKE '%marks the chosen batches%')"
+    mark_pid=$(qw_sql "SELECT min(pid) FROM pg_stat_activity WHERE application_name = 'w1'
+                         AND query LIKE '%marks the chosen batches%'")
     sc_worker_signal w1 STOP
     sc_sim_pause
     echo "COMMIT;" >&3
     exec 3>&-
     wait "$helper" || { cat "$SC_DIR/helper.out" >&2; sc_fail "the helper session failed"; }
     sc_wait "w1's mark went on once the lock was released" 10 \
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
-                          AND state LIKE 'idle in transaction%')"
-    STATE=$(qw_sql "SELECT state FROM pg_stat_activity
-                     WHERE application_name = 'w1' AND state LIKE 'idle in transaction%' LIMIT 1")
+        "SELECT state <> 'active' FROM pg_stat_activity WHERE pid = '${mark_pid:-0}'"
+    STATE=$(qw_sql "SELECT state || '|' || query FROM pg_stat_activity WHERE pid = '${mark_pid:-0}'")
 }
 
 for try in 1 2 3 4 5; do
     freeze_inside_txn
-    [ "$STATE" = "idle in transaction" ] && break
-    sc_log "try $try: w1's transaction ended as '$STATE'; resuming it and trying again"
+    [ "$STATE" = "idle|COMMIT" ] && break
+    sc_log "try $try: w1's mark ended as '$STATE'; resuming it and trying again"
     sc_worker_signal w1 CONT
     sc_wait "w1 left its failed transaction" 10 \
         "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'w1'
                               AND state LIKE 'idle in transaction%')"
 done
-[ "$STATE" = "idle in transaction" ] || sc_fail "could not freeze w1 inside a live transaction in 5 tries"
-sc_log "w1 frozen inside its queue transaction"
+[ "$STATE" = "idle|COMMIT" ] || sc_fail "could not freeze w1 in the middle of a mark that completes in 5 tries"
+sc_log "w1 frozen in the middle of its queue transaction; the mark committed without it"
 # (FOR SHARE waits for, or here skips, a row held FOR NO KEY UPDATE)
-sc_check_sql "w1's open mark holds a claim row of its own locked" t \
+sc_check_sql "the frozen worker holds no claim row locked" t \
     "SELECT (SELECT count(*) FROM queuer.service_id_claims WHERE claimant = 'w1')
-            > (SELECT count(*) FROM (SELECT 1 FROM queuer.service_id_claims WHERE claimant = 'w1'
+            = (SELECT count(*) FROM (SELECT 1 FROM queuer.service_id_claims WHERE claimant = 'w1'
                                        FOR SHARE SKIP LOCKED) x)"
+sc_check_sql "the frozen worker has no transaction open" 0 \
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'w1' AND xact_start IS NOT NULL"
+sc_check_sql "its mark committed: a batch of its services submitted, not yet posted" t \
+    "SELECT $(batches_of w1 "b.submitted AND b.status IS NULL") >= 1"
 
 n=$(sc_watch_claims frozen "c.claimant = 'w1'")
 sc_check_num "the frozen worker holds services" "$n" ">=" 1

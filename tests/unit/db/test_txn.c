@@ -353,6 +353,19 @@ static void test_other_commit_failure_is_returned(void **state)
     assert_string_equal(f->db.trace, "BbC");
 }
 
+static void test_body_outcome_unknown_is_returned_not_rerun(void **state)
+{
+    /* The body's last statement took COMMIT along and the answer was lost. */
+    struct fixture *f = *state;
+    f->db.body_rc[0] = QW_ERR_OUTCOME_UNKNOWN;
+    assert_int_equal(run(f), QW_ERR_OUTCOME_UNKNOWN);
+    assert_int_equal(f->err.rc, QW_ERR_OUTCOME_UNKNOWN);
+    assert_int_equal(f->db.n_body, 1);
+    assert_int_equal(f->stats.attempts, 1);
+    assert_int_equal(f->stats.reconnects, 0);
+    assert_int_equal(f->db.n_sleeps, 0);
+}
+
 static void test_attempt_budget(void **state)
 {
     struct fixture *f = *state;
@@ -544,6 +557,7 @@ int main(void)
         T(test_connection_lost_on_commit_is_outcome_unknown),
         T(test_timeout_on_commit_is_outcome_unknown),
         T(test_other_commit_failure_is_returned),
+        T(test_body_outcome_unknown_is_returned_not_rerun),
         T(test_attempt_budget),
         T(test_time_budget),
         T(test_time_budget_while_reconnecting),
