@@ -32,7 +32,7 @@ PGB_PID=
 # shellcheck disable=SC2317 # called from the EXIT trap
 pgb_cleanup() {
     qw_workers_stop "$SC_DIR" 2>/dev/null
-    [ -z "${APP_PID:-}" ] || qw_stop_pids 5 "$APP_PID"
+    [ -z "${APP_KEEP_PID:-}" ] || qw_stop_pids 5 "$APP_KEEP_PID"
     [ -z "$PGB_PID" ] || qw_stop_pids 5 "$PGB_PID"
     if [ "$SC_EXIT_RC" != 0 ] && [ -s "$SC_DIR/pgb/pgbouncer.log" ]; then
         echo "---- last lines of pgbouncer.log"
@@ -161,6 +161,7 @@ sc_check_sql "w4 listens on its direct connection only" 1 \
 # first look at the history waits 50 ms for the same reason.
 ENQ_ID=
 coproc APP { psql -X -q -A -t -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO application_name=app" 2>&1; }
+APP_KEEP_PID=$APP_PID # (bash unsets APP_PID once the session has ended)
 enqueue_one() {
     local svc id hex said
     IFS=$'\t' read -r svc id hex < <(sed -n "${2}p" "$1")
@@ -230,8 +231,8 @@ sc_gen "$SC_DIR/after.tsv" 1 1 8 after
 enqueue_one "$SC_DIR/after.tsv" 1
 sc_log "a batch enqueued after the listener came back was posted (${ENQ_ID:0:16})"
 echo '\q' >&"${APP[1]}"
-wait "$APP_PID" || sc_fail "the application's session did not end cleanly"
-APP_PID=
+wait "$APP_KEEP_PID" || sc_fail "the application's session did not end cleanly"
+APP_KEEP_PID=
 sc_worker_stop w4 20
 
 # ---- LISTEN through the transaction pool itself: the self-test finds it deaf
