@@ -83,7 +83,7 @@ mark_heads="SELECT format('EXECUTE mark(%L, %L, %L, %L, %L, %s)', 'w1', array_ag
                  WHERE status IS NULL AND NOT submitted ORDER BY service_id, created_at) h) f
  GROUP BY g \\gexec"
 {
-    echo "SET plan_cache_mode = force_generic_plan;"
+    echo "SET plan_cache_mode = force_generic_plan; SET jit = off;"
     echo "SELECT incarnation FROM queuer.instances WHERE instance_id = 'w1' \\gset"
     echo "PREPARE mark(text, text[], text[], bigint[], text[], bigint) AS $(cat "$sql_dir/batches_mark.sql");"
     echo "PREPARE rec(text, queuer.outcome[], bigint) AS $(cat "$sql_dir/outcomes_record.sql");"

@@ -366,6 +366,12 @@ static int db_open(struct qw_db *db, struct qw_error *err)
      * values: plan them once per connection instead of at every call. */
     if (rc == QW_OK)
         rc = exec_setup(db, "SET plan_cache_mode = force_generic_plan", err);
+    /* JIT compilation pays off for long analytic queries, never for ours:
+     * a generic plan whose row estimates for small, often-updated tables
+     * (instances) run high crosses the cost thresholds, and compiling it
+     * took 2-3 s of server CPU at every call (the fair-share read). */
+    if (rc == QW_OK)
+        rc = exec_setup(db, "SET jit = off", err);
     if (rc == QW_OK && db->idle_in_txn_timeout_ms > 0) {
         snprintf(sql, sizeof(sql), "SET idle_in_transaction_session_timeout = %d",
                  db->idle_in_txn_timeout_ms);
