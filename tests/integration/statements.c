@@ -1,4 +1,5 @@
-/* Integration: every embedded runtime statement prepares against a freshly migrated database. */
+/* Integration: every embedded runtime statement prepares against a freshly migrated
+ * database, and sessions plan them generically without JIT. */
 #include "itest.h"
 #include "common/embedded.h"
 
@@ -35,10 +36,34 @@ static void test_every_statement_prepares(void **state)
     free(conninfo);
 }
 
+/* Every session plans our statements once (generic plans) and never
+ * JIT-compiles them: with JIT on, a generic plan whose estimate for a small,
+ * often-updated table ran high was compiled at every call, for seconds. */
+static void test_sessions_plan_generic_without_jit(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("statements_settings", 1);
+    struct qw_db *db = itest_connect(conninfo);
+    struct qw_error err;
+    qw_error_clear(&err);
+    struct qw_db_res *res = NULL;
+    int rc =
+        qw_db_query_sql(db, "SELECT current_setting('jit'), current_setting('plan_cache_mode')", 0,
+                        NULL, &res, &err);
+    if (rc != QW_OK)
+        fail_msg("reading the session settings: %s", err.msg);
+    assert_string_equal(qw_db_res_get(res, 0, 0), "off");
+    assert_string_equal(qw_db_res_get(res, 0, 1), "force_generic_plan");
+    qw_db_res_free(res);
+    qw_db_close(db);
+    free(conninfo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_statement_prepares),
+        cmocka_unit_test(test_sessions_plan_generic_without_jit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
