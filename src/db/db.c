@@ -25,6 +25,7 @@ struct qw_db {
     int idle_in_txn_timeout_ms;               /* server setting, 0 = leave default */
     int lock_timeout_ms;                      /* server setting, 0 = leave default */
     int unprepared;                           /* send statement text, never prepare by name */
+    int no_jit;                               /* SET jit = off at connect */
     char listen[QW_DB_MAX_LISTEN][64];        /* channels to re-LISTEN */
     int nlisten;                              /* used entries of listen */
     const char *prepared[QW_DB_MAX_PREPARED]; /* statement names prepared on conn */
@@ -366,11 +367,11 @@ static int db_open(struct qw_db *db, struct qw_error *err)
      * values: plan them once per connection instead of at every call. */
     if (rc == QW_OK)
         rc = exec_setup(db, "SET plan_cache_mode = force_generic_plan", err);
-    /* JIT compilation pays off for long analytic queries, never for ours:
-     * a generic plan whose row estimates for small, often-updated tables
-     * (instances) run high crosses the cost thresholds, and compiling it
-     * took 2-3 s of server CPU at every call (the fair-share read). */
-    if (rc == QW_OK)
+    /* A worker's generic plan whose row estimates for a small,
+     * often-updated table (instances) ran high crossed the JIT cost
+     * thresholds, and compiling it took 2-3 s of server CPU at every call
+     * (the fair-share read). A bulk load gains from JIT: left as set. */
+    if (rc == QW_OK && db->no_jit)
         rc = exec_setup(db, "SET jit = off", err);
     if (rc == QW_OK && db->idle_in_txn_timeout_ms > 0) {
         snprintf(sql, sizeof(sql), "SET idle_in_transaction_session_timeout = %d",
@@ -402,6 +403,7 @@ int qw_db_connect(struct qw_db **out, const struct qw_db_opts *opts, struct qw_e
     db->idle_in_txn_timeout_ms = opts->idle_in_txn_timeout_ms;
     db->lock_timeout_ms = opts->lock_timeout_ms;
     db->unprepared = opts->unprepared;
+    db->no_jit = opts->no_jit;
     if (!db->conninfo || !db->app_name || (opts->password && !db->password)) {
         qw_db_close(db);
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
