@@ -41,12 +41,19 @@ WITH inst AS (
            -- the others' reports while their leases run; the claims of one
            -- whose lease ran out, or that stopped, are counted (its last
            -- report stays behind when maintenance hands them over, and
-           -- counted twice it kept shares too large to drain anyone)
-           (SELECT coalesce(sum(CASE WHEN o.lease_1 > now() AND o.stopped_at IS NULL
-                                     THEN o.claims_held
-                                     ELSE (SELECT count(*) FROM queuer.service_id_claims h
-                                            WHERE h.claimant = o.instance_id) END), 0)
-              FROM queuer.instances o WHERE o.instance_id <> $1)
+           -- counted twice it kept shares too large to drain anyone), in
+           -- one index scan for all of them: a count per instance row cost
+           -- the generic plan that count times the estimated instance rows,
+           -- and for a table never analysed that estimate put the plan past
+           -- PostgreSQL's JIT thresholds
+           (SELECT coalesce(sum(o.claims_held), 0)
+              FROM queuer.instances o
+             WHERE o.instance_id <> $1 AND o.lease_1 > now() AND o.stopped_at IS NULL)
+               + (SELECT count(*) FROM queuer.service_id_claims h
+                   WHERE h.claimant = ANY (ARRAY(
+                             SELECT o.instance_id FROM queuer.instances o
+                              WHERE o.instance_id <> $1
+                                AND (o.lease_1 > now() AND o.stopped_at IS NULL) IS NOT TRUE)))
                + coalesce($5::integer, 0) AS reported
       FROM queuer.instances i
      WHERE i.stopped_at IS NULL

@@ -8,9 +8,11 @@
  * keeps services with a batch mid-submission and says exactly whether each
  * has work; maintenance hands claims over through their holder's lease,
  * per service, with or without work, to the live instances only, a bounded
- * number to each per call.
+ * number to each per call; the fair share's plan stays cheap when the
+ * statistics of queuer.instances are stale.
  */
 #include "itest.h"
+#include "common/embedded.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -379,6 +381,53 @@ static void test_share_is_exact_where_it_could_give_back(void **state)
                         "lease_1 = now() - interval '1 s' WHERE instance_id = 'w2'");
     assert_int_equal(share_column(f, "6", "0", 0), 18);
     assert_int_equal(share_column(f, "6", "0", 1), 16);
+}
+
+/* The fair share's generic plan stays cheap however stale the statistics of
+ * queuer.instances are: with 100,000 claims (analysed) and an instances
+ * table whose dead row versions fill many pages and that was never
+ * analysed, its estimated cost stays below PostgreSQL's jit_above_cost. A
+ * count of claims per instance row was costed once per estimated row, and
+ * JIT-compiling that plan took seconds at every call. */
+static void test_share_plan_stays_cheap_on_stale_statistics(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims "
+                        "(service_id, claimant, claim_epoch, expiry_1, expiry_2) "
+                        "SELECT format('many%s-aaaaa::0001', i), 'w' || (1 + i % 8), 1, "
+                        "now() + interval '1 hour', now() + interval '2 hours' "
+                        "FROM generate_series(1, 100000) i");
+    itest_exec(f->pg.a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
+                        "lease_2) SELECT 'w' || i, 'h', i, 'v', now() + interval '1 hour', "
+                        "now() + interval '2 hours' FROM generate_series(3, 8) i");
+    itest_exec(f->pg.a, "ANALYZE queuer.service_id_claims");
+    itest_exec(f->pg.a, "DO $$ BEGIN FOR i IN 1..300 LOOP "
+                        "UPDATE queuer.instances SET heartbeat_at = now(); END LOOP; END $$");
+    assert_true(itest_scalar(f->pg.a, "SELECT pg_relation_size('queuer.instances') / 8192") >= 8);
+    assert_int_equal(itest_scalar(f->pg.a, "SELECT reltuples::bigint FROM pg_class "
+                                           "WHERE oid = 'queuer.instances'::regclass"),
+                     -1);
+    const char *text = qw_statement_text("claims_share");
+    assert_non_null(text);
+    size_t len = strlen(text) + 128;
+    char *sql = malloc(len);
+    assert_non_null(sql);
+    snprintf(sql, len,
+             "PREPARE share_plan(text, integer, integer, integer, integer, integer) AS %s", text);
+    itest_exec(f->pg.a, sql);
+    free(sql);
+    char *plan = itest_string(f->pg.a, "EXPLAIN (FORMAT JSON) "
+                                       "EXECUTE share_plan('w1', 2, 0, 60000, NULL, 20000)");
+    /* (the first cost in the plan is the top node's) */
+    const char *cost = strstr(plan, "\"Total Cost\": ");
+    assert_non_null(cost);
+    double total = strtod(cost + strlen("\"Total Cost\": "), NULL);
+    double jit_above = (double)itest_scalar(f->pg.a, "SELECT current_setting('jit_above_cost')"
+                                                     "::float8::bigint");
+    if (!(total < jit_above))
+        fail_msg("the fair share's generic plan costs %.0f, jit_above_cost is %.0f: %s", total,
+                 jit_above, plan);
+    free(plan);
 }
 
 /* Recording an outcome reads the claim rows of its own services, not every
@@ -760,6 +809,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_share_reads_the_room_elsewhere, setup, teardown),
         cmocka_unit_test_setup_teardown(test_share_is_exact_where_it_could_give_back, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_share_plan_stays_cheap_on_stale_statistics, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_outcome_reads_only_its_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_a_parked_head, setup,
