@@ -169,7 +169,7 @@ int qw_cli_load_config(const struct qw_cli_common *c, struct qw_config *cfg)
     return rc;
 }
 
-int qw_cli_connect(const struct qw_config *cfg, const char *app, struct qw_db **db)
+int qw_cli_connect(const struct qw_config *cfg, const char *app, bool jit, struct qw_db **db)
 {
     struct qw_db_opts opts = {
         .conninfo = cfg->db_conninfo,
@@ -178,6 +178,7 @@ int qw_cli_connect(const struct qw_config *cfg, const char *app, struct qw_db **
         .connect_timeout_s = cfg->db_connect_timeout_s,
         .query_timeout_ms = cfg->db_query_timeout_ms,
         .unprepared = !cfg->db_prepared_statements,
+        .no_jit = !jit,
     };
     struct qw_error err;
     qw_error_clear(&err);
@@ -205,7 +206,7 @@ int qw_cli_open_db(const struct qw_cli_common *c, const char *app, struct qw_db 
     struct qw_config cfg;
     if (qw_cli_load_config(c, &cfg) != QW_OK)
         return QW_EXIT_CONFIG;
-    int rc = qw_cli_connect(&cfg, app, db);
+    int rc = qw_cli_connect(&cfg, app, false, db);
     qw_config_free(&cfg);
     return qw_cli_exit_for(rc);
 }

@@ -15,6 +15,7 @@
 #include "common/err.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 enum qw_exit {
@@ -92,12 +93,14 @@ struct qw_config;
 int qw_cli_load_config(const struct qw_cli_common *c, struct qw_config *cfg);
 
 /**
- * Opens a database connection from `cfg` with application_name `app`.
- * Prints the reason, naming where the connection string came from, and
- * returns non-zero on failure.
+ * Opens a database connection from `cfg` with application_name `app`, with
+ * JIT compilation off unless `jit` (a bulk load gains from it; the
+ * operators' reads over views, planned with stale statistics, took seconds
+ * to compile). Prints the reason, naming where the connection string came
+ * from, and returns non-zero on failure.
  */
 struct qw_db;
-int qw_cli_connect(const struct qw_config *cfg, const char *app, struct qw_db **db);
+int qw_cli_connect(const struct qw_config *cfg, const char *app, bool jit, struct qw_db **db);
 
 /**
  * Loads the configuration (qw_cli_load_config) and connects with

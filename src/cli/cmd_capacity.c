@@ -310,7 +310,7 @@ int qw_cmd_capacity(int argc, char **argv)
     if (qw_cli_load_config(&a.common, &cfg) != QW_OK)
         return QW_EXIT_CONFIG;
     struct qw_db *db = NULL;
-    int rc = qw_cli_connect(&cfg, "queuer-capacity", &db);
+    int rc = qw_cli_connect(&cfg, "queuer-capacity", false, &db);
     if (rc != QW_OK) {
         qw_config_free(&cfg);
         return qw_cli_exit_for(rc);
