@@ -370,7 +370,8 @@ static int db_open(struct qw_db *db, struct qw_error *err)
     /* A worker's generic plan whose row estimates for a small,
      * often-updated table (instances) ran high crossed the JIT cost
      * thresholds, and compiling it took 2-3 s of server CPU at every call
-     * (the fair-share read). A bulk load gains from JIT: left as set. */
+     * (the fair-share read). Without no_jit (a bulk load, which gains
+     * from JIT) the server's setting stands. */
     if (rc == QW_OK && db->no_jit)
         rc = exec_setup(db, "SET jit = off", err);
     if (rc == QW_OK && db->idle_in_txn_timeout_ms > 0) {
