@@ -383,6 +383,19 @@ static void test_share_is_exact_where_it_could_give_back(void **state)
     assert_int_equal(share_column(f, "6", "0", 1), 16);
 }
 
+/* 100,000 more claims, held by eight live instances (w3-w8 added). */
+static void many_claims(struct fixture *f)
+{
+    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims "
+                        "(service_id, claimant, claim_epoch, expiry_1, expiry_2) "
+                        "SELECT format('many%s-aaaaa::0001', i), 'w' || (1 + i % 8), 1, "
+                        "now() + interval '1 hour', now() + interval '2 hours' "
+                        "FROM generate_series(1, 100000) i");
+    itest_exec(f->pg.a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
+                        "lease_2) SELECT 'w' || i, 'h', i, 'v', now() + interval '1 hour', "
+                        "now() + interval '2 hours' FROM generate_series(3, 8) i");
+}
+
 /* The fair share's generic plan stays cheap however stale the statistics of
  * queuer.instances are: with 100,000 claims (analysed) and an instances
  * table whose dead row versions fill many pages and that was never
@@ -392,14 +405,7 @@ static void test_share_is_exact_where_it_could_give_back(void **state)
 static void test_share_plan_stays_cheap_on_stale_statistics(void **state)
 {
     struct fixture *f = *state;
-    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims "
-                        "(service_id, claimant, claim_epoch, expiry_1, expiry_2) "
-                        "SELECT format('many%s-aaaaa::0001', i), 'w' || (1 + i % 8), 1, "
-                        "now() + interval '1 hour', now() + interval '2 hours' "
-                        "FROM generate_series(1, 100000) i");
-    itest_exec(f->pg.a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
-                        "lease_2) SELECT 'w' || i, 'h', i, 'v', now() + interval '1 hour', "
-                        "now() + interval '2 hours' FROM generate_series(3, 8) i");
+    many_claims(f);
     itest_exec(f->pg.a, "ANALYZE queuer.service_id_claims");
     itest_exec(f->pg.a, "DO $$ BEGIN FOR i IN 1..300 LOOP "
                         "UPDATE queuer.instances SET heartbeat_at = now(); END LOOP; END $$");
@@ -437,14 +443,7 @@ static void test_share_plan_stays_cheap_on_stale_statistics(void **state)
 static void test_outcome_reads_only_its_claims(void **state)
 {
     struct fixture *f = *state;
-    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims "
-                        "(service_id, claimant, claim_epoch, expiry_1, expiry_2) "
-                        "SELECT format('many%s-aaaaa::0001', i), 'w' || (1 + i % 8), 1, "
-                        "now() + interval '1 hour', now() + interval '2 hours' "
-                        "FROM generate_series(1, 100000) i");
-    itest_exec(f->pg.a, "INSERT INTO queuer.instances (instance_id, host, pid, version, lease_1, "
-                        "lease_2) SELECT 'w' || i, 'h', i, 'v', now() + interval '1 hour', "
-                        "now() + interval '2 hours' FROM generate_series(3, 8) i");
+    many_claims(f);
     hold(f, S1, "w1");
     itest_exec(f->pg.a, "ANALYZE queuer.service_id_claims, queuer.instances, queuer.batches");
     assert_int_equal(mark(f, 0), 1);
