@@ -178,7 +178,7 @@ int qw_cli_connect(const struct qw_config *cfg, const char *app, bool jit, struc
         .connect_timeout_s = cfg->db_connect_timeout_s,
         .query_timeout_ms = cfg->db_query_timeout_ms,
         .unprepared = !cfg->db_prepared_statements,
-        .no_jit = !jit,
+        .keep_jit = jit,
     };
     struct qw_error err;
     qw_error_clear(&err);

@@ -25,7 +25,7 @@ struct qw_db {
     int idle_in_txn_timeout_ms;               /* server setting, 0 = leave default */
     int lock_timeout_ms;                      /* server setting, 0 = leave default */
     int unprepared;                           /* send statement text, never prepare by name */
-    int no_jit;                               /* SET jit = off at connect */
+    int keep_jit;                             /* else SET jit = off at connect */
     char listen[QW_DB_MAX_LISTEN][64];        /* channels to re-LISTEN */
     int nlisten;                              /* used entries of listen */
     const char *prepared[QW_DB_MAX_PREPARED]; /* statement names prepared on conn */
@@ -370,9 +370,9 @@ static int db_open(struct qw_db *db, struct qw_error *err)
     /* A worker's generic plan whose row estimates for a small,
      * often-updated table (instances) ran high crossed the JIT cost
      * thresholds, and compiling it took 2-3 s of server CPU at every call
-     * (the fair-share read). Without no_jit (a bulk load, which gains
-     * from JIT) the server's setting stands. */
-    if (rc == QW_OK && db->no_jit)
+     * (the fair-share read). A bulk load, which gains from JIT, keeps
+     * the server's setting. */
+    if (rc == QW_OK && !db->keep_jit)
         rc = exec_setup(db, "SET jit = off", err);
     if (rc == QW_OK && db->idle_in_txn_timeout_ms > 0) {
         snprintf(sql, sizeof(sql), "SET idle_in_transaction_session_timeout = %d",
@@ -404,7 +404,7 @@ int qw_db_connect(struct qw_db **out, const struct qw_db_opts *opts, struct qw_e
     db->idle_in_txn_timeout_ms = opts->idle_in_txn_timeout_ms;
     db->lock_timeout_ms = opts->lock_timeout_ms;
     db->unprepared = opts->unprepared;
-    db->no_jit = opts->no_jit;
+    db->keep_jit = opts->keep_jit;
     if (!db->conninfo || !db->app_name || (opts->password && !db->password)) {
         qw_db_close(db);
         return qw_error_set(err, QW_ERR_NOMEM, "out of memory");

@@ -45,8 +45,10 @@ struct qw_db_opts {
     int unprepared;             /* non-zero: qw_db_query() sends the statement text each time
                                    (unnamed statement) instead of preparing it by name, for
                                    transaction poolers that cannot carry named statements */
-    int no_jit;                 /* non-zero: SET jit = off (the same short statements again and
-                                   again, where a JIT compile costs more than it can save) */
+    int keep_jit;               /* non-zero: keep the server's JIT setting (a bulk load gains
+                                   from it); otherwise SET jit = off: our statements are short
+                                   and run again and again, a JIT compile costs more than it
+                                   can save */
 };
 
 /**

@@ -27,6 +27,5 @@ void qw_worker_db_opts(const struct qw_config *cfg, const char *app_name, struct
         .unprepared = !cfg->db_prepared_statements,
         .idle_in_txn_timeout_ms = half_lease > 500 ? half_lease : 500,
         .lock_timeout_ms = half_lease / 2 > 250 ? half_lease / 2 : 250,
-        .no_jit = 1,
     };
 }
