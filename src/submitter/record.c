@@ -137,6 +137,13 @@ void qw_submitter_flush_outcomes(struct submitter *s)
     qw_error_clear(&err);
     int64_t began_us = qw_clock_mono_us();
     int64_t began_ms = now_ms();
+    if (s->stopping) {
+        /* A stopping worker takes on no next batch, whatever the outcome
+         * planned before the stop: the job ends with its batch and goes back,
+         * rather than wait with a batch marked for a POST that never comes. */
+        for (size_t i = 0; i < s->n_out; i++)
+            s->out[i].outcome.go_on = false;
+    }
     int rc = qw_db_ok(s->db) ? QW_OK : qw_db_reconnect(s->db, &err);
     if (rc == QW_OK)
         rc = qw_outcome_writer_write(&s->writer, s->db, s->w->instance_id, s->w->incarnation,

@@ -4,7 +4,9 @@
 # a margin, gives its claims back at once (the other worker holds them in
 # under a second, well before their lease would have run out), its instance
 # row is marked stopped, and every batch still ends Committed in order.
-# Then a worker whose ledger hangs (so its shutdown would wait out a long
+# A worker stopped while an outcome waits to be written (its claim row
+# locked by another session) writes it and leaves no batch marked for a
+# POST it will not make. Then a worker whose ledger hangs (so its shutdown would wait out a long
 # grace period) gets a second signal while stopping and exits at once.
 # shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/lib_scenario.sh"
@@ -72,6 +74,57 @@ sc_check_sql "every batch Committed" 0 \
     "SELECT count(*) FROM queuer.batches WHERE status IS DISTINCT FROM 'Committed'"
 sc_check_order
 sc_worker_stop w2 $(((5000 + MARGIN_MS) / 1000))
+
+# An outcome still waiting to be written when the stop begins (a helper
+# holds the claim row, so the write is put off group after group): w4 writes
+# it once the row is free, but takes on no next batch while stopping, so no
+# batch is left marked for a POST that never comes.
+sc_sim_pause
+sc_worker_start w4 QUEUER_LOG_LEVEL=debug
+sc_wait_registered 15 w4
+sc_gen "$SC_DIR/tail.tsv" 1 3 3 tailc
+sc_load_tsv "$SC_DIR/tail.tsv"
+TAIL="service_id LIKE 'tailc%'"
+sc_wait "w4's first tailc batch is Pending at the ledger" 15 \
+    "SELECT count(*) = 1 FROM queuer.batches WHERE $TAIL AND status = 'Pending'"
+rm -f "$SC_DIR/lock.fifo"
+mkfifo "$SC_DIR/lock.fifo"
+PGAPPNAME=claim_lock psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" <"$SC_DIR/lock.fifo" \
+    >"$SC_DIR/lock.out" 2>&1 &
+LOCK_PID=$!
+exec 3>"$SC_DIR/lock.fifo"
+echo "BEGIN; SELECT service_id FROM queuer.service_id_claims WHERE $TAIL FOR UPDATE;" >&3
+sc_wait "the helper holds the tailc claim row" 10 \
+    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'claim_lock'
+                      AND state = 'idle in transaction')"
+flushes() { grep -c 'event=outcomes.flushed' "$SC_DIR/w4.log" || true; }
+before=$(flushes)
+sc_sim_resume
+# The Committed outcome is put off again and again (the claim row is locked).
+for _ in $(seq 1 200); do
+    [ "$(flushes)" -ge $((before + 10)) ] && break
+    sleep 0.05
+done
+sc_check_num "w4's group writes while the claim row is locked" "$(flushes)" ">=" $((before + 10))
+sc_check_sql "the first tailc batch is still Pending in the database" 1 \
+    "SELECT count(*) FROM queuer.batches WHERE $TAIL AND status = 'Pending'"
+sc_worker_signal w4 TERM
+sc_wait_log w4 10 'event=submitter.stopping'
+echo "COMMIT;" >&3
+exec 3>&-
+wait "$LOCK_PID" || {
+    cat "$SC_DIR/lock.out" >&2
+    sc_fail "the helper session failed"
+}
+sc_worker_wait_exit w4 $(((GRACE_MS + MARGIN_MS + 999) / 1000))
+sc_check "w4 exits 0 after SIGTERM" 0 "$SC_RC"
+TAIL_EVIDENCE="SELECT batch_id, submitted, status, attempts FROM queuer.batches WHERE $TAIL
+                ORDER BY created_at"
+sc_check_sql "w4 wrote the Committed outcome waiting at the stop" 1 \
+    "SELECT count(*) FROM queuer.batches WHERE $TAIL AND status = 'Committed'" "$TAIL_EVIDENCE"
+sc_check_sql "no tailc batch is left marked for submission without a POST" 0 \
+    "SELECT count(*) FROM queuer.batches WHERE $TAIL AND submitted AND status IS NULL" \
+    "$TAIL_EVIDENCE"
 
 # Second signal: w3's POSTs hang, so its graceful stop would wait 60 s.
 sc_sim_faults '{"fault-hang": 1}'
