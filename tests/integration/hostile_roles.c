@@ -197,11 +197,72 @@ static void test_enqueuer_limits(void **state)
     free(conninfo);
 }
 
+/*
+ * queuer.enqueue_batch() counts a held service's batch itself and signs
+ * it, so that the counters trigger leaves it alone: an enqueuer can
+ * neither read the key nor see a signature after the call, and one it
+ * makes up does not keep its batches from being counted, through
+ * queuer.enqueue_rows() nor through queuer.enqueue_staged() (which runs as
+ * queuer.enqueue_batch()'s owner).
+ */
+static void test_enqueuer_cannot_skip_the_count(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("hostile_count", 1);
+    struct qw_db *admin = itest_connect(conninfo);
+    create_roles(admin);
+    char id[129];
+    struct qw_error err;
+    assert_int_equal(itest_enqueue_sample_try(admin, SVC, 21, id, &err), QW_OK);
+    itest_exec(admin,
+               "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 1, "
+               "expiry_1 = now() + interval '1 hour', expiry_2 = now() + interval '2 hours'");
+
+    struct qw_db *e = itest_connect_as(conninfo, "itest_henq");
+    expect(e, "SELECT key FROM queuer.enqueue_key", "42501");
+    itest_exec(e, "BEGIN");
+    assert_int_equal(itest_enqueue_sample_try(e, SVC, 22, id, &err), QW_OK);
+    char *seen =
+        itest_string(e, "SELECT coalesce(current_setting('queuer.enqueue_counted', true), '')");
+    assert_string_equal(seen, "");
+    free(seen);
+    itest_exec(e, "COMMIT");
+
+    /* a batch list holding only batch id repeat(HEX, 64) */
+#define PAYLOAD(hex)                                                                               \
+    "decode('0a' || '8801' || '0a' || '03' || '686472' || '12' || '8001' || "                      \
+    "encode(convert_to(repeat('" hex "', 64), 'UTF8'), 'hex'), 'hex')"
+    itest_exec(e, "BEGIN");
+    itest_exec(e, "SELECT set_config('queuer.enqueue_counted', md5('guess:' || repeat('cd', 64)), "
+                  "true)");
+    expect(e,
+           "SELECT count(*) FROM queuer.enqueue_rows(ARRAY[ROW(1, '" SVC
+           "', repeat('cd', 64), " PAYLOAD("cd") ")]::queuer.enqueue_row[], false)",
+           "");
+    itest_exec(e, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id "
+                  "text COLLATE \"C\", batch_id text COLLATE \"C\", payload bytea, priority "
+                  "integer) ON COMMIT DROP; GRANT SELECT ON queuer_load TO queuer_loader");
+    itest_exec(e, "INSERT INTO queuer_load VALUES (0, 1, '" SVC
+                  "', repeat('ef', 64), " PAYLOAD("ef") ", 0)");
+    itest_exec(e, "SELECT set_config('queuer.enqueue_counted', md5('guess:' || repeat('ef', 64)), "
+                  "true)");
+    expect(e, "SELECT count(*) FROM queuer.enqueue_staged(0, 1, false)", "");
+    itest_exec(e, "COMMIT");
+#undef PAYLOAD
+    qw_db_close(e);
+    assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batches"), 4);
+    assert_int_equal(
+        itest_scalar(admin, "SELECT n_open FROM queuer.claims WHERE service_id = '" SVC "'"), 4);
+    qw_db_close(admin);
+    free(conninfo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worker_cannot_forge),
         cmocka_unit_test(test_enqueuer_limits),
+        cmocka_unit_test(test_enqueuer_cannot_skip_the_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
