@@ -200,6 +200,26 @@ sc_wait_log() {
     sc_fail "timed out after ${secs}s waiting for /$pattern/ in $name.log"
 }
 
+# sc_helper_open NAME: a psql session (application_name NAME) that runs what
+# the script writes to file descriptor 3, to hold a transaction's locks
+# across steps. sc_helper_close NAME: closes it and waits for it to end.
+sc_helper_open() {
+    rm -f "$SC_DIR/$1.fifo"
+    mkfifo "$SC_DIR/$1.fifo"
+    PGAPPNAME=$1 psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" <"$SC_DIR/$1.fifo" \
+        >"$SC_DIR/$1.out" 2>&1 &
+    SC_HELPER_PID=$!
+    exec 3>"$SC_DIR/$1.fifo"
+}
+
+sc_helper_close() {
+    exec 3>&-
+    wait "$SC_HELPER_PID" || {
+        cat "$SC_DIR/$1.out" >&2
+        sc_fail "the helper session $1 failed"
+    }
+}
+
 # sc_show SQL: prints a query result as an aligned table (for humans).
 sc_show() {
     psql -X -q -P pager=off "${QW_DB_CONNINFO:-$QW_PG_CONNINFO}" -c "$1" 2>&1

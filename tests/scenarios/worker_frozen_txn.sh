@@ -52,19 +52,14 @@ WAITING="NOT b.submitted AND b.status IS NULL"
 # have given up on the lock first, which skips the COMMIT and leaves the
 # transaction aborted, or w1 may have rolled back before the freeze).
 freeze_inside_txn() {
-    local helper mark_pid
+    local mark_pid
     sc_wait "w1 and w2 each have a batch in flight, w1 others waiting" 20 \
         "SELECT $(batches_of w1 "$IN_FLIGHT") = 1 AND $(batches_of w2 "$IN_FLIGHT") = 1
                 AND $(batches_of w1 "$WAITING") >= 1" \
         "SELECT c.claimant, b.submitted, b.status, count(*)
            FROM queuer.batches b JOIN queuer.service_id_claims c USING (service_id)
           GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
-    rm -f "$SC_DIR/helper.fifo"
-    mkfifo "$SC_DIR/helper.fifo"
-    PGAPPNAME=frozen_helper psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" <"$SC_DIR/helper.fifo" \
-        >"$SC_DIR/helper.out" 2>&1 &
-    helper=$!
-    exec 3>"$SC_DIR/helper.fifo"
+    sc_helper_open frozen_helper
     echo "BEGIN; SELECT b.batch_id FROM queuer.batches b
                    JOIN queuer.service_id_claims c USING (service_id)
                   WHERE c.claimant = 'w1' AND $WAITING FOR UPDATE OF b;" >&3
@@ -81,8 +76,7 @@ freeze_inside_txn() {
     sc_worker_signal w1 STOP
     sc_sim_pause
     echo "COMMIT;" >&3
-    exec 3>&-
-    wait "$helper" || { cat "$SC_DIR/helper.out" >&2; sc_fail "the helper session failed"; }
+    sc_helper_close frozen_helper
     sc_wait "w1's mark went on once the lock was released" 10 \
         "SELECT state <> 'active' FROM pg_stat_activity WHERE pid = '${mark_pid:-0}'"
     STATE=$(qw_sql "SELECT state || '|' || query FROM pg_stat_activity WHERE pid = '${mark_pid:-0}'")

@@ -87,12 +87,7 @@ sc_load_tsv "$SC_DIR/tail.tsv"
 TAIL="service_id LIKE 'tailc%'"
 sc_wait "w4's first tailc batch is Pending at the ledger" 15 \
     "SELECT count(*) = 1 FROM queuer.batches WHERE $TAIL AND status = 'Pending'"
-rm -f "$SC_DIR/lock.fifo"
-mkfifo "$SC_DIR/lock.fifo"
-PGAPPNAME=claim_lock psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" <"$SC_DIR/lock.fifo" \
-    >"$SC_DIR/lock.out" 2>&1 &
-LOCK_PID=$!
-exec 3>"$SC_DIR/lock.fifo"
+sc_helper_open claim_lock
 echo "BEGIN; SELECT service_id FROM queuer.service_id_claims WHERE $TAIL FOR UPDATE;" >&3
 sc_wait "the helper holds the tailc claim row" 10 \
     "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'claim_lock'
@@ -111,11 +106,7 @@ sc_check_sql "the first tailc batch is still Pending in the database" 1 \
 sc_worker_signal w4 TERM
 sc_wait_log w4 10 'event=submitter.stopping'
 echo "COMMIT;" >&3
-exec 3>&-
-wait "$LOCK_PID" || {
-    cat "$SC_DIR/lock.out" >&2
-    sc_fail "the helper session failed"
-}
+sc_helper_close claim_lock
 sc_worker_wait_exit w4 $(((GRACE_MS + MARGIN_MS + 999) / 1000))
 sc_check "w4 exits 0 after SIGTERM" 0 "$SC_RC"
 TAIL_EVIDENCE="SELECT batch_id, submitted, status, attempts FROM queuer.batches WHERE $TAIL
