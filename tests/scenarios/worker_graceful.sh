@@ -6,8 +6,9 @@
 # row is marked stopped, and every batch still ends Committed in order.
 # A worker stopped while an outcome waits to be written (its claim row
 # locked by another session) writes it and leaves no batch marked for a
-# POST it will not make. Then a worker whose ledger hangs (so its shutdown would wait out a long
-# grace period) gets a second signal while stopping and exits at once.
+# POST it will not make. Then a worker whose ledger hangs (so its shutdown
+# would wait out a long grace period) gets a second signal while stopping
+# and exits at once.
 # shellcheck source=tests/scenarios/lib_scenario.sh
 . "$(dirname "$0")/lib_scenario.sh"
 
