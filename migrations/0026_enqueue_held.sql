@@ -186,8 +186,9 @@ BEGIN
             USING ERRCODE = 'QU409', DETAIL = 'batch_id ' || p_batch_id;
     END IF;
 
-    -- 6. the ingest state (written only when it changes); a free
-    -- service's count and wake-up were the insert trigger's
+    -- 6. for a held service: its count, the ingest state and the wake-up;
+    -- otherwise the ingest state, written only when it changes (a free
+    -- service's count and wake-up were the insert trigger's)
     IF held_by IS NOT NULL THEN
         UPDATE queuer.service_ingest i
            SET n_in = i.n_in + 1, blocked = (s_high > 0 AND backlog + 1 >= s_high)
