@@ -47,7 +47,6 @@ DECLARE
     created  timestamptz;  -- the batch's created_at
     e_svc    text;         -- a stored batch with this id: its service
     e_same   boolean;      -- and whether its payload is this one
-    e_key    text;         -- queuer.enqueue_key
     held_by  text;         -- the service's holder, when it has one
     signed   text;         -- queuer.enqueue_counted, as set
 BEGIN
@@ -92,9 +91,8 @@ BEGIN
                                           i.last_created_at + interval '1 microsecond')
           FROM queuer.settings s
          WHERE i.service_id = p_service_id
-        RETURNING i.blocked, i.last_created_at, s.ingest_high, s.ingest_low, s.max_payload_bytes,
-                  (SELECT k.key FROM queuer.enqueue_key k)
-             INTO blocked, created, s_high, s_low, s_max, e_key;
+        RETURNING i.blocked, i.last_created_at, s.ingest_high, s.ingest_low, s.max_payload_bytes
+             INTO blocked, created, s_high, s_low, s_max;
         EXIT WHEN FOUND;
         -- the service's first batch (a concurrent first enqueue may win
         -- the insert; the UPDATE then finds its row)
@@ -157,10 +155,10 @@ BEGIN
     -- release can free the claim meanwhile: the ingest row is locked.
     IF e_svc IS NULL THEN
         SELECT c.claimant,
-               set_config('queuer.enqueue_counted', md5(e_key || ':' || p_batch_id), true)
+               set_config('queuer.enqueue_counted', md5(k.key || ':' || p_batch_id), true)
           INTO held_by, signed
-          FROM queuer.service_id_claims c
-         WHERE c.service_id = p_service_id AND c.claimant IS NOT NULL AND e_key IS NOT NULL;
+          FROM queuer.service_id_claims c, queuer.enqueue_key k
+         WHERE c.service_id = p_service_id AND c.claimant IS NOT NULL;
         WITH b AS (
             INSERT INTO queuer.batches AS b (batch_id, service_id, payload, created_at, priority)
             VALUES (p_batch_id, p_service_id, p_payload, created, p_priority)

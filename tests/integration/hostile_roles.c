@@ -42,6 +42,27 @@ static void create_roles(struct qw_db *admin)
                       "CREATE ROLE itest_henq LOGIN IN ROLE queuer_enqueuer; END IF; END $$");
 }
 
+/* w1 holds every service's claim, at epoch 1, for an hour. */
+static void held_by_w1(struct qw_db *admin)
+{
+    itest_exec(admin,
+               "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 1, "
+               "expiry_1 = now() + interval '1 hour', expiry_2 = now() + interval '2 hours'");
+}
+
+/* Runs `sql` with sample batch `seed`'s id as $1 and its payload (hex) as $2. */
+static void with_sample(struct qw_db *db, const char *sql, uint64_t seed)
+{
+    char id[129];
+    char *hex = itest_sample_hex(seed, id);
+    const char *params[] = {id, hex};
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query_sql(db, sql, 2, params, NULL, &err) != QW_OK)
+        fail_msg("%s: %s", sql, err.msg);
+    free(hex);
+}
+
 static void test_worker_cannot_forge(void **state)
 {
     (void)state;
@@ -51,9 +72,7 @@ static void test_worker_cannot_forge(void **state)
     char id[129];
     struct qw_error err;
     assert_int_equal(itest_enqueue_sample_try(admin, SVC, 7, id, &err), QW_OK);
-    itest_exec(admin,
-               "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 1, "
-               "expiry_1 = now() + interval '1 hour', expiry_2 = now() + interval '2 hours'");
+    held_by_w1(admin);
     struct qw_db *w = itest_connect_as(conninfo, "itest_hworker");
     char sql[1024];
 #define HIST(to, inst, epoch, extra)                                                               \
@@ -214,9 +233,7 @@ static void test_enqueuer_cannot_skip_the_count(void **state)
     char id[129];
     struct qw_error err;
     assert_int_equal(itest_enqueue_sample_try(admin, SVC, 21, id, &err), QW_OK);
-    itest_exec(admin,
-               "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 1, "
-               "expiry_1 = now() + interval '1 hour', expiry_2 = now() + interval '2 hours'");
+    held_by_w1(admin);
 
     struct qw_db *e = itest_connect_as(conninfo, "itest_henq");
     expect(e, "SELECT key FROM queuer.enqueue_key", "42501");
@@ -228,27 +245,22 @@ static void test_enqueuer_cannot_skip_the_count(void **state)
     free(seen);
     itest_exec(e, "COMMIT");
 
-    /* a batch list holding only batch id repeat(HEX, 64) */
-#define PAYLOAD(hex)                                                                               \
-    "decode('0a' || '8801' || '0a' || '03' || '686472' || '12' || '8001' || "                      \
-    "encode(convert_to(repeat('" hex "', 64), 'UTF8'), 'hex'), 'hex')"
     itest_exec(e, "BEGIN");
-    itest_exec(e, "SELECT set_config('queuer.enqueue_counted', md5('guess:' || repeat('cd', 64)), "
-                  "true)");
-    expect(e,
-           "SELECT count(*) FROM queuer.enqueue_rows(ARRAY[ROW(1, '" SVC
-           "', repeat('cd', 64), " PAYLOAD("cd") ")]::queuer.enqueue_row[], false)",
-           "");
+    static const char guess[] = "SELECT set_config('queuer.enqueue_counted', md5('guess:' || $1), "
+                                "true) WHERE $2 <> ''";
+    with_sample(e, guess, 23);
+    with_sample(e,
+                "SELECT count(*) FROM queuer.enqueue_rows(ARRAY[ROW(1, '" SVC
+                "', $1, decode($2, 'hex'))]::queuer.enqueue_row[], false)",
+                23);
     itest_exec(e, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, service_id "
                   "text COLLATE \"C\", batch_id text COLLATE \"C\", payload bytea, priority "
                   "integer) ON COMMIT DROP; GRANT SELECT ON queuer_load TO queuer_loader");
-    itest_exec(e, "INSERT INTO queuer_load VALUES (0, 1, '" SVC
-                  "', repeat('ef', 64), " PAYLOAD("ef") ", 0)");
-    itest_exec(e, "SELECT set_config('queuer.enqueue_counted', md5('guess:' || repeat('ef', 64)), "
-                  "true)");
+    with_sample(e, "INSERT INTO queuer_load VALUES (0, 1, '" SVC "', $1, decode($2, 'hex'), 0)",
+                24);
+    with_sample(e, guess, 24);
     expect(e, "SELECT count(*) FROM queuer.enqueue_staged(0, 1, false)", "");
     itest_exec(e, "COMMIT");
-#undef PAYLOAD
     qw_db_close(e);
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batches"), 4);
     assert_int_equal(

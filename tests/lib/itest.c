@@ -332,17 +332,24 @@ int itest_run(const char *const *argv, const char *const *env, const char *input
 }
 
 /* Enqueues sample batch `seed`; `priority` NULL leaves the function's default. */
+char *itest_sample_hex(uint64_t seed, char id_out[129])
+{
+    qw_batchlist_sample_id(seed, id_out);
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    assert_int_equal(qw_batchlist_sample(id_out, seed, &payload, &len), 0);
+    char *hex = malloc(2 * len + 1);
+    assert_non_null(hex);
+    qw_hex_encode(payload, len, hex);
+    free(payload);
+    return hex;
+}
+
 static int enqueue_sample(struct qw_db *db, const char *service, uint64_t seed,
                           const char *priority, char *id_out, struct qw_error *err)
 {
     char id[129];
-    qw_batchlist_sample_id(seed, id);
-    uint8_t *payload = NULL;
-    size_t len = 0;
-    assert_int_equal(qw_batchlist_sample(id, seed, &payload, &len), 0);
-    char *hex = malloc(2 * len + 1);
-    assert_non_null(hex);
-    qw_hex_encode(payload, len, hex);
+    char *hex = itest_sample_hex(seed, id);
     const char *params[] = {service, id, hex, priority};
     qw_error_clear(err);
     int rc = priority
@@ -353,7 +360,6 @@ static int enqueue_sample(struct qw_db *db, const char *service, uint64_t seed,
                  : qw_db_query_sql(db, "SELECT queuer.enqueue_batch($1, $2, decode($3, 'hex'))", 3,
                                    params, NULL, err);
     free(hex);
-    free(payload);
     if (id_out)
         memcpy(id_out, id, sizeof(id));
     return rc;

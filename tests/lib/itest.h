@@ -113,6 +113,12 @@ int itest_run(const char *const *argv, const char *const *env, const char *input
               char **errout);
 
 /**
+ * Sample batch `seed` (ingest/batchlist.h): writes its id to `id_out` and
+ * returns its payload as hex (malloc'd).
+ */
+char *itest_sample_hex(uint64_t seed, char id_out[129]);
+
+/**
  * Enqueues sample batch `seed` (ingest/batchlist.h: the id and the payload
  * follow from the seed) for `service` through queuer.enqueue_batch(), and
  * writes its id to `id_out` (129 bytes) when not NULL. Returns the result;
