@@ -2,7 +2,9 @@
 -- status cleared), fenced by the claim (claimant, epoch, expiry_1 > now(),
 -- row locked; the claim is held while its own expiry_1 or our instance
 -- lease is in the future) and by the state the queuer saw
--- (compare-and-set), so it is safe at READ COMMITTED. The claim row's
+-- (compare-and-set), so it is safe at READ COMMITTED; a parked batch
+-- (Delayed with retry_at = infinity: it waits for an operator) is never
+-- marked. The claim row's
 -- `submitting` is set by the trigger on batches (migration 0008) in the
 -- same statement; maintenance decides soft expiry from it. Appends a
 -- 'Submitting' history row with the reason. Returns the batches marked
@@ -39,6 +41,7 @@ WITH q AS (
        AND b.service_id = q.service_id
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nullif(q.seen, '')
+       AND NOT coalesce(b.status = 'Delayed' AND b.retry_at = 'infinity'::timestamptz, false)
     RETURNING b.batch_id, b.service_id, b.payload, b.attempts, q.epoch, q.seen, b.last_error,
               b.priority
 ), hist AS (

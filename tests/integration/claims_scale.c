@@ -2,7 +2,7 @@
  * Integration: the claim design (docs/CLAIMS.md). The count of work
  * (queuer.claims.n_open: service_ingest.n_in - service_id_claims.n_out)
  * stays exact through every kind of write to batches (enqueue, marks,
- * outcomes with the fast path, operator cancel, delete); pickup takes only
+ * outcomes of every kind with the fast path, operator cancel, delete); pickup takes only
  * free services with work; idle release gives back only services without
  * work and never one whose work arrives while it runs; the surplus release
  * keeps services with a batch mid-submission and says exactly whether each
@@ -152,26 +152,42 @@ static int64_t epoch_of(struct fixture *f, const char *svc)
     return itest_scalar(f->pg.b, sql);
 }
 
-/* Marks S1's batch k for w1 (batches_mark); returns the rows marked. */
-static int mark(struct fixture *f, int k)
+/* Marks S1's batch k for w1 (batches_mark), seen in state `seen` ("" =
+ * none); returns the rows marked. */
+static int mark_seen(struct fixture *f, int k, const char *seen)
 {
-    char ids[160], epochs[32];
+    char ids[160], epochs[32], seens[32];
     snprintf(ids, sizeof(ids), "{%s}", f->ids[k]);
     snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch_of(f, S1));
-    const char *params[] = {"w1", ids, "{" S1 "}", epochs, "{\"\"}", f->inc};
+    snprintf(seens, sizeof(seens), "{\"%s\"}", seen);
+    const char *params[] = {"w1", ids, "{" S1 "}", epochs, seens, f->inc};
     return run(f->pg.a, "batches_mark", 6, params);
+}
+
+static int mark(struct fixture *f, int k)
+{
+    return mark_seen(f, k, "");
+}
+
+/* Records an outcome for S1's batch k: what the submitter expects of it
+ * (posting, pending, inflight), the status written ("" = none), submitted,
+ * retry_ms ("" = none, negative = parked) and go_on. */
+static int record_as(struct fixture *f, int k, const char *expect, const char *status,
+                     const char *submitted, const char *retry_ms, const char *go_on)
+{
+    /* one queuer.outcome: batch, service, epoch, expect, status ("" = none),
+     * submitted, attempts_add, retry_ms, last_error, detail, posted, go_on */
+    char outcomes[512];
+    snprintf(outcomes, sizeof(outcomes), "{\"(%s," S1 ",%lld,%s,%s,%s,0,%s,,test,f,%s)\"}",
+             f->ids[k], (long long)epoch_of(f, S1), expect, status, submitted, retry_ms, go_on);
+    const char *params[] = {"w1", outcomes, f->inc};
+    return run(f->pg.a, "outcomes_record", 3, params);
 }
 
 /* Records `status` for S1's batch k (expected being posted), fast path on. */
 static int record(struct fixture *f, int k, const char *status, const char *submitted)
 {
-    /* one queuer.outcome: batch, service, epoch, expect, status ("" = none),
-     * submitted, attempts_add, retry_ms, last_error, detail, posted, go_on */
-    char outcomes[512];
-    snprintf(outcomes, sizeof(outcomes), "{\"(%s," S1 ",%lld,posting,%s,%s,0,,,test,f,t)\"}",
-             f->ids[k], (long long)epoch_of(f, S1), status, submitted);
-    const char *params[] = {"w1", outcomes, f->inc};
-    return run(f->pg.a, "outcomes_record", 3, params);
+    return record_as(f, k, "posting", status, submitted, "", "t");
 }
 
 static void test_counter_follows_every_write(void **state)
@@ -224,6 +240,43 @@ static void test_counter_follows_every_write(void **state)
     enqueue(f, f->pg.a, S3, NULL);
     assert_int_equal(n_open(f, S1), 2);
     assert_int_equal(n_open(f, S3), 1);
+    assert_counters_exact(f);
+}
+
+/*
+ * The count of work and `submitting` follow every kind of outcome the
+ * workers write, and a mark leaves a parked batch alone.
+ */
+static void test_counter_follows_every_outcome(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S1, "w1");
+    assert_int_equal(mark(f, 0), 1);
+    assert_int_equal(record_as(f, 0, "posting", "Pending", "t", "", "f"), 1);
+    assert_int_equal(n_open(f, S1), 4);
+    assert_counters_exact(f);
+    /* Committed from Pending; the fast path marks the next batch */
+    assert_int_equal(record_as(f, 0, "pending", "Committed", "t", "", "t"), 2);
+    assert_int_equal(n_open(f, S1), 3);
+    assert_counters_exact(f);
+    /* an adopted batch (either state expected) the ledger does not know */
+    assert_int_equal(record_as(f, 1, "inflight", "Unknown", "f", "", "f"), 1);
+    assert_counters_exact(f);
+    assert_int_equal(mark_seen(f, 1, "Unknown"), 1);
+    assert_counters_exact(f);
+    /* parked: it waits for an operator and is no longer work; a mark
+     * leaves it alone */
+    assert_int_equal(record_as(f, 1, "posting", "Delayed", "f", "-1", "f"), 1);
+    assert_int_equal(n_open(f, S1), 2);
+    assert_counters_exact(f);
+    assert_int_equal(mark_seen(f, 1, "Delayed"), 0);
+    /* a POST without an answer (still being posted), then handed back
+     * unposted: work again, no submission in progress */
+    assert_int_equal(mark(f, 2), 1);
+    assert_int_equal(record_as(f, 2, "posting", "", "t", "", "f"), 1);
+    assert_counters_exact(f);
+    assert_int_equal(record_as(f, 2, "posting", "", "f", "", "f"), 1);
+    assert_int_equal(n_open(f, S1), 2);
     assert_counters_exact(f);
 }
 
@@ -804,6 +857,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counter_follows_every_outcome, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_takes_free_services_with_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_share_reads_the_room_elsewhere, setup, teardown),
