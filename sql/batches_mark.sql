@@ -4,11 +4,11 @@
 -- lease is in the future) and by the state the queuer saw
 -- (compare-and-set), so it is safe at READ COMMITTED; a parked batch
 -- (Delayed with retry_at = infinity: it waits for an operator) is never
--- marked. The claim row's
--- `submitting` is set by the trigger on batches (migration 0008) in the
--- same statement; maintenance decides soft expiry from it. Appends a
--- 'Submitting' history row with the reason. Returns the batches marked
--- with their payloads and priorities; a batch not returned must not be submitted.
+-- marked. The claim row's `submitting` is set by the trigger on batches
+-- (migration 0008) in the same statement; maintenance decides soft expiry
+-- from it. Appends a 'Submitting' history row with the reason. Returns the
+-- batches marked with their payloads and priorities; a batch not returned
+-- must not be submitted.
 -- $1 instance, $2 batch ids, $3 service ids, $4 epochs, $5 statuses seen ('' = none),
 -- $6 our incarnation (a later registration of our instance_id fences us out).
 WITH q AS (

@@ -2,9 +2,10 @@
  * Integration: the claim design (docs/CLAIMS.md). The count of work
  * (queuer.claims.n_open: service_ingest.n_in - service_id_claims.n_out)
  * stays exact through every kind of write to batches (enqueue, marks,
- * outcomes of every kind with the fast path, operator cancel, delete); pickup takes only
- * free services with work; idle release gives back only services without
- * work and never one whose work arrives while it runs; the surplus release
+ * outcomes of every kind with the fast path, operator cancel, delete), and
+ * a mark leaves a parked batch alone; pickup takes only free services with
+ * work; idle release gives back only services without work and never one
+ * whose work arrives while it runs; the surplus release
  * keeps services with a batch mid-submission and says exactly whether each
  * has work; maintenance hands claims over through their holder's lease,
  * per service, with or without work, to the live instances only, a bounded
