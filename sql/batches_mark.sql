@@ -41,7 +41,7 @@ WITH q AS (
        AND b.service_id = q.service_id
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nullif(q.seen, '')
-       AND NOT coalesce(b.status = 'Delayed' AND b.retry_at = 'infinity'::timestamptz, false)
+       AND queuer.batch_is_work(b.status, b.retry_at) -- (not parked)
     RETURNING b.batch_id, b.service_id, b.payload, b.attempts, q.epoch, q.seen, b.last_error,
               b.priority
 ), hist AS (

@@ -331,7 +331,6 @@ int itest_run(const char *const *argv, const char *const *env, const char *input
     return 128 + WTERMSIG(status);
 }
 
-/* Enqueues sample batch `seed`; `priority` NULL leaves the function's default. */
 char *itest_sample_hex(uint64_t seed, char id_out[129])
 {
     qw_batchlist_sample_id(seed, id_out);
@@ -345,6 +344,7 @@ char *itest_sample_hex(uint64_t seed, char id_out[129])
     return hex;
 }
 
+/* Enqueues sample batch `seed`; `priority` NULL leaves the function's default. */
 static int enqueue_sample(struct qw_db *db, const char *service, uint64_t seed,
                           const char *priority, char *id_out, struct qw_error *err)
 {

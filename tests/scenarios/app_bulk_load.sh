@@ -63,22 +63,15 @@ sc_wait "the held service's loaded batches are committed" 30 \
 sc_worker_stop w1 30
 
 sc_sim_log_load
-# POSTs per second over the load and over the WINDOW_S seconds before it;
-# rate CONDITION FROM TO counts the services that meet CONDITION
-rate() {
-    qw_sql "SELECT round(count(*) / extract(epoch FROM '$3'::timestamptz - '$2'::timestamptz), 1)
-              FROM scenario.simlog
-             WHERE ev->>'ev' = 'post' AND ev->>'service' $1
-               AND (ev->>'t')::bigint BETWEEN
-                   (extract(epoch FROM '$2'::timestamptz) * 1000000)::bigint
-                   AND (extract(epoch FROM '$3'::timestamptz) * 1000000)::bigint"
-}
+# POSTs per second over the load and over the WINDOW_S seconds before it
 t_before=$(qw_sql "SELECT '$t_begin'::timestamptz - interval '$WINDOW_S s'")
 others="LIKE 'busyx%' AND ev->>'service' <> '$S'"
-before=$(rate "$others" "$t_before" "$t_begin")
-during=$(rate "$others" "$t_begin" "$t_end")
+before=$(sc_post_rate "$others" "$t_before" "$t_begin")
+during=$(sc_post_rate "$others" "$t_begin" "$t_end")
+s_before=$(sc_post_rate "= '$S'" "$t_before" "$t_begin")
+s_during=$(sc_post_rate "= '$S'" "$t_begin" "$t_end")
 sc_log "POSTs per second of the busy services but S: $before before the load, $during while it ran;" \
-    "of S: $(rate "= '$S'" "$t_before" "$t_begin") and $(rate "= '$S'" "$t_begin" "$t_end")"
+    "of S: $s_before and $s_during"
 sc_check_num "the busy services but S kept posting before it (POSTs/s)" "$before" ">=" 16
 sc_check_sql "their POST rate while the load ran is within 10% of the rate before" t \
     "SELECT $during >= 0.9 * $before"

@@ -62,14 +62,12 @@ sc_sim_log_load
 # POSTs of the busy services per second, in a window ending at the
 # application's BEGIN and in the open transaction's last WINDOW_S seconds
 rate() {
-    qw_sql "SELECT round(count(*) / $WINDOW_S.0, 1) FROM scenario.simlog
-             WHERE ev->>'ev' = 'post' AND ev->>'service' LIKE 'busyx%'
-               AND (ev->>'t')::bigint BETWEEN
-                   (extract(epoch FROM '$1'::timestamptz) * 1000000)::bigint
-                   AND (extract(epoch FROM '$2'::timestamptz) * 1000000)::bigint"
+    local from
+    from=$(qw_sql "SELECT '$1'::timestamptz - interval '$WINDOW_S s'")
+    sc_post_rate "LIKE 'busyx%'" "$from" "$1"
 }
-before=$(rate "$(qw_sql "SELECT '$t_begin'::timestamptz - interval '$WINDOW_S s'")" "$t_begin")
-during=$(rate "$(qw_sql "SELECT '$t_commit'::timestamptz - interval '$WINDOW_S s'")" "$t_commit")
+before=$(rate "$t_begin")
+during=$(rate "$t_commit")
 sc_log "busy services' POSTs per second: $before before the transaction, $during while it was open"
 sc_check_num "the busy services kept posting before it (POSTs/s)" "$before" ">=" 20
 sc_check_sql "their POST rate while it was open is within 10% of the rate before" t \

@@ -352,6 +352,18 @@ INSERT INTO scenario.simlog (n, ev) SELECT n, line::jsonb FROM scenario.simlog_r
 SQL
 }
 
+# sc_post_rate CONDITION FROM TO: POSTs per second in the loaded simulator
+# event log (sc_sim_log_load) between two database times, of the services
+# whose id meets CONDITION (SQL after ev->>'service', e.g. "LIKE 'busyx%'").
+sc_post_rate() {
+    qw_sql "SELECT round(count(*) / extract(epoch FROM '$3'::timestamptz - '$2'::timestamptz), 1)
+              FROM scenario.simlog
+             WHERE ev->>'ev' = 'post' AND ev->>'service' $1
+               AND (ev->>'t')::bigint BETWEEN
+                   (extract(epoch FROM '$2'::timestamptz) * 1000000)::bigint
+                   AND (extract(epoch FROM '$3'::timestamptz) * 1000000)::bigint"
+}
+
 # sc_check_order: loads the event log and checks that, for every service,
 # the ledger saw POSTs in creation order (a batch is never posted after a
 # later batch of its service was) and that every POST names a known batch.
