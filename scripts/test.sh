@@ -21,23 +21,50 @@ total_skip=0
 run_suite() {
     local dir=$1
     shift
-    local log
-    log=$(mktemp)
+    local out
+    out=$(mktemp)
     set +e
-    meson test -C "$dir" --print-errorlogs "$@" 2>&1 | tee "$log"
+    meson test -C "$dir" --print-errorlogs "$@" 2>&1 | tee "$out"
     local rc=${PIPESTATUS[0]}
     set -e
-    local ok fail skip
-    ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$log" | tail -1)
-    fail=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$log" | tail -1)
-    skip=$(sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    local ok fail timeout skip log
+    ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$out" | tail -1)
+    fail=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$out" | tail -1)
+    timeout=$(sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' "$out" | tail -1)
+    skip=$(sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' "$out" | tail -1)
     total_ok=$((total_ok + ${ok:-0}))
-    total_fail=$((total_fail + ${fail:-0}))
+    total_fail=$((total_fail + ${fail:-0} + ${timeout:-0}))
     total_skip=$((total_skip + ${skip:-0}))
+    # the suite's log (testlog.txt, or testlog-<setup>.txt under --setup)
+    log=$(sed -n 's/^Full log written to //p' "$out" | tail -1)
     # a skipped test says why on a "skipped: " line of its output
-    grep -h '^skipped: ' "$dir/meson-logs/testlog.txt" 2>/dev/null | sort -u || true
-    rm -f "$log"
+    if [ -n "$log" ]; then
+        grep -h '^skipped: ' "$log" 2>/dev/null | sort -u || true
+        not_passed "$dir" "${log%.txt}.json" >>"$failures"
+    fi
+    rm -f "$out"
     return "$rc"
+}
+
+# not_passed DIR JSON: a line for each test of the log that failed or ran out
+# of time, with the last lines it printed (repeated at the very end of the
+# run, so that the tail of the output names them)
+not_passed() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+build, path = sys.argv[1], sys.argv[2]
+try:
+    lines = open(path).read().splitlines()
+except OSError:
+    sys.exit(0)
+for line in lines:
+    t = json.loads(line)
+    if t["result"] in ("OK", "SKIP", "EXPECTEDFAIL"):
+        continue
+    print("%s: %s %s after %.0f s; its last lines:" % (build, t["name"], t["result"], t["duration"]))
+    for text in ((t.get("stdout") or "") + (t.get("stderr") or "")).splitlines()[-25:]:
+        print("    " + text)
+PY
 }
 
 setup() {
@@ -51,6 +78,8 @@ setup() {
 }
 
 status=0
+failures=$(mktemp)
+trap 'rm -f "$failures"' EXIT
 setup build/ci --werror --buildtype=debugoptimized
 meson compile -C build/ci
 run_suite build/ci || status=1
@@ -69,5 +98,9 @@ meson compile -C build/tsan
 run_suite build/tsan --setup=tsan --suite unit --suite tsan || status=1
 
 echo
+if [ -s "$failures" ]; then
+    echo "tests that did not pass:"
+    cat "$failures"
+fi
 echo "${total_ok} passed, ${total_fail} failed, ${total_skip} skipped"
 exit "$status"
