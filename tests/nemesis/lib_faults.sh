@@ -183,7 +183,7 @@ nm_fault_pg_terminate() {
 }
 
 nm_fault_pg_backend_stop() {
-    local victim=$1 dur=$2 pick=$3 bpid what
+    local victim=$1 dur=$2 pick=$3 bpid what reader
     F_AFFECTED=$(nm_aim "$victim")
     bpid=$(qw_sql "SELECT nemesis.await_busy_backend('$victim', $pick, 2000)")
     if [ -z "$bpid" ]; then
@@ -193,11 +193,24 @@ nm_fault_pg_backend_stop() {
     fi
     F_START_US=$(nm_now_us)
     nm_stop_pid "$bpid" && F_EFFECTIVE=1
-    what=$(qw_sql "SELECT coalesce(state, '?') || ':' || left(regexp_replace(query, '\s+', ' ', 'g'), 40)
-                     FROM pg_stat_activity WHERE pid = $bpid")
+    # What it was running, read beside the stop and given up when the stop
+    # ends: a backend stopped while it holds one of PostgreSQL's own locks
+    # (the process array's at a commit, a lock table partition's) stalls
+    # every session that needs it, a new one even before its first query,
+    # until it resumes. The fault must end on time all the same.
+    timeout "$(awk -v ms="$dur" 'BEGIN { printf "%.3f", ms / 1000 }')" \
+        psql -X -q -t -A "${QW_DB_CONNINFO:-$QW_PG_CONNINFO}" \
+        -c "SELECT coalesce(state, '?') || ':' || left(regexp_replace(query, '\s+', ' ', 'g'), 40)
+              FROM pg_stat_activity WHERE pid = $bpid" >"$NM_DIR/run/backend_was" 2>/dev/null &
+    reader=$!
     nm_sleep_ms "$dur"
     nm_cont_pid "$bpid"
     F_END_US=$(nm_now_us)
+    if wait "$reader"; then
+        what=$(cat "$NM_DIR/run/backend_was")
+    else
+        what="no answer while it was stopped"
+    fi
     F_NOTE="backend=$bpid stopped_ms=$dur was=\"$what\""
 }
 
