@@ -278,10 +278,21 @@ void qw_submitter_on_transfer_done(const struct qw_dlt_result *r, void *arg)
         else if (nr == QW_NODE_ANSWERED)
             job->avoid_node = -1;
     }
+    /* the first status read since the POST's 202, with a wait, on its node */
+    bool first_read = !post && nr == QW_NODE_ANSWERED && job->sub->accepted_unrecorded &&
+                      r->node == job->sub->post_node && job->sub->poll_wait_s > 0;
     struct qw_plan_ctx ctx = plan_ctx(s, &s->rng);
     ctx.window_backs_off = backs_off;
+    if (post)
+        ctx.first_look_ms = qw_nodes_first_look_ms(&s->nodes, r->node);
     struct qw_plan plan;
     qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
+    if (first_read && (plan.event == QW_EV_COMMITTED || plan.event == QW_EV_VALID ||
+                       plan.event == QW_EV_INVALID || plan.event == QW_EV_PENDING))
+        qw_nodes_note_first_look(&s->nodes, r->node, job->sub->first_look_ms, r->latency_us,
+                                 plan.event != QW_EV_PENDING);
+    if (post && plan.event == QW_EV_POST_ACCEPTED)
+        job->sub->first_look_ms = ctx.first_look_ms;
     if (nr == QW_NODE_ANSWERED && !post)
         note_read_answer(job->sub, r->node, plan.event);
     if (r->node == job->sub->post_node &&

@@ -54,6 +54,35 @@ static int64_t estimate_us(const struct qw_nodes *set, const struct qw_node *nd)
     return best > 0 ? best : QW_NODES_UNMEASURED_US;
 }
 
+int64_t qw_nodes_first_look_ms(const struct qw_nodes *set, int node)
+{
+    if (node < 0 || (size_t)node >= set->n)
+        return 0;
+    return set->node[node].first_look_ms;
+}
+
+void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after_ms,
+                              int64_t answer_us, bool final)
+{
+    if (node < 0 || (size_t)node >= set->n)
+        return;
+    struct qw_node *nd = &set->node[node];
+    bool at_once =
+        final && answer_us <= estimate_us(set, nd) + QW_NODES_LOOK_EVERY_MS * INT64_C(1000) / 2;
+    if (at_once) {
+        int64_t step = sent_after_ms / 16 > 1 ? sent_after_ms / 16 : 1;
+        int64_t earlier = sent_after_ms > step ? sent_after_ms - step : 0;
+        if (earlier < nd->first_look_ms)
+            nd->first_look_ms = earlier;
+    } else {
+        int64_t later = sent_after_ms + QW_NODES_LOOK_EVERY_MS / 8;
+        if (later > QW_NODES_FIRST_LOOK_MAX_MS)
+            later = QW_NODES_FIRST_LOOK_MAX_MS;
+        if (later > nd->first_look_ms)
+            nd->first_look_ms = later;
+    }
+}
+
 /* Whether `a` should be preferred over `b` (both candidates) for a request. */
 static bool better(const struct qw_node *a, int64_t cost_a, const struct qw_node *b, int64_t cost_b)
 {

@@ -53,12 +53,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define QW_NODES_MAX QW_DLT_MAX_NODES /* nodes a set can hold */
-#define QW_NODES_SUSPECT_AFTER 3      /* failed requests in a row that make a node suspect */
-#define QW_NODES_DOWN_AFTER 3         /* failed probes in a row that make a suspect node down */
-#define QW_NODES_UNMEASURED_US 1000   /* latency estimate when no node was measured yet, us */
-#define QW_NODES_ALL UINT32_MAX       /* a mask naming every node */
-#define QW_NODES_WINDOW_OFF 1e9       /* window of a set whose policy has none: no limit */
+#define QW_NODES_MAX QW_DLT_MAX_NODES   /* nodes a set can hold */
+#define QW_NODES_SUSPECT_AFTER 3        /* failed requests in a row that make a node suspect */
+#define QW_NODES_DOWN_AFTER 3           /* failed probes in a row that make a suspect node down */
+#define QW_NODES_UNMEASURED_US 1000     /* latency estimate when no node was measured yet, us */
+#define QW_NODES_LOOK_EVERY_MS 100      /* a waiting status read looks this often (scabbard) */
+#define QW_NODES_FIRST_LOOK_MAX_MS 1000 /* the latest a batch's first status read goes out */
+#define QW_NODES_ALL UINT32_MAX         /* a mask naming every node */
+#define QW_NODES_WINDOW_OFF 1e9         /* window of a set whose policy has none: no limit */
 
 enum qw_node_state {
     QW_NODE_UP = 0,  /* in use */
@@ -115,6 +117,8 @@ struct qw_node {
     long long failures_total; /* requests that failed */
     long long suspect_total;  /* times it turned suspect */
     struct qw_window win;     /* batches this worker keeps at it, and how many it may */
+    int64_t first_look_ms;    /* a batch it took is first asked about this long after the 202
+                                 (qw_nodes_note_first_look) */
 };
 
 /** The nodes of one ledger. */
@@ -199,6 +203,31 @@ void qw_nodes_started(struct qw_nodes *set, int node, enum qw_node_req kind, int
 enum qw_node_change qw_nodes_finished(struct qw_nodes *set, int node, enum qw_node_req kind,
                                       enum qw_node_result result, int64_t latency_us,
                                       int64_t now_ms);
+
+/**
+ * When to ask `node` first whether a batch it took is final: this many ms
+ * after its 202. A status read with a wait is answered at once when the
+ * batch is final already, and otherwise only at one of its looks, every
+ * QW_NODES_LOOK_EVERY_MS from its start (scabbard's): a read sent at the
+ * 202 learns of a commit 20 ms later 100 ms after the 202. Sent when the
+ * batch is likely final, it learns of it at once. 0 for a bad node.
+ */
+int64_t qw_nodes_first_look_ms(const struct qw_nodes *set, int node);
+
+/**
+ * Learns from the answer to a batch's first status read on `node`, the
+ * node that took its POST: sent `sent_after_ms` after the 202, answered in
+ * `answer_us`, `final` whether it said the batch was final. Answered at
+ * once (final, within half a look of the node's usual latency), first
+ * reads go out a sixteenth earlier than that one did (at least 1 ms); at
+ * a later look, or not final, QW_NODES_LOOK_EVERY_MS / 8 later than it did
+ * (at most QW_NODES_FIRST_LOOK_MAX_MS). Each step is taken from the delay
+ * the read had, so the many answers to reads sent alike move the delay
+ * once, not once each. The delay settles just after most commits, a read
+ * now and then too early.
+ */
+void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after_ms,
+                              int64_t answer_us, bool final);
 
 /** Static lower-case name of a state ("up", "suspect", "down"). */
 const char *qw_node_state_name(enum qw_node_state state);

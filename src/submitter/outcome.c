@@ -9,13 +9,16 @@ static void plan_accepted(struct qw_job *view, const struct qw_plan_ctx *ctx,
 {
     pause->pause_count = 0;
     pause->auth_count = 0;
-    /* Follow it at once; Pending is written only if the first answer says so. */
+    /* Follow it when it is likely final (nodes.h); Pending is written only
+     * if the first answer says so. */
     view->sub->accepted_unrecorded = true;
     view->sub->accepted_ms = ctx->now_ms;
     if (ctx->stopping) {
         qw_plan_pending(plan, view, QW_AFTER_END_ABANDONED, ctx->now_ms);
     } else {
-        qw_plan_keep(plan, view, QW_EV_NONE, QW_PLAN_POLL);
+        qw_plan_keep(plan, view, QW_EV_NONE,
+                     ctx->first_look_ms > 0 ? QW_PLAN_POLL_AT : QW_PLAN_POLL);
+        plan->at_ms = ctx->now_ms + ctx->first_look_ms;
         plan->wait_s = QW_OUTCOME_FIRST_POLL_WAIT_S;
     }
     plan->event = QW_EV_POST_ACCEPTED;

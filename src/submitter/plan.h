@@ -70,6 +70,7 @@ struct qw_plan_ctx {
     int pause_max_ms;       /* dlt.pause_max_ms */
     int status_wait_s;      /* dlt.status_wait_s */
     int unknown_confirm_ms; /* dlt.unknown_confirm_ms */
+    int64_t first_look_ms;  /* a 202: its node's qw_nodes_first_look_ms() */
     bool window_backs_off;  /* a 429's node had a window above its minimum, now shrunk for it:
                                no pause of every submission (unless the ledger asked for one
                                with Retry-After) */
@@ -79,7 +80,7 @@ struct qw_plan_ctx {
 /** What happened, for the adapter's counters and log lines. */
 enum qw_plan_event {
     QW_EV_NONE = 0,
-    QW_EV_POST_ACCEPTED,     /* 202: follow it at once */
+    QW_EV_POST_ACCEPTED,     /* 202: follow it from when it is likely final */
     QW_EV_POST_BACKPRESSURE, /* 429: Delayed, submissions pause */
     QW_EV_POST_INVALID,      /* 400: Invalid */
     QW_EV_POST_AUTH,         /* 401/403: wait, no attempt burnt */

@@ -46,6 +46,7 @@ struct qw_submission {
                                    it being submitted: Pending is written only if the batch is
                                    not final by the first status answer (one write saved) */
     int64_t accepted_ms;        /* monotonic ms of that 202 */
+    int64_t first_look_ms;      /* its first status read went out this long after the 202 */
     int chained;                /* batches of its service this job went on to without the
                                    queuer (fast path); bounded so the queuer looks again */
     int64_t posted_us;          /* monotonic us the POST was started, for latency */

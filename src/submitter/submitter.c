@@ -123,9 +123,9 @@ static int64_t run_timers(struct submitter *s, int64_t t)
             qw_submitter_hand_back(s, job, QW_JOB_END_ABANDONED);
         else
             qw_submitter_start_poll(s, job,
-                                    job->sub->unknown_since_ms || job->sub->post_uncertain
-                                        ? 0
-                                        : s->cfg->dlt_status_wait_s);
+                                    job->sub->unknown_since_ms || job->sub->post_uncertain ? 0
+                                    : job->sub->accepted_unrecorded ? QW_OUTCOME_FIRST_POLL_WAIT_S
+                                                                    : s->cfg->dlt_status_wait_s);
     }
     return next;
 }

@@ -2,7 +2,8 @@
  * Unit tests of the node chooser (src/submitter/nodes.c): classification of
  * answers, the up/suspect/down machine with its probe schedule, the choice
  * of a node by latency, load, channels and the node to avoid, exploration,
- * and a simulated run with one slow node. Time is passed in; no network.
+ * a simulated run with one slow node, and when a batch's first status read
+ * goes out after its POST. Time is passed in; no network.
  */
 #include "submitter/nodes.h"
 
@@ -342,6 +343,94 @@ static void test_simulated_run(void **state)
     assert_true(posts[2] > total / 4); /* used again after it came back */
 }
 
+/* A ledger that commits a batch `commit_ms` after its 202 and looks at a
+ * waiting status read every QW_NODES_LOOK_EVERY_MS from its start: the
+ * latency, us, of a read sent `sent_ms` after the 202. */
+static int64_t read_latency_us(int64_t sent_ms, int64_t commit_ms)
+{
+    if (sent_ms >= commit_ms)
+        return 1000; /* final already: answered at once */
+    int64_t looks = (commit_ms - sent_ms + QW_NODES_LOOK_EVERY_MS - 1) / QW_NODES_LOOK_EVERY_MS;
+    return looks * QW_NODES_LOOK_EVERY_MS * 1000;
+}
+
+/* Batches that commit 20-21 ms after their 202: the first reads settle just
+ * after the commits, and few come too early. */
+static void test_first_look_settles_after_commits(void **state)
+{
+    (void)state;
+    struct qw_nodes set;
+    qw_nodes_init(&set, 1, &POLICY, 0);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 0); /* at once until it learns */
+    int early = 0;
+    int64_t lag_ms = 0;
+    for (int i = 0; i < 1100; i++) {
+        int64_t sent = qw_nodes_first_look_ms(&set, 0), commit = 20 + i % 2;
+        int64_t lat = read_latency_us(sent, commit);
+        qw_nodes_note_first_look(&set, 0, sent, lat, true);
+        if (i < 100)
+            continue; /* learning */
+        early += lat > 50000;
+        lag_ms += sent + lat / 1000 - commit;
+    }
+    print_message("first read %lld ms after the 202; %d of 1000 too early; mean lag %.1f ms\n",
+                  (long long)qw_nodes_first_look_ms(&set, 0), early, lag_ms / 1000.0);
+    assert_in_range(qw_nodes_first_look_ms(&set, 0), 15, 40);
+    assert_true(early <= 100);
+    assert_true(lag_ms <= 1000 * 20); /* a read sent at the 202: 79.5 ms on average */
+}
+
+/* Many reads sent with the same delay move it once, not once each. */
+static void test_first_look_reads_sent_alike_move_it_once(void **state)
+{
+    (void)state;
+    struct qw_nodes set;
+    qw_nodes_init(&set, 1, &POLICY, 0);
+    for (int i = 0; i < 20; i++)
+        qw_nodes_note_first_look(&set, 0, 0, 100000, true);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), QW_NODES_LOOK_EVERY_MS / 8);
+    for (int i = 0; i < 20; i++)
+        qw_nodes_note_first_look(&set, 0, 48, 1000, true);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 12); /* already earlier than 48 - 3 */
+    qw_nodes_note_first_look(&set, 0, 400, 500, true);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 12); /* a later read's step: no rise */
+    for (int i = 0; i < 20; i++)
+        qw_nodes_note_first_look(&set, 0, 12, 1000, true);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 11);
+}
+
+/* Late answers: a final one slower than half a look over the node's usual
+ * latency, and one that is not final; the delay is capped; a faster
+ * ledger brings it back down within a hundred reads; bad nodes are ignored. */
+static void test_first_look_late_cap_and_recovery(void **state)
+{
+    (void)state;
+    struct qw_nodes set;
+    qw_nodes_init(&set, 2, &POLICY, 0);
+    qw_nodes_finished(&set, 0, QW_NODE_REQ_POST, QW_NODE_ANSWERED, 2000, 0);
+    qw_nodes_note_first_look(&set, 0, 0, 2000 + 50000, true); /* within half a look */
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 0);
+    qw_nodes_note_first_look(&set, 0, 0, 2000 + 50001, true);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), QW_NODES_LOOK_EVERY_MS / 8);
+    qw_nodes_note_first_look(&set, 0, 100, 1000, false); /* not final (Pending) */
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 100 + QW_NODES_LOOK_EVERY_MS / 8);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 1), 0); /* per node */
+    qw_nodes_note_first_look(&set, 0, QW_NODES_FIRST_LOOK_MAX_MS, 1000000, true);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), QW_NODES_FIRST_LOOK_MAX_MS);
+    int reads = 0;
+    while (qw_nodes_first_look_ms(&set, 0) > 40 && reads < 1000) {
+        int64_t sent = qw_nodes_first_look_ms(&set, 0);
+        qw_nodes_note_first_look(&set, 0, sent, read_latency_us(sent, 20), true);
+        reads++;
+    }
+    print_message("from %d ms to 40 in %d reads\n", QW_NODES_FIRST_LOOK_MAX_MS, reads);
+    assert_true(reads <= 100);
+    qw_nodes_note_first_look(&set, -1, 0, 100000, true);
+    qw_nodes_note_first_look(&set, 2, 0, 100000, true);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 2), 0);
+    assert_int_equal(qw_nodes_first_look_ms(&set, -1), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +442,9 @@ int main(void)
         cmocka_unit_test(test_latency_and_load),
         cmocka_unit_test(test_estimate_and_explore),
         cmocka_unit_test(test_simulated_run),
+        cmocka_unit_test(test_first_look_settles_after_commits),
+        cmocka_unit_test(test_first_look_reads_sent_alike_move_it_once),
+        cmocka_unit_test(test_first_look_late_cap_and_recovery),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,6 +45,7 @@ struct row {
     int answer_node;       /* the node that answered */
     bool post_node_knew;   /* that node acknowledged the batch */
     bool window_backs_off; /* the 429's node shrank its window for it */
+    int64_t first_look_ms; /* a 202: its node's delay of the first status read */
     /* expected */
     enum qw_plan_action action;
     enum qw_plan_event event;
@@ -70,13 +71,27 @@ struct row {
 
 static const struct row rows[] = {
     /* POST answers */
-    {.name = "202 follows at once",
+    {.name = "202 follows at once while the node's delay is 0",
      .kind = POST,
      .outcome = QW_DLT_ACCEPTED,
      .http_status = 202,
      .job_kind = QW_JOB_SUBMIT,
      .action = QW_PLAN_POLL,
-     .event = QW_EV_POST_ACCEPTED},
+     .event = QW_EV_POST_ACCEPTED,
+     .check_wait = true,
+     .wait_s = QW_OUTCOME_FIRST_POLL_WAIT_S},
+    {.name = "202 follows when the batch is likely final",
+     .kind = POST,
+     .outcome = QW_DLT_ACCEPTED,
+     .http_status = 202,
+     .job_kind = QW_JOB_SUBMIT,
+     .first_look_ms = 23,
+     .action = QW_PLAN_POLL_AT,
+     .event = QW_EV_POST_ACCEPTED,
+     .check_at = true,
+     .at_ms = NOW + 23,
+     .check_wait = true,
+     .wait_s = QW_OUTCOME_FIRST_POLL_WAIT_S},
     {.name = "202 while stopping records Pending",
      .kind = POST,
      .outcome = QW_DLT_ACCEPTED,
@@ -656,6 +671,7 @@ static void check_row(const struct row *t)
         .status_wait_s = 10,
         .unknown_confirm_ms = CONFIRM,
         .window_backs_off = t->window_backs_off,
+        .first_look_ms = t->first_look_ms,
         .rng = &rng,
     };
     atomic_bool drain;
