@@ -142,6 +142,14 @@ static void render_nodes(struct qw_strbuf *b, const struct qw_metrics_snapshot *
            "Batches this worker keeps at the node now (posted, not yet known final).");
     for (size_t i = 0; i < n; i++)
         node_count(b, "ledger_node_window_used", i, NULL, s->nodes[i].window_used);
+    family(b, "ledger_node_first_look_seconds", "gauge",
+           "When a batch's first status read goes out after the node's 202, learnt from its "
+           "answers.");
+    for (size_t i = 0; i < n; i++) {
+        char sec[32];
+        qw_metrics_format_seconds(s->nodes[i].first_look_ms * 1000, sec, sizeof(sec));
+        node_sample(b, "ledger_node_first_look_seconds", i, NULL, sec);
+    }
     family(b, "ledger_node_requests_total", "counter",
            "Requests started on the node: post, status (probes included).");
     for (size_t i = 0; i < n; i++) {

@@ -35,6 +35,8 @@
  *   ledger_node_window{node}                  gauge: batches the node's congestion window
  *                                             allows at once
  *   ledger_node_window_used{node}             gauge: batches at the node (posted, not final)
+ *   ledger_node_first_look_seconds{node}      gauge: when a batch's first status read goes
+ *                                             out after its 202
  *   ledger_node_requests_total{node,request}  counter: post, status (probes included)
  *   ledger_node_failures_total{node}          counter: failed requests
  *   ledger_node_suspect_total{node}           counter: times it turned suspect
@@ -64,6 +66,7 @@ struct qw_metrics_node {
     int64_t suspect;         /* times it turned suspect */
     int64_t window;          /* batches its congestion window allows at once */
     int64_t window_used;     /* batches at it now (posted, not yet final) */
+    int64_t first_look_ms;   /* a batch's first status read goes out this long after its 202 */
 };
 
 /** One sample of queuer_ledger_failures_total; strings borrowed, static. */

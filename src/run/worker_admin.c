@@ -78,6 +78,7 @@ static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
             .posts_in_flight = load(&ns->posts_in_flight),
             .window = load(&ns->window),
             .window_used = load(&ns->window_used),
+            .first_look_ms = load(&ns->first_look_ms),
             .posts = load(&ns->posts),
             .polls = load(&ns->polls),
             .failures = load(&ns->failures),

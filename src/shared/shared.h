@@ -24,6 +24,8 @@ struct qw_node_stats {
     atomic_llong posts_in_flight; /* gauge: its channels in use */
     atomic_llong window;          /* gauge: batches its congestion window allows at once */
     atomic_llong window_used;     /* gauge: batches this worker has at it (posted, not final) */
+    atomic_llong first_look_ms;   /* gauge: a batch's first status read goes out this long after
+                                     its 202 */
     atomic_llong posts;           /* POSTs started on it */
     atomic_llong polls;           /* status GETs started on it (probes included) */
     atomic_llong failures;        /* requests that failed on it */

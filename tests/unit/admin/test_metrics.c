@@ -124,6 +124,7 @@ static struct qw_metrics_snapshot sample_snapshot(void)
     s.nodes[1] = (struct qw_metrics_node){"http://b\"x:8008", 2, 152000, 0, 12, 40, 7, 2};
     s.nodes[0].window = 12;
     s.nodes[0].window_used = 5;
+    s.nodes[0].first_look_ms = 23;
     return s;
 }
 
@@ -192,6 +193,8 @@ static const char *const expected_lines[] = {
     "queuer_ledger_node_window{node=\"0\"} 12",
     "queuer_ledger_node_window_used{node=\"0\"} 5",
     "queuer_ledger_node_window{node=\"1\"} 0",
+    "queuer_ledger_node_first_look_seconds{node=\"0\"} 0.023",
+    "queuer_ledger_node_first_look_seconds{node=\"1\"} 0",
     "queuer_ledger_node_requests_total{node=\"0\",request=\"post\"} 900",
     "queuer_ledger_node_requests_total{node=\"1\",request=\"status\"} 40",
     "queuer_ledger_node_failures_total{node=\"1\"} 7",
