@@ -238,6 +238,12 @@ static void note_read_answer(struct qw_submission *sub, int node, enum qw_plan_e
     sub->unknown_elsewhere = 0;
 }
 
+/* Whether a status answer said the batch is final (Committed, Valid, Invalid). */
+static bool reports_final(enum qw_plan_event event)
+{
+    return event == QW_EV_COMMITTED || event == QW_EV_VALID || event == QW_EV_INVALID;
+}
+
 static bool is_probe(const struct submitter *s, const void *user)
 {
     const char *p = user;
@@ -287,10 +293,9 @@ void qw_submitter_on_transfer_done(const struct qw_dlt_result *r, void *arg)
         ctx.first_look_ms = qw_nodes_first_look_ms(&s->nodes, r->node);
     struct qw_plan plan;
     qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
-    if (first_read && (plan.event == QW_EV_COMMITTED || plan.event == QW_EV_VALID ||
-                       plan.event == QW_EV_INVALID || plan.event == QW_EV_PENDING))
+    if (first_read && (reports_final(plan.event) || plan.event == QW_EV_PENDING))
         qw_nodes_note_first_look(&s->nodes, r->node, job->sub->first_look_ms, r->latency_us,
-                                 plan.event != QW_EV_PENDING);
+                                 reports_final(plan.event));
     if (post && plan.event == QW_EV_POST_ACCEPTED)
         job->sub->first_look_ms = ctx.first_look_ms;
     if (nr == QW_NODE_ANSWERED && !post)
@@ -302,8 +307,7 @@ void qw_submitter_on_transfer_done(const struct qw_dlt_result *r, void *arg)
      * its units until the status read that follows it says how it ended. */
     if (post && r->outcome != QW_DLT_ACCEPTED && plan.event != QW_EV_POST_UNCERTAIN)
         qw_submitter_capacity_give_back(s, job);
-    if (plan.event == QW_EV_COMMITTED || plan.event == QW_EV_VALID || plan.event == QW_EV_INVALID ||
-        plan.event == QW_EV_UNKNOWN_CONFIRMED)
+    if (reports_final(plan.event) || plan.event == QW_EV_UNKNOWN_CONFIRMED)
         qw_submitter_units_give_back(s, job); /* no longer pending at the ledger; its place in
                                                  the window frees once the outcome is written */
     if (plan.event == QW_EV_POST_BACKPRESSURE)
