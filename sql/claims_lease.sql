@@ -6,21 +6,28 @@
 -- instance, $2 lease ms, $3 hard-expiry ms, $4 claims held, $5 our
 -- incarnation, $6 our worker.max_claims (0 = none; an enqueue gives no new
 -- service to an instance at its cap), $7 whether LISTEN/NOTIFY wake-ups
--- reach us (delivered, not_delivered or off; NULL = not reported). Returns the
--- database clock in microseconds since the epoch and the milliseconds
--- until the first lease of another running instance runs out (NULL when
--- none runs): live workers renew theirs every cycle, so one that ends
--- within a cycle is a worker that stopped renewing, and maintenance is
--- run at that moment, not up to a cycle later. No row when the instance
--- is not registered under that incarnation (a later registration of the
--- same instance_id superseded us).
+-- reach us (delivered, not_delivered or off; NULL = not reported), $8 the
+-- highest priority of our batches that waited for room at a ledger node
+-- pushing back since the last renewal (NULL = none). Returns the database
+-- clock in microseconds since the epoch, the milliseconds until the first
+-- lease of another running instance runs out (NULL when none runs): live
+-- workers renew theirs every cycle, so one that ends within a cycle is a
+-- worker that stopped renewing, and maintenance is run at that moment, not
+-- up to a cycle later; and the highest priority another running instance
+-- reported waiting so (NULL = none): ours below it yield the ledger's room.
+-- No row when the instance is not registered under that incarnation (a
+-- later registration of the same instance_id superseded us).
 UPDATE queuer.instances
    SET heartbeat_at = now(), stopped_at = NULL,
        lease_1 = now() + $2::integer * interval '1 millisecond',
        lease_2 = now() + $3::integer * interval '1 millisecond',
-       claims_held = $4::integer, max_claims = $6::integer, notifications = $7::text
+       claims_held = $4::integer, max_claims = $6::integer, notifications = $7::text,
+       waiting_priority = $8::integer
  WHERE instance_id = $1 AND incarnation = $5::bigint
 RETURNING (extract(epoch FROM now()) * 1000000)::bigint,
           (SELECT ceil(extract(epoch FROM min(o.lease_1) - now()) * 1000)::bigint
+             FROM queuer.instances o
+            WHERE o.instance_id <> $1 AND o.lease_1 > now() AND o.stopped_at IS NULL),
+          (SELECT max(o.waiting_priority)
              FROM queuer.instances o
             WHERE o.instance_id <> $1 AND o.lease_1 > now() AND o.stopped_at IS NULL)

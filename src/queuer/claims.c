@@ -247,18 +247,29 @@ int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
     snprintf(held, sizeof(held), "%zu", p->held);
     char maxc[16];
     snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
-    const char *params[] = {p->instance_id, lease,           hard, held, p->incarnation,
-                            maxc,           p->notifications};
+    char waiting[16];
+    snprintf(waiting, sizeof(waiting), "%d", p->waiting_priority);
+    const char *params[] = {p->instance_id,
+                            lease,
+                            hard,
+                            held,
+                            p->incarnation,
+                            maxc,
+                            p->notifications,
+                            p->waiting_priority == QW_PRIORITY_NONE ? NULL : waiting};
     struct qw_db_res *res = NULL;
-    int rc = qw_db_query(db, "claims_lease", 7, params, &res, err);
+    int rc = qw_db_query(db, "claims_lease", 8, params, &res, err);
     if (rc == QW_OK && qw_db_res_rows(res) != 1)
         rc = qw_error_set(err, QW_ERR_SUPERSEDED,
                           "instance %s is no longer registered as incarnation %s: a later "
                           "process registered under the same instance_id (this one was "
                           "frozen or cut off for over two leases), or the row was removed",
                           p->instance_id, p->incarnation);
-    if (rc == QW_OK)
+    if (rc == QW_OK) {
         out->peer_lease_ms = qw_db_res_isnull(res, 0, 1) ? -1 : qw_db_res_int(res, 0, 1);
+        out->peer_waiting_priority =
+            qw_db_res_isnull(res, 0, 2) ? QW_PRIORITY_NONE : (int)qw_db_res_int(res, 0, 2);
+    }
     qw_db_res_free(res);
     return rc;
 }

@@ -82,6 +82,9 @@ struct qw_claims_params {
     bool reconcile;            /* list every claim we hold (claims_held) */
     const char *notifications; /* reported with the lease: "delivered", "not_delivered",
                                   "off" (queuer.instances.notifications), NULL = not reported */
+    int waiting_priority;      /* reported with the lease: the highest priority of our batches
+                                  that waited for room at a ledger node pushing back since the
+                                  last renewal, QW_PRIORITY_NONE = none */
 };
 
 /** What it did; the arrays are owned and reused across calls. */
@@ -113,13 +116,15 @@ struct qw_claims_result {
                                   (maintenance has work; read with the share) */
     int64_t peer_lease_ms;     /* the lease call: ms until the first other live lease runs
                                   out (maintenance may have work then), -1 for none */
+    int peer_waiting_priority; /* the lease call: the highest waiting_priority another live
+                                  instance reported, QW_PRIORITY_NONE = none */
 };
 
 /**
  * Renews this instance's lease (`lease_ms`, `hard_expiry_ms` from now on
- * the database clock) and records `held` claims, on `db` (owned by the
- * calling thread), in a single autocommit statement; sets
- * `out->peer_lease_ms`. QW_ERR_SUPERSEDED when our registration is no
+ * the database clock) and records `held` claims and `waiting_priority`, on
+ * `db` (owned by the calling thread), in a single autocommit statement;
+ * sets `out->peer_lease_ms` and `out->peer_waiting_priority`. QW_ERR_SUPERSEDED when our registration is no
  * longer the instance's (a later one took it over, or it was removed):
  * the process must stop.
  */

@@ -385,13 +385,19 @@ static bool count_unreported(const struct queuer *q)
     return qw_claims_count_unreported(q->n_held, q->reported_held, q->cfg->worker_claim_slack);
 }
 
-/* Renews our lease (sent at monotonic `now`), reporting p->held. */
-static int renew_lease(struct queuer *q, const struct qw_claims_params *p, int64_t now,
+/* Renews our lease (sent at monotonic `now`), reporting p->held and what of
+ * ours waited for the ledger's room, and learns what of the others' did. */
+static int renew_lease(struct queuer *q, struct qw_claims_params *p, int64_t now,
                        struct qw_error *err)
 {
+    /* what waited since the last renewal: the submitter starts counting afresh */
+    int waited = atomic_exchange(&q->w->waiting_priority, QW_PRIORITY_NONE);
+    if (waited > p->waiting_priority)
+        p->waiting_priority = waited;
     int rc = qw_claims_lease(q->db, p, &q->claims, err);
     if (rc != QW_OK)
         return rc;
+    atomic_store(&q->w->yield_below, q->claims.peer_waiting_priority);
     q->lease_renewed_ms = now;
     q->reported_held = p->held;
     /* (counted from the answer: late rather than early) */
@@ -459,6 +465,7 @@ static int claims_step(struct queuer *q, bool acquire, bool woken, bool periodic
         .notifications = !cfg->worker_listen   ? "off"
                          : q->check.delivering ? "delivered"
                                                : "not_delivered",
+        .waiting_priority = QW_PRIORITY_NONE,
     };
     /* Once per half cycle at most (a cycle woken soon after the last
      * renewal skips it), unless our count moved by more than the slack. The

@@ -239,6 +239,8 @@ int qw_worker_run(const struct qw_config *cfg, const struct qw_worker_reload *re
     w->apply_reload = qw_worker_apply_reload;
     atomic_store(&w->pause_base_ms, cfg->dlt_pause_base_ms);
     atomic_store(&w->pause_max_ms, cfg->dlt_pause_max_ms);
+    atomic_store(&w->waiting_priority, QW_PRIORITY_NONE);
+    atomic_store(&w->yield_below, QW_PRIORITY_NONE);
     w->admin_cfg = *cfg;
     w->admin_cfg.admin_listen = strdup(cfg->admin_listen);
     if (!w->admin_cfg.admin_listen) {

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define QW_PRIORITY_NONE INT32_MIN /* "no priority": below every batch's priority */
+
 enum qw_job_kind {
     QW_JOB_SUBMIT = 0, /* marked submitted by the queuer: POST it, then follow it */
     QW_JOB_ADOPT,      /* found in flight (earlier owner or run): follow its status */

@@ -97,6 +97,13 @@ struct qw_worker {
     atomic_int superseded;         /* 1 once a later registration of our instance_id took over:
                                       the process stops at once and exits non-zero */
     atomic_int stop;               /* 0 running, 1 graceful stop requested */
+    atomic_int waiting_priority;   /* submitter -> queuer: the highest priority of a batch that
+                                      waited for room at a ledger node pushing back since the
+                                      queuer last took it (reported with the lease),
+                                      QW_PRIORITY_NONE = none */
+    atomic_int yield_below;        /* queuer -> submitter: another live worker reported batches
+                                      of this priority waiting so; ours below it go one at a
+                                      time per node, QW_PRIORITY_NONE = none */
     int wake_fd;                   /* eventfd waking the queuer thread */
     struct qw_handoff *jobs;       /* queuer -> submitter */
     struct qw_handoff *done;       /* submitter -> queuer */

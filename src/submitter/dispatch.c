@@ -127,15 +127,17 @@ static bool capacity_admits(struct submitter *s, struct qw_job *job, int64_t t, 
 
 /*
  * Starts the POST of ready entry `it` on a node of `route` when one has a
- * free channel and room in its window (else adds `route` to *full) and the
+ * free channel and room in its window (one batch at a time per node when
+ * its priority is below `yield_below`; else adds `route` to *full) and the
  * shared capacity admits it. Returns false when dispatch must stop for now
  * (the capacity or the transfer slots are used up).
  */
 static bool try_post(struct submitter *s, struct qw_prioq_item *it, uint32_t route, int cap,
-                     int64_t t, uint32_t *full)
+                     int yield_below, int64_t t, uint32_t *full)
 {
     struct qw_job *job = job_of_ready(it);
-    int node = qw_nodes_pick_post(&s->nodes, route, job->avoid_node, cap, t);
+    int node = qw_nodes_pick_post(&s->nodes, route, job->avoid_node,
+                                  qw_window_yield_cap(cap, job->priority, yield_below), t);
     if (node < 0) {
         *full |= route;
         return true;
@@ -200,6 +202,24 @@ static int64_t capacity_target(struct submitter *s)
 }
 
 /*
+ * Notes, for the other workers (reported with the lease), the priority of
+ * the ready queue's highest-priority job when it waits for room at a ledger
+ * node pushing back: a 429 pause, or windows the node's answers shrank.
+ * Not with a shared capacity, which divides the room by leases instead.
+ */
+static void note_waiting(struct submitter *s, int64_t t, uint32_t every, int cap)
+{
+    struct qw_prioq_item *top = qw_prioq_first(&s->ready);
+    if (!top || s->gate.grant.active)
+        return;
+    uint32_t route = job_of_ready(top)->sub->route & every;
+    if (t >= s->pause.pause_until_ms && !qw_nodes_pushing_back(&s->nodes, route, cap))
+        return;
+    if (top->priority > atomic_load_explicit(&s->w->waiting_priority, memory_order_relaxed))
+        atomic_store_explicit(&s->w->waiting_priority, top->priority, memory_order_relaxed);
+}
+
+/*
  * The dispatch point: the one place a POST starts. The ready queue names
  * the next job (priority with aging, round-robin within a priority); it
  * goes when no pause holds, the node chooser finds an up node that serves
@@ -217,17 +237,18 @@ void qw_submitter_dispatch(struct submitter *s, int64_t t)
     s->cap_retry_ms = INT64_MAX;
     if (s->stopping || t >= s->ready_deadline_ms)
         qw_submitter_sweep_ready(s, t);
+    int cap = qw_submitter_window_cap(s);
+    uint32_t every = s->nodes.n >= 32 ? UINT32_MAX : (UINT32_C(1) << s->nodes.n) - 1;
     if (!paused(s, t)) {
         if (atomic_load_explicit(&s->w->stats.paused, memory_order_relaxed))
             atomic_store(&s->w->stats.paused, 0);
-        int cap = qw_submitter_window_cap(s);
-        uint32_t every = s->nodes.n >= 32 ? UINT32_MAX : (UINT32_C(1) << s->nodes.n) - 1;
+        int yield_below = atomic_load_explicit(&s->w->yield_below, memory_order_relaxed);
         uint32_t full = 0; /* nodes found with no free channel or no room in their window */
         struct qw_prioq_item *it;
         bool go_on = true;
         while (go_on && (it = qw_prioq_peek(&s->ready, t)) != NULL) {
             uint32_t route = job_of_ready(it)->sub->route & every;
-            go_on = try_post(s, it, route, cap, t, &full);
+            go_on = try_post(s, it, route, cap, yield_below, t, &full);
             if (go_on && (full & route) == route)
                 break; /* the head waits for its nodes: a finishing POST or batch frees room */
         }
@@ -240,10 +261,11 @@ void qw_submitter_dispatch(struct submitter *s, int64_t t)
                 next = qw_prioq_next(&s->ready, it);
                 uint32_t route = job_of_ready(it)->sub->route & every;
                 if (route & ~full)
-                    go_on = try_post(s, it, route, cap, t, &full);
+                    go_on = try_post(s, it, route, cap, yield_below, t, &full);
             }
         }
     }
+    note_waiting(s, t, every, cap);
     s->target = s->gate.grant.active ? capacity_target(s) : s->gate.used;
 }
 

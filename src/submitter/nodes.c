@@ -132,6 +132,24 @@ int qw_nodes_pick_post(const struct qw_nodes *set, uint32_t mask, int avoid, int
     return pick(set, mask, avoid, cap, now_ms, true);
 }
 
+bool qw_nodes_pushing_back(const struct qw_nodes *set, uint32_t mask, int cap)
+{
+    bool shrunk_full = false;
+    for (size_t i = 0; i < set->n; i++) {
+        const struct qw_node *nd = &set->node[i];
+        if (nd->state != QW_NODE_UP || !(mask & (UINT32_C(1) << i)))
+            continue;
+        bool window_full = !qw_window_admits(&nd->win, cap);
+        if (nd->posts < set->policy.channels && !window_full)
+            return false; /* room */
+        /* (a window in its first slow start is still finding the node's room) */
+        if (window_full && nd->win.ssthresh < set->policy.window.max &&
+            nd->win.cwnd < set->policy.window.max)
+            shrunk_full = true;
+    }
+    return shrunk_full;
+}
+
 int qw_nodes_pick_poll(const struct qw_nodes *set, uint32_t mask, int avoid, int64_t now_ms)
 {
     return pick(set, mask, avoid, 0, now_ms, false);

@@ -144,6 +144,16 @@ void qw_nodes_init(struct qw_nodes *set, size_t n, const struct qw_nodes_policy 
 int qw_nodes_pick_post(const struct qw_nodes *set, uint32_t mask, int avoid, int cap,
                        int64_t now_ms);
 
+/**
+ * Whether the ledger pushes back on a POST to `mask` under `cap` (as for
+ * qw_nodes_pick_post()): no up node of `mask` has a free channel and room
+ * in its window, and at least one is full because its window shrank below
+ * the policy's max (429s, POSTs without an answer, slow answers), not
+ * because of the channels, the max a worker allows itself or a first slow
+ * start still growing.
+ */
+bool qw_nodes_pushing_back(const struct qw_nodes *set, uint32_t mask, int cap);
+
 /** The node among `mask` for the next status poll (an up node), avoiding `avoid` likewise; -1
  * when none is up. */
 int qw_nodes_pick_poll(const struct qw_nodes *set, uint32_t mask, int avoid, int64_t now_ms);

@@ -45,6 +45,11 @@ int qw_window_limit(const struct qw_window *w, int cap)
     return limit < 1 ? 1 : limit;
 }
 
+int qw_window_yield_cap(int cap, int priority, int yield_below)
+{
+    return priority < yield_below ? 1 : cap;
+}
+
 bool qw_window_admits(const struct qw_window *w, int cap)
 {
     return w->in_flight < qw_window_limit(w, cap);

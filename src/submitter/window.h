@@ -81,6 +81,15 @@ void qw_window_restart(struct qw_window *w, const struct qw_window_policy *p);
 /** The batches the window allows at once now, under `cap` (<= 0 = no cap): >= 1. */
 int qw_window_limit(const struct qw_window *w, int cap);
 
+/**
+ * The cap on the window for a batch of `priority` (`cap` as for
+ * qw_window_limit()): 1 when another worker has batches of the higher
+ * priority `yield_below` waiting for room at a node that pushes back, so
+ * that the room goes to them (a lower-priority batch then goes at most one
+ * at a time per node: slower, never stopped); else `cap`.
+ */
+int qw_window_yield_cap(int cap, int priority, int yield_below);
+
 /** Whether one more batch may go to the node now, under `cap` (<= 0 = no cap). */
 bool qw_window_admits(const struct qw_window *w, int cap);
 

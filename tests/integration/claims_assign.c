@@ -16,6 +16,8 @@
  *   enqueue in progress (its ingest row locked) and move the others.
  * - A new registration of an instance_id fences the earlier incarnation:
  *   its lease renewal and its fenced writes match nothing.
+ * - A worker's waiting priority, reported with its lease, reaches the other
+ *   live workers with theirs.
  */
 #include "itest.h"
 
@@ -706,17 +708,57 @@ static void test_maintenance_skips_an_enqueue_in_progress(void **state)
     assert_holder(f, S2, "w2");
 }
 
-/* The lease renewal of w1 as incarnation `inc`. */
-static int renew(struct fixture *f, const char *inc)
+/* The lease renewal of `id` as incarnation `inc`, reporting `waiting` as its waiting priority;
+ * *peer_waiting (when not NULL) gets the other live instances' highest. */
+static int renew_as(struct fixture *f, const char *id, const char *inc, int waiting,
+                    int *peer_waiting)
 {
-    struct qw_claims_params p = {
-        .instance_id = "w1", .incarnation = inc, .lease_ms = 30000, .hard_expiry_ms = 60000};
+    struct qw_claims_params p = {.instance_id = id,
+                                 .incarnation = inc,
+                                 .lease_ms = 30000,
+                                 .hard_expiry_ms = 60000,
+                                 .waiting_priority = waiting};
     struct qw_claims_result r = {0};
     struct qw_error err;
     qw_error_clear(&err);
     int rc = qw_claims_lease(f->pg.a, &p, &r, &err);
+    if (peer_waiting)
+        *peer_waiting = r.peer_waiting_priority;
     qw_claims_result_free(&r);
     return rc;
+}
+
+/* The lease renewal of w1 as incarnation `inc`. */
+static int renew(struct fixture *f, const char *inc)
+{
+    return renew_as(f, "w1", inc, QW_PRIORITY_NONE, NULL);
+}
+
+/*
+ * A worker's waiting priority (its batches waiting for room at a ledger
+ * node pushing back) reaches the other live workers with their next lease
+ * renewal, not itself; a renewal without one clears it, and a lapsed
+ * lease's report no longer counts.
+ */
+static void test_waiting_priority_reaches_the_others(void **state)
+{
+    struct fixture *f = *state;
+    char *inc2 = itest_incarnation(f->pg.a, "w2");
+    int peer = 0;
+    assert_int_equal(renew_as(f, "w1", f->inc, 10, &peer), QW_OK);
+    assert_int_equal(peer, QW_PRIORITY_NONE);
+    assert_int_equal(renew_as(f, "w2", inc2, -5, &peer), QW_OK);
+    assert_int_equal(peer, 10);
+    assert_int_equal(renew_as(f, "w1", f->inc, QW_PRIORITY_NONE, &peer), QW_OK);
+    assert_int_equal(peer, -5);
+    assert_int_equal(renew_as(f, "w2", inc2, QW_PRIORITY_NONE, &peer), QW_OK);
+    assert_int_equal(peer, QW_PRIORITY_NONE);
+    assert_int_equal(renew_as(f, "w1", f->inc, 7, &peer), QW_OK);
+    itest_exec(f->pg.b, "UPDATE queuer.instances SET lease_1 = now() - interval '1 second' "
+                        "WHERE instance_id = 'w1'");
+    assert_int_equal(renew_as(f, "w2", inc2, QW_PRIORITY_NONE, &peer), QW_OK);
+    assert_int_equal(peer, QW_PRIORITY_NONE);
+    free(inc2);
 }
 
 /*
@@ -849,6 +891,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_maintenance_skips_an_enqueue_in_progress, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_new_incarnation_fences_the_old, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiting_priority_reaches_the_others, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_stop_that_abandoned_posts_keeps_mid_submission, setup,
                                         teardown),
     };

@@ -214,6 +214,46 @@ static void test_channels_and_avoid(void **state)
     assert_int_not_equal(qw_nodes_pick_poll(&set, QW_NODES_ALL, 2, 42), 2);
 }
 
+/* The ledger pushes back when a route's up nodes are all full and one of them by a window its
+ * answers shrank; channels in use or a window at its max are this worker's own limits. */
+static void test_pushing_back(void **state)
+{
+    (void)state;
+    struct qw_nodes_policy p = POLICY;
+    p.window = qw_window_policy_default(8);
+    struct qw_nodes set;
+    qw_nodes_init(&set, 2, &p, 0);
+    const uint32_t n0 = 1, n1 = 2, both = 3;
+    assert_false(qw_nodes_pushing_back(&set, both, 0)); /* room everywhere */
+    /* node 0 fills its window of 4, shrunk by a 429 to 2.8 */
+    for (int i = 0; i < 4; i++)
+        qw_nodes_started(&set, 0, QW_NODE_REQ_POST, 1);
+    for (int i = 0; i < 4; i++)
+        qw_window_take(&set.node[0].win);
+    assert_false(qw_nodes_pushing_back(&set, n0, 0)); /* full, at the initial window */
+    qw_window_answer(&set.node[0].win, &p.window, QW_WINDOW_REFUSED, set.node[0].win.epoch, -1,
+                     0, 2);
+    assert_true(qw_nodes_pushing_back(&set, n0, 0));
+    assert_false(qw_nodes_pushing_back(&set, both, 0)); /* node 1 has room */
+    assert_false(qw_nodes_pushing_back(&set, n1, 0));
+    /* node 1: every channel in use, its window untouched: not the ledger's doing alone */
+    for (int i = 0; i < p.channels; i++)
+        qw_nodes_started(&set, 1, QW_NODE_REQ_POST, 3);
+    assert_false(qw_nodes_pushing_back(&set, n1, 0));
+    assert_true(qw_nodes_pushing_back(&set, both, 0));
+    /* a node that is not up does not count either way */
+    set.node[0].state = QW_NODE_DOWN;
+    assert_false(qw_nodes_pushing_back(&set, both, 0));
+    assert_false(qw_nodes_pushing_back(&set, n0, 0));
+    /* a window at its max, full: this worker's own limit */
+    struct qw_nodes_policy small = POLICY;
+    small.window = qw_window_policy_default(2);
+    qw_nodes_init(&set, 1, &small, 0);
+    qw_window_take(&set.node[0].win);
+    qw_window_take(&set.node[0].win);
+    assert_false(qw_nodes_pushing_back(&set, n0, 0));
+}
+
 /* Latency and load: the fast node takes POSTs until its queue costs more than the slow one. */
 static void test_latency_and_load(void **state)
 {
@@ -439,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_none_up),
         cmocka_unit_test(test_latency_afresh_after_outage),
         cmocka_unit_test(test_channels_and_avoid),
+        cmocka_unit_test(test_pushing_back),
         cmocka_unit_test(test_latency_and_load),
         cmocka_unit_test(test_estimate_and_explore),
         cmocka_unit_test(test_simulated_run),

@@ -224,11 +224,42 @@ static void test_admits_and_counters(void **state)
     assert_int_equal(qw_window_limit(&w, 0), 2);
 }
 
+/* A batch below another worker's waiting priority goes one at a time per node; others keep
+ * the cap they had (none, or the shared capacity's). */
+static void test_yield_cap(void **state)
+{
+    (void)state;
+    static const struct {
+        int cap, priority, yield_below, want;
+    } cases[] = {
+        {0, 0, INT32_MIN, 0},  /* nobody waits: no cap */
+        {5, 0, INT32_MIN, 5},  /* nobody waits: the shared capacity's cap */
+        {0, 0, 10, 1},         /* below a waiting priority: one at a time */
+        {5, -3, 0, 1},         /* ... under a cap too */
+        {0, 10, 10, 0},        /* the waiting priority itself: its own window */
+        {0, 20, 10, 0},        /* above it */
+        {0, -1000, -999, 1},   /* the lowest priorities compare alike */
+        {0, 1000, INT32_MIN, 0},
+    };
+    struct qw_window_policy p = qw_window_policy_default(64);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int cap = qw_window_yield_cap(cases[i].cap, cases[i].priority, cases[i].yield_below);
+        assert_int_equal(cap, cases[i].want);
+        /* a window with room for many admits one batch under the yield cap, not two */
+        struct qw_window w;
+        qw_window_init(&w, &p);
+        w.cwnd = 20;
+        qw_window_take(&w);
+        assert_int_equal(qw_window_admits(&w, cap), cases[i].want != 1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_admits_and_counters),
+        cmocka_unit_test(test_yield_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
