@@ -24,7 +24,10 @@
  * avoiding the node where the batch's previous POST failed, and the shared
  * capacity, when one is set, admits its cost. The queue's head waits for
  * whichever of these is short, so the highest (aged) priority gets scarce
- * capacity first. A job whose
+ * capacity first. Across workers: while another live worker reports
+ * batches of a higher priority waiting for a node that pushes back, ours of
+ * lower priority go one at a time per node, and ours waiting so are
+ * reported likewise (both through the lease renewal). A job whose
  * lease deadline passes while it waits is given back (never posted late).
  * Status polls go to the POST's node, or to the other up nodes when it is
  * down or failed the batch's last request and has not answered since
