@@ -398,13 +398,13 @@ static int renew_lease(struct queuer *q, struct qw_claims_params *p, int64_t now
     if (rc != QW_OK)
         return rc;
     int was = atomic_exchange(&q->w->yield_below, q->claims.peer_waiting_priority);
-    if (was == QW_PRIORITY_NONE && q->claims.peer_waiting_priority != QW_PRIORITY_NONE)
-        qw_log_info("ledger.yield", "below_priority=%d reason=\"another worker's batches of this "
-                    "priority wait for the ledger: ours below it go one at a time per node\"",
-                    q->claims.peer_waiting_priority);
-    else if (was != QW_PRIORITY_NONE && q->claims.peer_waiting_priority == QW_PRIORITY_NONE)
-        qw_log_info("ledger.yield_ended", "reason=\"no other worker waits for the ledger with "
-                                          "batches of higher priority\"");
+    int now_below = q->claims.peer_waiting_priority;
+    if (now_below != was && now_below != QW_PRIORITY_NONE)
+        qw_log_debug("ledger.yield", "below_priority=%d reason=\"another worker's batches of this "
+                     "priority wait for the ledger: ours below it go one at a time per node\"",
+                     now_below);
+    else if (now_below != was)
+        qw_log_debug("ledger.yield_ended", "reason=\"no other worker waits for the ledger\"");
     q->lease_renewed_ms = now;
     q->reported_held = p->held;
     /* (counted from the answer: late rather than early) */
