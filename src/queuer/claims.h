@@ -124,9 +124,9 @@ struct qw_claims_result {
  * Renews this instance's lease (`lease_ms`, `hard_expiry_ms` from now on
  * the database clock) and records `held` claims and `waiting_priority`, on
  * `db` (owned by the calling thread), in a single autocommit statement;
- * sets `out->peer_lease_ms` and `out->peer_waiting_priority`. QW_ERR_SUPERSEDED when our registration is no
- * longer the instance's (a later one took it over, or it was removed):
- * the process must stop.
+ * sets `out->peer_lease_ms` and `out->peer_waiting_priority`. QW_ERR_SUPERSEDED when our
+ * registration is no longer the instance's (a later one took it over, or it was removed): the
+ * process must stop.
  */
 QW_MUST_CHECK int qw_claims_lease(struct qw_db *db, const struct qw_claims_params *p,
                                   struct qw_claims_result *out, struct qw_error *err);

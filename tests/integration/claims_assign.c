@@ -891,8 +891,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_maintenance_skips_an_enqueue_in_progress, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_new_incarnation_fences_the_old, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_waiting_priority_reaches_the_others, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_waiting_priority_reaches_the_others, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_that_abandoned_posts_keeps_mid_submission, setup,
                                         teardown),
     };

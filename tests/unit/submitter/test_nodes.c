@@ -231,8 +231,8 @@ static void test_pushing_back(void **state)
     for (int i = 0; i < 4; i++)
         qw_window_take(&set.node[0].win);
     assert_false(qw_nodes_pushing_back(&set, n0, 0)); /* full, at the initial window */
-    qw_window_answer(&set.node[0].win, &p.window, QW_WINDOW_REFUSED, set.node[0].win.epoch, -1,
-                     0, 2);
+    qw_window_answer(&set.node[0].win, &p.window, QW_WINDOW_REFUSED, set.node[0].win.epoch, -1, 0,
+                     2);
     assert_true(qw_nodes_pushing_back(&set, n0, 0));
     assert_false(qw_nodes_pushing_back(&set, both, 0)); /* node 1 has room */
     assert_false(qw_nodes_pushing_back(&set, n1, 0));

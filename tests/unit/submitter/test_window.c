@@ -232,13 +232,13 @@ static void test_yield_cap(void **state)
     static const struct {
         int cap, priority, yield_below, want;
     } cases[] = {
-        {0, 0, INT32_MIN, 0},  /* nobody waits: no cap */
-        {5, 0, INT32_MIN, 5},  /* nobody waits: the shared capacity's cap */
-        {0, 0, 10, 1},         /* below a waiting priority: one at a time */
-        {5, -3, 0, 1},         /* ... under a cap too */
-        {0, 10, 10, 0},        /* the waiting priority itself: its own window */
-        {0, 20, 10, 0},        /* above it */
-        {0, -1000, -999, 1},   /* the lowest priorities compare alike */
+        {0, 0, INT32_MIN, 0}, /* nobody waits: no cap */
+        {5, 0, INT32_MIN, 5}, /* nobody waits: the shared capacity's cap */
+        {0, 0, 10, 1},        /* below a waiting priority: one at a time */
+        {5, -3, 0, 1},        /* ... under a cap too */
+        {0, 10, 10, 0},       /* the waiting priority itself: its own window */
+        {0, 20, 10, 0},       /* above it */
+        {0, -1000, -999, 1},  /* the lowest priorities compare alike */
         {0, 1000, INT32_MIN, 0},
     };
     struct qw_window_policy p = qw_window_policy_default(64);
