@@ -58,7 +58,7 @@ sched_load() {
 # sched_gen SERVICES BATCHES SEED PREFIX: a workload file; prints its path.
 sched_gen() {
     local f=$WORK/s-$4-$1x$2.tsv
-    [ -s "$f" ] || "$GEN" --services "$1" --batches "$2" --seed "$3" --circuit-prefix "$4" >"$f"
+    [ -s "$f" ] || "$QUEUER_GEN_BIN" --services "$1" --batches "$2" --seed "$3" --circuit-prefix "$4" >"$f"
     echo "$f"
 }
 
