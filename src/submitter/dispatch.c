@@ -226,11 +226,11 @@ static void note_waiting(struct submitter *s, int64_t t, uint32_t every, int cap
  * its service with a free channel and room in its window (a window of one
  * batch when another worker has batches of higher priority waiting for the
  * ledger), and the shared capacity admits it (capacity_admits()). What
- * cannot start stays queued, in its turn: the head waits, so scarce capacity of any kind goes to the
- * highest (aged) priority first. When the head waits for nodes that are
- * full, a job whose service other nodes serve may go past it (those nodes
- * cannot take the head's batch anyway); among jobs that need the same full
- * nodes, order holds.
+ * cannot start stays queued, in its turn: the head waits, so scarce
+ * capacity of any kind goes to the highest (aged) priority first. When the
+ * head waits for nodes that are full, a job whose service other nodes serve
+ * may go past it (those nodes cannot take the head's batch anyway); among
+ * jobs that need the same full nodes, order holds.
  */
 void qw_submitter_dispatch(struct submitter *s, int64_t t)
 {
