@@ -12,8 +12,9 @@
 -- one's last heartbeat (NULL otherwise) and whether it stopped (then that
 -- heartbeat is the stop): the new incarnation holds its claims at their
 -- epochs and adopts its batches mid-submission at once, so the worker posts
--- nothing until the earlier POSTs have landed or never will. No row when a
--- live twin holds the id (look at it with instance_lookup).
+-- nothing until the earlier POSTs have landed or never will. The new
+-- registration has no batch waiting for the ledger yet (waiting_priority).
+-- No row when a live twin holds the id (look at it with instance_lookup).
 -- $1 instance, $2 host, $3 pid, $4 version, $5 liveness window ms,
 -- $6 take over a recent registration (boolean).
 WITH earlier AS (
@@ -30,7 +31,7 @@ VALUES ($1, $2, $3::integer, $4)
 ON CONFLICT (instance_id) DO UPDATE
    SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
        started_at = now(), heartbeat_at = now(), stopped_at = NULL,
-       incarnation = nextval('queuer.instance_incarnation')
+       incarnation = nextval('queuer.instance_incarnation'), waiting_priority = NULL
  WHERE i.stopped_at IS NOT NULL
     OR i.heartbeat_at < now() - $5::integer * interval '1 millisecond'
     OR $6::boolean
