@@ -3,7 +3,7 @@
 # nodes, each answering from its own batch history (a node knows what was
 # posted to it; the others learn a batch 500 ms after it commits), waits on
 # unknown ids that hang for the whole wait, protocol 2 with a rate limit
-# (429s). Two workers drain 30 services x 15 batches over all three nodes.
+# (429s). Two workers drain 30 services x 75 batches over all three nodes.
 # Mid-run node 1 hangs for 10 s (every request held unanswered; half the
 # POSTs it holds were taken first), and node 2 restarts (it forgets its
 # history and the batches it had queued). Checks:
@@ -79,8 +79,12 @@
 # below WAIT_S * 1000 + WAIT_LOOK_MS.
 . "$(dirname "$0")/e2e_common.sh"
 
+# The ledger takes at most RATE batches/s, so TOTAL / RATE seconds is the
+# shortest the run can take, however fast the workers are: it must outlast
+# the faults, which end 11 s after a tenth of the batches committed.
+RATE=150
 SERVICES=30
-BATCHES=15
+BATCHES=75
 TOTAL=$((SERVICES * BATCHES))
 TIMEOUT_MS=3000        # QUEUER_DLT_REQUEST_TIMEOUT_MS of E2E_WORKER_SETTINGS: a read without a wait
 WAIT_S=2               # QUEUER_DLT_STATUS_WAIT_S of E2E_WORKER_SETTINGS
@@ -99,7 +103,7 @@ e2e_db
 e2e_workload "$SERVICES" "$BATCHES"
 qw_sim_start "$E2E_DIR/sim" --listen 127.0.0.1:0 --listen 127.0.0.1:0 \
     --commit-delay-ms "$COMMIT_DELAY_MS" --propagation-ms "$PROPAGATION_MS" \
-    --wait-poll-ms "$WAIT_LOOK_MS" --rate 150 --seed 7
+    --wait-poll-ms "$WAIT_LOOK_MS" --rate "$RATE" --seed 7
 IFS=, read -r NODE0 NODE1 NODE2 <<<"$QW_SIM_URLS"
 [ -n "$NODE2" ] || e2e_fail "the simulator did not report three node addresses ($QW_SIM_URLS)"
 e2e_log "ledger nodes: $QW_SIM_URLS; starting 2 workers"
