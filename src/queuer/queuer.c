@@ -578,9 +578,10 @@ static int claims_step(struct queuer *q, bool acquire, bool woken, bool periodic
         qw_log_info("claims.changed",
                     "held=%zu acquired=%d picked_for_all=%d released=%zu released_with_work=%d "
                     "taken_over=%d handed_over=%d share=%d services_with_work=%lld "
-                    "live_instances=%d",
+                    "live_instances=%d txn_ms=%.1f",
                     q->n_held, r->acquired, r->picked, r->n_released, r->released_with_work,
-                    r->taken, r->handed_over, r->share, (long long)r->with_work, r->live);
+                    r->taken, r->handed_over, r->share, (long long)r->with_work, r->live,
+                    (double)took_us / 1000.0);
     return QW_OK;
 }
 
