@@ -223,6 +223,11 @@ char *qw_metrics_render(const struct qw_metrics_snapshot *s, size_t *len)
     scalar(&b, "ledger_paused", "gauge",
            "1 while submissions to the ledger pause after a 429 or refused credentials.",
            s->paused ? 1 : 0);
+    if (s->yielding)
+        scalar(&b, "ledger_yield_below_priority", "gauge",
+               "Another worker's batches of this priority wait for the ledger: this worker's "
+               "below it go one at a time per node (absent when none wait).",
+               s->yield_below);
     scalar(&b, "stopping", "gauge", "1 once a graceful stop was requested.", s->stopping ? 1 : 0);
     if (s->last_cycle_age_ms >= 0) {
         char age[32];

@@ -24,6 +24,9 @@
  *   partitions_held                           gauge: capacity partitions leased
  *   capacity_waits_total                      counter: POSTs that waited for capacity
  *   ledger_paused                             gauge 0/1: submissions paused after a 429
+ *   ledger_yield_below_priority               gauge: batches below this priority go one
+ *                                             at a time per node, as another worker's wait
+ *                                             for the ledger (absent when none)
  *   stopping                                  gauge 0/1: graceful shutdown under way
  *   last_cycle_age_seconds                    gauge (absent before the first cycle)
  *   submit_waiting                            gauge: batches whose POST waits for ledger
@@ -102,6 +105,8 @@ struct qw_metrics_snapshot {
     int64_t partitions_held;       /* capacity partitions leased now */
     int64_t capacity_waits;        /* POSTs that had to wait for capacity */
     int paused;                    /* 1 while submissions pause after a 429 */
+    int yielding;                  /* 1 while another worker's batches wait for the ledger */
+    int yield_below;               /* ... with this priority: ours below it yield */
     int stopping;                  /* 1 once a graceful stop was requested */
     int64_t last_cycle_age_ms;     /* ms since the last successful cycle; -1 = none yet */
     int64_t outcomes_failing_ms;   /* how long outcome writes have failed in a row, ms;

@@ -55,6 +55,9 @@ static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
     out->capacity_waits = load(&st->capacity_waits);
     out->paused = atomic_load_explicit(&st->paused, memory_order_relaxed) != 0;
     out->stopping = atomic_load_explicit(&a->w->stop, memory_order_relaxed) != 0;
+    int below = atomic_load_explicit(&a->w->yield_below, memory_order_relaxed);
+    out->yielding = below != QW_PRIORITY_NONE;
+    out->yield_below = out->yielding ? below : 0;
     out->last_cycle_age_ms = -1;
     static const char *const requests[2] = {"post", "status"};
     out->n_failures = 0;

@@ -13,6 +13,7 @@
 #include "dlt/dlt_classify.h"
 #include "dlt/dlt_url.h"
 #include "shared/handoff.h"
+#include "shared/job.h"
 #include "shared/ops_stats.h"
 
 #include <stdatomic.h>

@@ -109,6 +109,8 @@ static struct qw_metrics_snapshot sample_snapshot(void)
     s.partitions_held = 3;
     s.capacity_waits = 42;
     s.paused = 1;
+    s.yielding = 1;
+    s.yield_below = -5;
     s.stopping = 0;
     s.last_cycle_age_ms = 1500;
     s.cycle_duration.buckets[1] = 3; /* <= 1 ms */
@@ -158,6 +160,8 @@ static const char *const expected_lines[] = {
     "# TYPE queuer_capacity_waits_total counter",
     "queuer_capacity_waits_total 42",
     "queuer_ledger_paused 1",
+    "# TYPE queuer_ledger_yield_below_priority gauge",
+    "queuer_ledger_yield_below_priority -5",
     "queuer_stopping 0",
     "queuer_last_cycle_age_seconds 1.5",
     "# TYPE queuer_cycles_total counter",
@@ -310,6 +314,7 @@ static void test_render_escapes_labels_and_omits_unknown_age(void **state)
     assert_true(
         has_line(text, "queuer_build_info{version=\"\",instance_id=\"a\\\"b\\\\c\\nd\"} 1"));
     assert_null(strstr(text, "last_cycle_age"));
+    assert_null(strstr(text, "yield_below")); /* no other worker waits */
     /* an empty histogram still has all buckets, zero sum and count */
     assert_true(has_line(text, "queuer_cycle_duration_seconds_bucket{le=\"+Inf\"} 0"));
     assert_true(has_line(text, "queuer_cycle_duration_seconds_sum 0"));
