@@ -48,4 +48,16 @@ void qw_outcome_plan(const struct qw_job *job, const struct qw_dlt_result *r,
  */
 bool qw_plan_post_may_have_landed(const struct qw_dlt_result *r);
 
+#define QW_OUTCOME_GROUP_AGE_MS 2      /* a group of outcomes waits at least this long (ms) */
+#define QW_OUTCOME_GROUP_AGE_MAX_MS 20 /* ... and at most this long */
+
+/**
+ * How long the oldest of a group of outcomes waits before the group is
+ * written, given how long the last write took (ms): that long, within
+ * [QW_OUTCOME_GROUP_AGE_MS, QW_OUTCOME_GROUP_AGE_MAX_MS]. An idle database
+ * gets a lone outcome at once; a busy one gathers a group for as long as
+ * writing one costs, so statements per batch fall as the load rises.
+ */
+int64_t qw_outcome_group_age_ms(int64_t last_write_ms);
+
 #endif

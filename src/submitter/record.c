@@ -190,6 +190,7 @@ void qw_submitter_flush_outcomes(struct submitter *s)
         return;
     }
     qw_outage_note_success(&s->outage, now_ms());
+    s->flush_took_ms = now_ms() - began_ms;
     s->flush_uncertain = false;
     atomic_store_explicit(&s->w->stats.outcomes_failing_since_ms, 0, memory_order_relaxed);
     size_t n = s->n_out, rows = 0;
@@ -232,6 +233,6 @@ bool qw_submitter_flush_due(const struct submitter *s, int64_t t)
 {
     if (s->n_out == 0 || t < s->flush_retry_at_ms)
         return false;
-    return s->n_out >= OUTCOME_GROUP_FULL || t - s->first_out_ms >= OUTCOME_GROUP_AGE_MS ||
-           s->stopping;
+    return s->n_out >= OUTCOME_GROUP_FULL ||
+           t - s->first_out_ms >= qw_outcome_group_age_ms(s->flush_took_ms) || s->stopping;
 }

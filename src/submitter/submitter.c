@@ -248,8 +248,9 @@ static void submitter_loop(struct submitter *s)
             next = s->cap_next_step_ms;
         int64_t timeout = next == INT64_MAX ? 1000 : next - t;
         if (s->n_out > 0) {
-            int64_t f = s->flush_retry_at_ms > t ? s->flush_retry_at_ms - t
-                                                 : s->first_out_ms + OUTCOME_GROUP_AGE_MS - t;
+            int64_t f = s->flush_retry_at_ms > t
+                            ? s->flush_retry_at_ms - t
+                            : s->first_out_ms + qw_outcome_group_age_ms(s->flush_took_ms) - t;
             if (f < timeout)
                 timeout = f;
         }

@@ -35,7 +35,6 @@
 #include <stdint.h>
 
 #define OUTCOME_GROUP_FULL 256 /* flush at once when this many outcomes wait */
-#define OUTCOME_GROUP_AGE_MS 2 /* flush a group at most this old */
 #define CAPACITY_LOG_EVERY_MS                                                                      \
     30000 /* a lease step failing in a row is logged when it starts and then at most this          \
              often (a database failover is one line, however many steps its seconds fail) */
@@ -117,6 +116,7 @@ struct submitter {
     bool flush_uncertain;            /* a failed flush may have committed (connection lost
                                         or timed out while it ran): re-read before dropping */
     struct qw_outcome_writer writer; /* the grouped write */
+    int64_t flush_took_ms;           /* how long the last successful write took, ms */
     struct qw_outage outage;         /* this connection's outages: log lines, reconnect pacing */
 };
 

@@ -42,7 +42,8 @@
 #      looks): Unknown;
 #   5. that node's Unknown is asked again UNKNOWN_CONFIRM_MS later and is
 #      confirmed;
-#   6. the outcome is written within OUTCOME_GROUP_AGE_MS.
+#   6. the outcome is written within OUTCOME_GROUP_AGE_MAX_MS (a group waits
+#      as long as the last write took, at most that).
 # (The requests' own round trips on the loopback, about a millisecond each,
 # are not counted.)
 # The other chains are shorter: the same one with B read at node 1 right after
@@ -91,12 +92,12 @@ WAIT_S=2               # QUEUER_DLT_STATUS_WAIT_S of E2E_WORKER_SETTINGS
 UNKNOWN_CONFIRM_MS=500 # QUEUER_DLT_UNKNOWN_CONFIRM_MS of the workers below
 POLL_ERROR_BASE_MS=50  # POLL_ERROR_BASE_MS (src/submitter/monitor.c): after a failed read
 ELSEWHERE_POLL_MS=250  # ELSEWHERE_POLL_MS (src/submitter/monitor.c): after another node's Unknown
-OUTCOME_GROUP_AGE_MS=2 # OUTCOME_GROUP_AGE_MS (src/submitter/submitter_int.h): an outcome waits
+OUTCOME_GROUP_AGE_MAX_MS=20 # QW_OUTCOME_GROUP_AGE_MAX_MS (src/submitter/outcome.h): an outcome's longest wait
 PROPAGATION_MS=500     # --propagation-ms below: when the other nodes learn of a commit
 COMMIT_DELAY_MS=50     # --commit-delay-ms below: a batch commits this long after it was taken
 WAIT_LOOK_MS=100       # --wait-poll-ms below: a read that waits at a node looks this often
 BOUND_MS=$((WAIT_LOOK_MS + POLL_ERROR_BASE_MS + ELSEWHERE_POLL_MS + TIMEOUT_MS + POLL_ERROR_BASE_MS
-    + WAIT_S * 1000 + UNKNOWN_CONFIRM_MS + OUTCOME_GROUP_AGE_MS))
+    + WAIT_S * 1000 + UNKNOWN_CONFIRM_MS + OUTCOME_GROUP_AGE_MAX_MS))
 POLL_HOLD_MS=$((WAIT_S * 1000 + WAIT_LOOK_MS))
 
 e2e_db

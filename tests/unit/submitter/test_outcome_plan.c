@@ -850,6 +850,17 @@ static void test_requeue(void **state)
     assert_null(qw_outcome_expect_name((enum qw_outcome_expect)9));
 }
 
+/* A group of outcomes waits as long as the last write took, within 2..20 ms. */
+static void test_group_age(void **state)
+{
+    (void)state;
+    static const int64_t cases[][2] = {
+        {-1, 2}, {0, 2}, {1, 2}, {2, 2}, {3, 3}, {7, 7}, {19, 19}, {20, 20}, {21, 20}, {5000, 20},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_int_equal(qw_outcome_group_age_ms(cases[i][0]), cases[i][1]);
+}
+
 /* The fast path's lease deadline counts from before the statement. */
 static void test_lease_deadline(void **state)
 {
@@ -934,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_requeue),
         cmocka_unit_test(test_texts_stay_utf8),
         cmocka_unit_test(test_lease_deadline),
+        cmocka_unit_test(test_group_age),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
