@@ -102,6 +102,16 @@ e2e_drain_three() {
     e2e_assert "${FIG[batches]}" -eq "$1" "qw-check saw every batch"
 }
 
+# How many priority-0 batches were Committed when the last priority-10 one
+# was (commit times from the history).
+e2e_low_done_when_high_done() {
+    qw_sql "WITH fin AS (
+                SELECT b.priority, h.at FROM queuer.batch_history h
+                  JOIN queuer.batches b USING (batch_id) WHERE h.to_status = 'Committed')
+            SELECT count(*) FROM fin
+             WHERE priority = 0 AND at <= (SELECT max(at) FROM fin WHERE priority = 10)"
+}
+
 # Committed batches per worker instance, "w1=170 w2=160 ...".
 e2e_per_worker() {
     qw_sql "SELECT string_agg(instance_id || '=' || n, ' ' ORDER BY instance_id)

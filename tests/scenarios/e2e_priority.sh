@@ -56,13 +56,7 @@ e2e_assert "$(qw_sql "SELECT count(*) FROM queuer.batches WHERE priority = 10")"
     "batches stored with priority 10 (fourth TSV column)"
 e2e_drain 120
 
-# When did the last priority-10 batch become final, and how many
-# priority-0 batches were final by then (commit times from the history)?
-done_low=$(qw_sql "WITH fin AS (
-                       SELECT b.priority, h.at FROM queuer.batch_history h
-                         JOIN queuer.batches b USING (batch_id) WHERE h.to_status = 'Committed')
-                   SELECT count(*) FROM fin
-                    WHERE priority = 0 AND at <= (SELECT max(at) FROM fin WHERE priority = 10)")
+done_low=$(e2e_low_done_when_high_done)
 e2e_log "when the last priority-10 batch was final: $done_low of $LOW priority-0 batches were"
 
 # A single batch keeps the priority it was enqueued with.

@@ -29,11 +29,7 @@ qw_wait_sql 30 "SELECT count(*) >= 20 FROM queuer.batches WHERE status = 'Commit
 qw_load_tsv "$E2E_DIR/high.tsv" >/dev/null || e2e_fail "loading the priority-10 workload failed"
 e2e_drain 120
 
-done_low=$(qw_sql "WITH fin AS (
-                       SELECT b.priority, h.at FROM queuer.batch_history h
-                         JOIN queuer.batches b USING (batch_id) WHERE h.to_status = 'Committed')
-                   SELECT count(*) FROM fin
-                    WHERE priority = 0 AND at <= (SELECT max(at) FROM fin WHERE priority = 10)")
+done_low=$(e2e_low_done_when_high_done)
 # the last report of a waiting priority-10 batch reaches the other worker within a renewal
 sleep 1
 e2e_check
