@@ -54,9 +54,10 @@ bool qw_plan_post_may_have_landed(const struct qw_dlt_result *r);
 /**
  * How long the oldest of a group of outcomes waits before the group is
  * written, given how long the last write took (ms): that long, within
- * [QW_OUTCOME_GROUP_AGE_MS, QW_OUTCOME_GROUP_AGE_MAX_MS]. An idle database
- * gets a lone outcome at once; a busy one gathers a group for as long as
- * writing one costs, so statements per batch fall as the load rises.
+ * [QW_OUTCOME_GROUP_AGE_MS, QW_OUTCOME_GROUP_AGE_MAX_MS]. On an idle
+ * database a lone outcome waits the minimum; on a busy one a group gathers
+ * for as long as writing one costs, so statements per batch fall as the
+ * load rises.
  */
 int64_t qw_outcome_group_age_ms(int64_t last_write_ms);
 
