@@ -14,20 +14,19 @@
 -- workers renew theirs every cycle, so one that ends within a cycle is a
 -- worker that stopped renewing, and maintenance is run at that moment, not
 -- up to a cycle later; and the highest priority another running instance
--- reported waiting so (NULL = none): ours below it yield the ledger's room.
+-- reported waiting so (NULL = none): ours below it yield the ledger's room
+-- (both from one read of the other instances).
 -- No row when the instance is not registered under that incarnation (a
 -- later registration of the same instance_id superseded us).
-UPDATE queuer.instances
+UPDATE queuer.instances i
    SET heartbeat_at = now(), stopped_at = NULL,
        lease_1 = now() + $2::integer * interval '1 millisecond',
        lease_2 = now() + $3::integer * interval '1 millisecond',
        claims_held = $4::integer, max_claims = $6::integer, notifications = $7::text,
        waiting_priority = $8::integer
- WHERE instance_id = $1 AND incarnation = $5::bigint
-RETURNING (extract(epoch FROM now()) * 1000000)::bigint,
-          (SELECT ceil(extract(epoch FROM min(o.lease_1) - now()) * 1000)::bigint
-             FROM queuer.instances o
-            WHERE o.instance_id <> $1 AND o.lease_1 > now() AND o.stopped_at IS NULL),
-          (SELECT max(o.waiting_priority)
-             FROM queuer.instances o
-            WHERE o.instance_id <> $1 AND o.lease_1 > now() AND o.stopped_at IS NULL)
+  FROM (SELECT ceil(extract(epoch FROM min(o.lease_1) - now()) * 1000)::bigint AS lease_ms,
+               max(o.waiting_priority) AS waiting
+          FROM queuer.instances o
+         WHERE o.instance_id <> $1 AND o.lease_1 > now() AND o.stopped_at IS NULL) peers
+ WHERE i.instance_id = $1 AND i.incarnation = $5::bigint
+RETURNING (extract(epoch FROM now()) * 1000000)::bigint, peers.lease_ms, peers.waiting

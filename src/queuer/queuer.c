@@ -399,13 +399,15 @@ static int renew_lease(struct queuer *q, struct qw_claims_params *p, int64_t now
         return rc;
     int was = atomic_exchange(&q->w->yield_below, q->claims.peer_waiting_priority);
     int now_below = q->claims.peer_waiting_priority;
-    if (now_below != was && now_below != QW_PRIORITY_NONE)
-        qw_log_debug("ledger.yield",
-                     "below_priority=%d reason=\"another worker's batches of this "
-                     "priority wait for the ledger: ours below it go one at a time per node\"",
-                     now_below);
-    else if (now_below != was)
-        qw_log_debug("ledger.yield_ended", "reason=\"no other worker waits for the ledger\"");
+    if (now_below != was) {
+        if (now_below == QW_PRIORITY_NONE)
+            qw_log_debug("ledger.yield_ended", "reason=\"no other worker waits for the ledger\"");
+        else
+            qw_log_debug("ledger.yield",
+                         "below_priority=%d reason=\"another worker's batches of this priority "
+                         "wait for the ledger: ours below it go one at a time per node\"",
+                         now_below);
+    }
     q->lease_renewed_ms = now;
     q->reported_held = p->held;
     /* (counted from the answer: late rather than early) */

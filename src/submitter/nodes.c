@@ -91,6 +91,13 @@ static bool better(const struct qw_node *a, int64_t cost_a, const struct qw_node
     return a->used_ms < b->used_ms;
 }
 
+/* Whether up node `nd` can take one more POST now under `cap`: a free channel and room in its
+ * window. */
+static bool post_room(const struct qw_nodes *set, const struct qw_node *nd, int cap)
+{
+    return nd->posts < set->policy.channels && qw_window_admits(&nd->win, cap);
+}
+
 /*
  * The best node among those `eligible` accepts, by cost; an up node not
  * measured for explore_ms first. `avoid` only when nothing else qualifies.
@@ -104,7 +111,7 @@ static int pick(const struct qw_nodes *set, uint32_t mask, int avoid, int cap, i
         for (size_t i = 0; i < set->n; i++) {
             const struct qw_node *nd = &set->node[i];
             if (nd->state != QW_NODE_UP || !(mask & (UINT32_C(1) << i)) ||
-                (post && (nd->posts >= set->policy.channels || !qw_window_admits(&nd->win, cap))))
+                (post && !post_room(set, nd, cap)))
                 continue;
             if (pass == 0 && (int)i == avoid)
                 continue;
@@ -139,11 +146,10 @@ bool qw_nodes_pushing_back(const struct qw_nodes *set, uint32_t mask, int cap)
         const struct qw_node *nd = &set->node[i];
         if (nd->state != QW_NODE_UP || !(mask & (UINT32_C(1) << i)))
             continue;
-        bool window_full = !qw_window_admits(&nd->win, cap);
-        if (nd->posts < set->policy.channels && !window_full)
-            return false; /* room */
+        if (post_room(set, nd, cap))
+            return false;
         /* (a window in its first slow start is still finding the node's room) */
-        if (window_full && nd->win.ssthresh < set->policy.window.max &&
+        if (!qw_window_admits(&nd->win, cap) && nd->win.ssthresh < set->policy.window.max &&
             nd->win.cwnd < set->policy.window.max)
             shrunk_full = true;
     }
