@@ -64,6 +64,11 @@ sc_worker_start w3 QUEUER_WORKER_CYCLE_MS=20000 QUEUER_WORKER_LEASE_MS=60000 \
     QUEUER_WORKER_HARD_EXPIRY_MS=120000
 sc_wait_registered 10 w3
 sc_worker_signal w3 STOP
+# (a statement w3 sent before it stopped, a lease renewal say, still runs
+# to its end: the lease is moved once none is running)
+sc_wait "w3 stopped between statements" 10 \
+    "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity
+                         WHERE application_name = 'w3' AND state = 'active')"
 qw_sql "UPDATE queuer.instances SET lease_1 = now() - interval '1 second' WHERE instance_id = 'w3'"
 sc_load_tsv "$SC_DIR/pick.tsv"
 qw_sql "UPDATE queuer.instances SET lease_1 = now() + interval '60 seconds' WHERE instance_id = 'w3'"
