@@ -229,10 +229,14 @@ void qw_submitter_flush_outcomes(struct submitter *s)
     }
 }
 
+int64_t qw_submitter_group_due_ms(const struct submitter *s)
+{
+    return s->first_out_ms + qw_outcome_group_age_ms(s->flush_took_ms);
+}
+
 bool qw_submitter_flush_due(const struct submitter *s, int64_t t)
 {
     if (s->n_out == 0 || t < s->flush_retry_at_ms)
         return false;
-    return s->n_out >= OUTCOME_GROUP_FULL ||
-           t - s->first_out_ms >= qw_outcome_group_age_ms(s->flush_took_ms) || s->stopping;
+    return s->n_out >= OUTCOME_GROUP_FULL || t >= qw_submitter_group_due_ms(s) || s->stopping;
 }

@@ -248,11 +248,10 @@ static void submitter_loop(struct submitter *s)
             next = s->cap_next_step_ms;
         int64_t timeout = next == INT64_MAX ? 1000 : next - t;
         if (s->n_out > 0) {
-            int64_t f = s->flush_retry_at_ms > t
-                            ? s->flush_retry_at_ms - t
-                            : s->first_out_ms + qw_outcome_group_age_ms(s->flush_took_ms) - t;
-            if (f < timeout)
-                timeout = f;
+            int64_t due =
+                s->flush_retry_at_ms > t ? s->flush_retry_at_ms : qw_submitter_group_due_ms(s);
+            if (due - t < timeout)
+                timeout = due - t;
         }
         if (s->stopping && s->grace_deadline_ms - t < timeout)
             timeout = s->grace_deadline_ms - t;

@@ -209,6 +209,10 @@ void qw_submitter_add_outcome(struct submitter *s, struct qw_job *job, const str
 /** Writes the waiting outcomes in one fenced statement, then moves each job on. */
 void qw_submitter_flush_outcomes(struct submitter *s);
 
+/** When the waiting group of outcomes is old enough to be written (ms): its oldest's time plus
+ * the group age for the last write (qw_outcome_group_age_ms()). */
+int64_t qw_submitter_group_due_ms(const struct submitter *s);
+
 /** Whether the waiting outcomes are to be written now. */
 bool qw_submitter_flush_due(const struct submitter *s, int64_t t);
 
