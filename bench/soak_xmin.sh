@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The held-xmin soak: K workers drain a W1-sized queue (SERVICES x BATCHES,
-# topped up with a new round whenever less than half of one is left) for
+# topped up with a new round whenever less than one is left, looked at once
+# a second: behind a held snapshot the count itself reads every version the
+# snapshot keeps, half a second of a core at 240 s) for
 # SOAK_SECONDS, with `queuer prune` deleting what became final more than
 # PRUNE_AGE ago every PRUNE_EVERY_S, once as it is and once while another
 # session holds a REPEATABLE READ transaction open for the whole run (its
@@ -138,7 +140,7 @@ SQL
         now=$(date +%s)
         [ "$now" -lt $((t0 + soak_s)) ] || break
         open=$(open_batches)
-        if [ "$open" -lt $((services * batches / 2)) ]; then
+        if [ "$open" -lt $((services * batches)) ]; then
             feed_round "$round"
             round=$((round + 1))
             enqueued=$((enqueued + services * batches))
@@ -147,7 +149,7 @@ SQL
             sample $((now - t0)) "$enqueued" >>"$out/$mode.tsv"
             next_sample=$((next_sample + sample_s))
         fi
-        sleep 0.2
+        sleep 1
     done
     sample $(($(date +%s) - t0)) "$enqueued" >>"$out/$mode.tsv"
     wait "$pruner" || true
