@@ -9,8 +9,8 @@
 #                [--out DIR] [--keep] [--pg-statements]
 #
 #   --quick        reduced sizes for a CI smoke run (about two minutes)
-#   --workload     any of W1 W2 W3 W4 W1F W5 W6 G1 W7 WN WP WF (default: all but W6
-#                  and W7; --quick also leaves out W1F)
+#   --workload     any of W1 W2 W3 W4 W1F W5 W6 G1 G5 W7 WN WP WF (default: all but
+#                  W6, G5 and W7; --quick also leaves out W1F)
 #                    W1  1,000 services x 10 batches, K = 1, 2, 4
 #                    W2  10,000 services x 3 batches, K = 1, 4
 #                    W3  20 services x 500 batches, K = 4
@@ -22,6 +22,9 @@
 #                    W6  100,000 services x 2 batches, K = 8 (W6-k8) and 16 (W6-k16):
 #                        the claim cycle at scale (docs/CLAIMS.md)
 #                    G1  W1 through graphile-worker
+#                    G5  W5's open loop through graphile-worker: one add_job()
+#                        per batch, each its own transaction, in the queue named
+#                        after its service (compare with BENCH_W5_SINGLE=1)
 #                    W7  500 services x 10 against a ledger taking 40 pending
 #                        (429 until 20) and 1,000 batches/s, K = 4, without and
 #                        with a shared capacity of 36 in flight and 950/s
@@ -99,9 +102,9 @@ if [ -z "$WORKLOADS" ]; then
 fi
 for w in ${WORKLOADS//,/ }; do
     case $w in
-    W1 | W2 | W3 | W4 | W1F | W5 | W6 | G1 | W7 | WN | WP | WF) ;;
+    W1 | W2 | W3 | W4 | W1F | W5 | W6 | G1 | G5 | W7 | WN | WP | WF) ;;
     *)
-        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F W5 W6 G1 W7 WN WP WF)" >&2
+        echo "run.sh: unknown workload '$w' (W1 W2 W3 W4 W1F W5 W6 G1 G5 W7 WN WP WF)" >&2
         exit 2
         ;;
     esac
@@ -173,10 +176,10 @@ export QUEUER_BIN SCABBARD_SIM_BIN
 [ -x "$ANALYZE" ] || die "$ANALYZE is missing: the top-level meson.build needs subdir('bench')"
 
 case ,$WORKLOADS, in
-*,G1,*)
-    command -v node >/dev/null || die "Node.js is needed for G1 (graphile-worker) and is not installed; run without G1 (--workload W1,W2,W3,W4) or install nodejs"
+*,G1,* | *,G5,*)
+    command -v node >/dev/null || die "Node.js is needed for G1 and G5 (graphile-worker) and is not installed; run without them (--workload W1,W2,W3,W4) or install nodejs"
     NODE_MAJOR=$(node --version | sed 's/^v\([0-9]*\).*/\1/')
-    [ "$NODE_MAJOR" -ge 18 ] || die "Node.js >= 18 is needed for G1 (found $(node --version))"
+    [ "$NODE_MAJOR" -ge 18 ] || die "Node.js >= 18 is needed for G1 and G5 (found $(node --version))"
     GW_DIR=$ROOT/bench/graphile
     if [ ! -f "$GW_DIR/node_modules/.package-lock.json" ] ||
         [ "$GW_DIR/package-lock.json" -nt "$GW_DIR/node_modules/.package-lock.json" ]; then
@@ -285,7 +288,7 @@ workload_size() {
     if [ "$QUICK" = 1 ]; then
         case $1 in
         W1 | W4 | W1F | G1) echo "200 5" ;;
-        W5) echo "200 -" ;;
+        W5 | G5) echo "200 -" ;;
         W2) echo "2000 2" ;;
         W3) echo "5 20" ;;
         W6) echo "10000 2" ;;
@@ -294,7 +297,7 @@ workload_size() {
     else
         case $1 in
         W1 | W4 | W1F | G1) echo "1000 10" ;;
-        W5) echo "1000 -" ;;
+        W5 | G5) echo "1000 -" ;;
         W2) echo "10000 3" ;;
         W3) echo "20 500" ;;
         W6) echo "100000 2" ;;
@@ -568,15 +571,15 @@ elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b 
 # after a thousand rows, so the load could not keep its rate). A production
 # database has statistics of a full table: autovacuum takes them, but only
 # every autovacuum_naptime (1 min), as long as the whole run. This stands in
-# for it: ANALYZE of the tables the enqueue and the claim cycle read, 1 s
-# into the load and then every 5 s until process $1 ends; it writes how many
-# it ran (each one psql call, two commits) to $2.
+# for it: ANALYZE of the tables the enqueue and the claim cycle read (or
+# $3), 1 s into the load and then every 5 s until process $1 ends; it writes
+# how many it ran (each one psql call, two commits) to $2.
 w5_analyze_while() {
-    local pid=$1 out=$2 n=0 tick=0
+    local pid=$1 out=$2 tables=${3:-queuer.batches, queuer.service_ingest, queuer.service_id_claims}
+    local n=0 tick=0
     while kill -0 "$pid" 2>/dev/null; do
         if [ $((tick % 25)) = 5 ]; then # 1 s in, then every 5 s
-            psql -X -q "$DB_CONNINFO" -c "ANALYZE queuer.batches, queuer.service_ingest, queuer.service_id_claims" \
-                >>"$LOG" 2>&1 || true
+            psql -X -q "$DB_CONNINFO" -c "ANALYZE $tables" >>"$LOG" 2>&1 || true
             n=$((n + 1))
         fi
         tick=$((tick + 1))
@@ -684,21 +687,68 @@ run_queuer() {
     drop_db
 }
 
+# graphile-worker's part of G1 and G5. Prepares run directory $1 and a
+# database $2 with graphile-worker's schema; sets GW_URL.
+gw_prepare() {
+    rm -rf "$1"
+    mkdir -p "$1"
+    use_cluster on
+    new_db "$2"
+    GW_URL="postgres://postgres@/$DB?host=$PG_DIR/sock&port=5432"
+    (cd "$GW_DIR" && GW_DATABASE_URL=$GW_URL node driver.mjs migrate) >>"$LOG" 2>&1 ||
+        die "graphile-worker migration failed (see $LOG)"
+}
+
+# Starts the simulator and GW_PROCS graphile-worker processes for run
+# directory $1 (their logs gw<i>.log there, their pids in GW_PIDS) and takes
+# the before snapshot.
+gw_start() {
+    local dir=$1 i
+    start_sim "$dir"
+    RUN_LOAD1=$(cut -d' ' -f1 /proc/loadavg)
+    snap_before
+    GW_PIDS=()
+    for i in $(seq 1 "$GW_PROCS"); do
+        (cd "$GW_DIR" && exec env GW_DATABASE_URL="$GW_URL" GW_SIM_URL="$QW_SIM_URL" \
+            GW_CONCURRENCY="$GW_CONCURRENCY" GW_LOCAL_QUEUE="$GW_LOCAL_QUEUE" \
+            GW_COMPLETE_BATCH_MS="$GW_COMPLETE_BATCH_MS" node driver.mjs run) \
+            >"$dir/gw$i.log" 2>&1 &
+        GW_PIDS+=("$!")
+        RUN_PIDS+=("$!")
+    done
+    activity_start "$dir/pg_activity.log"
+}
+
+# Waits until $4 jobs are done, stops graphile-worker and records run $2 of
+# directory $1 ($3 services, batches per service $5, enqueue seconds $6);
+# $7 commits of the harness's own to leave out of the count.
+gw_finish() {
+    local dir=$1 name=$2 s=$3 n=$4 b=$5 enq=$6 harness=$7
+    wait_all_final "$n" "NOT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)" \
+        "$(run_timeout_s "$n")"
+    HARNESS_XACTS=$((HARNESS_XACTS + harness))
+    snap_after
+    collect_procs "${GW_PIDS[@]}"
+    qw_stop_pids 20 "${GW_PIDS[@]}"
+    RUN_PIDS=()
+    db_settle
+    qw_sim_stop
+    record "$name" "$name" "${GW_PROCS}x$GW_CONCURRENCY" on "$s" "$b" "$enq" "" \
+        "$(cat "$dir"/gw*.log | grep -c 'level=warning\|level=error' || true)" ""
+    ANALYZE_ARGS=()
+    LOAD_FIG=""
+    statements_dump "$dir/pg_statements.txt"
+    drop_db
+}
+
 # W1 through graphile-worker.
 run_graphile() {
-    local s b name=G1 dir tsv t0 enq i pids=() url
+    local s b dir=$WORK/G1 tsv t0 enq
     read -r s b <<<"$(workload_size G1)"
-    dir=$WORK/$name
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    use_cluster on
-    new_db b_g1
-    url="postgres://postgres@/$DB?host=$PG_DIR/sock&port=5432"
+    gw_prepare "$dir" b_g1
     tsv=$(workload_tsv "$s" "$b")
-    say "$name: $s services x $b batches through graphile-worker: $GW_PROCS process(es) x" \
+    say "G1: $s services x $b batches through graphile-worker: $GW_PROCS process(es) x" \
         "$GW_CONCURRENCY jobs, localQueue $GW_LOCAL_QUEUE, completeJobBatchDelay $GW_COMPLETE_BATCH_MS"
-    (cd "$GW_DIR" && GW_DATABASE_URL=$url node driver.mjs migrate) >>"$LOG" 2>&1 ||
-        die "graphile-worker migration failed (see $LOG)"
     t0=$(date +%s.%N)
     # One job per batch in the queue named after its service, in file order:
     # run_at grows by 1 us per line, so each queue's jobs run in that order
@@ -717,30 +767,41 @@ SQL
     psql -X -q "$DB_CONNINFO" -c "VACUUM ANALYZE" -c "CHECKPOINT" >>"$LOG" 2>&1
     db_settle
     statements_reset
-    start_sim "$dir"
-    RUN_LOAD1=$(cut -d' ' -f1 /proc/loadavg)
-    snap_before
-    for i in $(seq 1 "$GW_PROCS"); do
-        (cd "$GW_DIR" && exec env GW_DATABASE_URL="$url" GW_SIM_URL="$QW_SIM_URL" \
-            GW_CONCURRENCY="$GW_CONCURRENCY" GW_LOCAL_QUEUE="$GW_LOCAL_QUEUE" \
-            GW_COMPLETE_BATCH_MS="$GW_COMPLETE_BATCH_MS" node driver.mjs run) \
-            >"$dir/gw$i.log" 2>&1 &
-        pids+=("$!")
-        RUN_PIDS+=("$!")
-    done
-    activity_start "$dir/pg_activity.log"
-    wait_all_final $((s * b)) "NOT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)" \
-        "$(run_timeout_s $((s * b)))"
-    snap_after
-    collect_procs "${pids[@]}"
-    qw_stop_pids 20 "${pids[@]}"
-    RUN_PIDS=()
+    gw_start "$dir"
+    gw_finish "$dir" G1 "$s" $((s * b)) "$b" "$enq" 0
+}
+
+# W5's open loop through graphile-worker: bench-load --graphile adds one job
+# per batch (graphile_worker.add_job() in the queue named after its
+# service, each call its own transaction), with the same rate, services,
+# duration and warm-up as W5, and the same ANALYZE of the tables the jobs
+# go to while it runs.
+run_graphile_open() {
+    local s b dir=$WORK/G5 load_pid n
+    read -r s b <<<"$(workload_size G5)"
+    gw_prepare "$dir" b_g5
+    say "G5: $W5_RATE batches/s over $s services for $W5_SECONDS s through graphile-worker:" \
+        "$GW_PROCS process(es) x $GW_CONCURRENCY jobs, one add_job() per batch"
+    psql -X -q "$DB_CONNINFO" -c "VACUUM ANALYZE" -c "CHECKPOINT" >>"$LOG" 2>&1
     db_settle
-    qw_sim_stop
-    record "$name" G1 "${GW_PROCS}x$GW_CONCURRENCY" on "$s" "$b" "$enq" "" \
-        "$(cat "$dir"/gw*.log | grep -c 'level=warning\|level=error' || true)" ""
-    statements_dump "$dir/pg_statements.txt"
-    drop_db
+    statements_reset
+    gw_start "$dir"
+    sleep 1
+    QUEUER_DATABASE_CONNINFO=$DB_CONNINFO "$LOADGEN" --rate "$W5_RATE" --services "$s" \
+        --seconds "$W5_SECONDS" --graphile --out "$dir/enqueue.tsv" >"$dir/load.out" 2>>"$LOG" &
+    load_pid=$!
+    RUN_PIDS+=("$load_pid")
+    w5_analyze_while "$load_pid" "$dir/analyze.count" \
+        "graphile_worker._private_jobs, graphile_worker._private_job_queues" &
+    RUN_PIDS+=("$!")
+    wait "$load_pid" || die "bench-load --graphile failed (see $LOG)"
+    wait "${RUN_PIDS[-1]}" || true
+    LOAD_FIG=$(tail -1 "$dir/load.out")
+    n=$(bench_kv load_batches "$LOAD_FIG")
+    ANALYZE_ARGS=(--enqueue-log "$dir/enqueue.tsv" --warmup-s "$W5_WARMUP_S")
+    # (the load's transactions and the ANALYZEs, as for W5)
+    gw_finish "$dir" G5 "$s" "$n" "$b" - \
+        $((2 * $(cat "$dir/analyze.count") + $(bench_kv load_calls "$LOAD_FIG") + 3))
 }
 
 # WN, WP, WF: several nodes, priority, fairness.
@@ -770,6 +831,7 @@ for wl in ${WORKLOADS//,/ }; do
         for k in $(workload_workers W6); do run_queuer W6 "$k" on; done
         ;;
     G1) run_graphile ;;
+    G5) run_graphile_open ;;
     W7)
         for k in $(workload_workers W7); do
             RUN_NAME=W7-nocap-k$k run_queuer W7 "$k" on "${W7_SIM_ARGS[@]}"
@@ -813,30 +875,40 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo
     echo "| run | claims transactions | claims txn p50 / p99 ms | serialization failures per claims txn | cycle p99 ms | seq scans service_id_claims / batches | cycle.failed |"
     echo "|---|---|---|---|---|---|---|"
-    awk -F'\t' "$RESULTS_AWK"'NR > 1 && c("workload") != "G1" {
+    awk -F'\t' "$RESULTS_AWK"'NR > 1 && c("workload") != "G1" && c("workload") != "G5" {
         printf "| %s | %s | %s / %s | %s | %s | %s / %s | %s |\n", c("run"), c("claims_txns"), c("claims_txn_p50_ms"), c("claims_txn_p99_ms"), c("claims_ser_failures_per_txn"), c("cycle_p99_ms"), c("seq_scans_claims"), c("seq_scans_batches"), c("cycle_failed")
     }' "$RESULTS"
-    if awk -F'\t' "$RESULTS_AWK"'NR > 1 && c("workload") == "W5" { found = 1 } END { exit !found }' "$RESULTS"; then
+    if awk -F'\t' "$RESULTS_AWK"'NR > 1 && (c("workload") == "W5" || c("workload") == "G5") { found = 1 } END { exit !found }' "$RESULTS"; then
         echo
-        echo "W5, open loop (${W5_RATE} batches/s offered for ${W5_SECONDS} s; the first ${W5_WARMUP_S} s left out): the queuer's own overhead per batch, from when a batch could go (its enqueue committed, or its predecessor final at the ledger) to its first POST"
+        echo "W5, open loop (${W5_RATE} batches/s offered for ${W5_SECONDS} s; the first ${W5_WARMUP_S} s left out): the queuer's own overhead per batch (G5: graphile-worker's), from when a batch could go (its enqueue committed, or its predecessor final at the ledger) to its first POST"
         echo
         echo "| run | services | workers | offered / achieved batches/s | batches measured | overhead p50 / p99 / max ms | idle head of a service: n, p50 / p99 ms | next after a commit: n, p50 / p99 ms | refused (back pressure) | load generator late, max ms |"
         echo "|---|---|---|---|---|---|---|---|---|---|"
-        awk -F'\t' -v rate="$W5_RATE" "$RESULTS_AWK"'NR > 1 && c("workload") == "W5" {
+        awk -F'\t' -v rate="$W5_RATE" "$RESULTS_AWK"'NR > 1 && (c("workload") == "W5" || c("workload") == "G5") {
             st = c("status") == "ok" ? "" : " (" c("status") ")"
             printf "| %s%s | %s | %s | %s / %s | %s | %s / %s / %s | %s, %s / %s | %s, %s / %s | %s | %s |\n",
                 c("run"), st, c("services"), c("k"), rate, c("load_rate"), c("w5_measured"), c("w5_p50_ms"), c("w5_p99_ms"), c("w5_max_ms"), c("w5_idle"), c("w5_idle_p50_ms"), c("w5_idle_p99_ms"), c("w5_next"), c("w5_next_p50_ms"), c("w5_next_p99_ms"), c("load_refused"), c("load_max_late_ms")
         }' "$RESULTS"
         echo
-        echo "W5, what a batch costs besides its enqueue call ($W5_MODE): the load backend's CPU is the enqueue's; commits exclude the load's and the harness's"
+        echo "W5, what a batch costs besides its enqueue call ($W5_MODE; G5: one graphile_worker.add_job() call per batch): the load backend's CPU is the enqueue's; commits exclude the load's and the harness's"
         echo
         echo "| run | CPU ms/batch: workers + PostgreSQL besides the enqueue (+ sim) | enqueue calls' PostgreSQL CPU ms/batch | claims transactions per batch | commits per batch besides the enqueue's |"
         echo "|---|---|---|---|---|"
-        awk -F'\t' "$RESULTS_AWK"'NR > 1 && c("workload") == "W5" {
+        awk -F'\t' "$RESULTS_AWK"'NR > 1 && (c("workload") == "W5" || c("workload") == "G5") {
             e = c("cpu_pg_enqueue_per_1k")
             besides = e == "-" ? "-" : sprintf("%.3f", c("cpu_workers_per_1k") + c("cpu_pg_per_1k") - e)
             ctx = c("batches") > 0 && c("claims_txns") != "-" ? sprintf("%.3f", c("claims_txns") / c("batches")) : "-"
             printf "| %s | %s (+ %s) | %s | %s | %s |\n", c("run"), besides, c("cpu_sim_per_1k"), e, ctx, c("commits_per_batch")
+        }' "$RESULTS"
+        awk -F'\t' -v mode="$W5_MODE" "$RESULTS_AWK"'NR > 1 && c("cpu_pg_enqueue_per_1k") != "-" {
+            besides = c("cpu_workers_per_1k") + c("cpu_pg_per_1k") - c("cpu_pg_enqueue_per_1k")
+            if (c("workload") == "W5" && q == "") { q = besides; qrun = c("run"); qp99 = c("w5_p99_ms") }
+            if (c("workload") == "G5") { g = besides; gp99 = c("w5_p99_ms") }
+        }
+        END {
+            if (q != "" && g != "" && q > 0)
+                printf "\nW5, side by side: CPU ms per batch besides the enqueue calls, queuer (%s, %s) %.3f, graphile-worker (one add_job() per batch) %.3f: %.1fx; overhead p99 %s and %s ms\n",
+                    qrun, mode, q, g, g / q, qp99, gp99
         }' "$RESULTS"
     fi
     awk -F'\t' -v procs="$GW_PROCS" -v conc="$GW_CONCURRENCY" -v lq="$GW_LOCAL_QUEUE" \
@@ -855,7 +927,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
             if (c("run") == "W1-k4") { w1 = c("batches_per_s"); p50 = c("p50_ms"); p99 = c("p99_ms") }
             if (c("run") == "G1") g = c("batches_per_s")
             if (c("run") == "W2-k1") rss10k = c("rss_max_mb")
-            if (c("workload") != "G1") {
+            if (c("workload") != "G1" && c("workload") != "G5") {
                 if (c("commits_per_batch") != "-" && (c("commits_per_batch") + 0 > cmax || cmax == "")) cmax = c("commits_per_batch") + 0
                 if (c("rss_max_mb") + 0 > rssmax) rssmax = c("rss_max_mb") + 0
                 if (c("workload") != "W4" && c("workload") != "W7") { nreq++; if (c("requests_per_batch") + 0 != 2) badreq = badreq " " c("run") "=" c("requests_per_batch") }
