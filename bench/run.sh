@@ -571,12 +571,11 @@ elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b 
 # after a thousand rows, so the load could not keep its rate). A production
 # database has statistics of a full table: autovacuum takes them, but only
 # every autovacuum_naptime (1 min), as long as the whole run. This stands in
-# for it: ANALYZE of the tables the enqueue and the claim cycle read (or
-# $3), 1 s into the load and then every 5 s until process $1 ends; it writes
-# how many it ran (each one psql call, two commits) to $2.
+# for it: ANALYZE of the tables $3 (those the enqueue and the claim cycle
+# read), 1 s into the load and then every 5 s until process $1 ends; it
+# writes how many it ran (each one psql call, two commits) to $2.
 w5_analyze_while() {
-    local pid=$1 out=$2 tables=${3:-queuer.batches, queuer.service_ingest, queuer.service_id_claims}
-    local n=0 tick=0
+    local pid=$1 out=$2 tables=$3 n=0 tick=0
     while kill -0 "$pid" 2>/dev/null; do
         if [ $((tick % 25)) = 5 ]; then # 1 s in, then every 5 s
             psql -X -q "$DB_CONNINFO" -c "ANALYZE $tables" >>"$LOG" 2>&1 || true
@@ -586,6 +585,26 @@ w5_analyze_while() {
         sleep 0.2
     done
     echo "$n" >"$out"
+}
+
+# The open load of W5 and G5, a second after the workers started: bench-load
+# at W5's rate over $2 services for W5's duration (its further arguments
+# after $3), with the ANALYZE of tables $3 beside it; its enqueue log and
+# figures in run directory $1. Sets LOAD_FIG and ANALYZE_ARGS.
+w5_load() {
+    local dir=$1 s=$2 tables=$3 load_pid
+    shift 3
+    sleep 1
+    QUEUER_DATABASE_CONNINFO=$DB_CONNINFO "$LOADGEN" --rate "$W5_RATE" --services "$s" \
+        --seconds "$W5_SECONDS" "$@" --out "$dir/enqueue.tsv" >"$dir/load.out" 2>>"$LOG" &
+    load_pid=$!
+    RUN_PIDS+=("$load_pid")
+    w5_analyze_while "$load_pid" "$dir/analyze.count" "$tables" &
+    RUN_PIDS+=("$!")
+    wait "$load_pid" || die "bench-load failed (see $LOG)"
+    wait "${RUN_PIDS[-1]}" || true
+    LOAD_FIG=$(tail -1 "$dir/load.out")
+    ANALYZE_ARGS=(--enqueue-log "$dir/enqueue.tsv" --warmup-s "$W5_WARMUP_S")
 }
 
 # One queuer run: $1 workload, $2 K, $3 fsync mode, sim args after; the
@@ -637,20 +656,11 @@ run_queuer() {
     activity_start "$dir/pg_activity.log"
     if [ "$wl" = W5 ]; then
         # the open-loop load, once the workers are up; it runs W5_SECONDS
-        sleep 1
         local single=()
         [ "$W5_SINGLE" != 1 ] || single=(--single)
-        QUEUER_DATABASE_CONNINFO=$DB_CONNINFO "$LOADGEN" --rate "$W5_RATE" --services "$s" \
-            --seconds "$W5_SECONDS" "${single[@]}" --out "$dir/enqueue.tsv" >"$dir/load.out" 2>>"$LOG" &
-        local load_pid=$!
-        RUN_PIDS+=("$load_pid")
-        w5_analyze_while "$load_pid" "$dir/analyze.count" &
-        RUN_PIDS+=("$!")
-        wait "$load_pid" || die "bench-load failed (see $LOG)"
-        wait "${RUN_PIDS[-1]}" || true
-        LOAD_FIG=$(tail -1 "$dir/load.out")
+        w5_load "$dir" "$s" "queuer.batches, queuer.service_ingest, queuer.service_id_claims" \
+            "${single[@]}"
         n=$(bench_kv load_batches "$LOAD_FIG")
-        ANALYZE_ARGS=(--enqueue-log "$dir/enqueue.tsv" --warmup-s "$W5_WARMUP_S")
     fi
     # (the predicate of the batches_open index: no sequential scan of its own)
     wait_all_final "$n" \
@@ -777,7 +787,7 @@ SQL
 # duration and warm-up as W5, and the same ANALYZE of the tables the jobs
 # go to while it runs.
 run_graphile_open() {
-    local s b dir=$WORK/G5 load_pid n
+    local s b dir=$WORK/G5 n
     read -r s b <<<"$(workload_size G5)"
     gw_prepare "$dir" b_g5
     say "G5: $W5_RATE batches/s over $s services for $W5_SECONDS s through graphile-worker:" \
@@ -786,19 +796,9 @@ run_graphile_open() {
     db_settle
     statements_reset
     gw_start "$dir"
-    sleep 1
-    QUEUER_DATABASE_CONNINFO=$DB_CONNINFO "$LOADGEN" --rate "$W5_RATE" --services "$s" \
-        --seconds "$W5_SECONDS" --graphile --out "$dir/enqueue.tsv" >"$dir/load.out" 2>>"$LOG" &
-    load_pid=$!
-    RUN_PIDS+=("$load_pid")
-    w5_analyze_while "$load_pid" "$dir/analyze.count" \
-        "graphile_worker._private_jobs, graphile_worker._private_job_queues" &
-    RUN_PIDS+=("$!")
-    wait "$load_pid" || die "bench-load --graphile failed (see $LOG)"
-    wait "${RUN_PIDS[-1]}" || true
-    LOAD_FIG=$(tail -1 "$dir/load.out")
+    w5_load "$dir" "$s" "graphile_worker._private_jobs, graphile_worker._private_job_queues" \
+        --graphile
     n=$(bench_kv load_batches "$LOAD_FIG")
-    ANALYZE_ARGS=(--enqueue-log "$dir/enqueue.tsv" --warmup-s "$W5_WARMUP_S")
     # (the load's transactions and the ANALYZEs, as for W5)
     gw_finish "$dir" G5 "$s" "$n" "$b" - \
         $((2 * $(cat "$dir/analyze.count") + $(bench_kv load_calls "$LOAD_FIG") + 3))
