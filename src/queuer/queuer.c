@@ -560,6 +560,8 @@ static int claims_step(struct queuer *q, bool acquire, bool woken, bool periodic
         q->release_due_ms =
             (began > q->settle_until_ms ? began : q->settle_until_ms) + DRAINED_RELEASE_DELAY_MS;
     atomic_store_explicit(&q->w->stats.claims_held, (long long)q->n_held, memory_order_relaxed);
+    if (r->live > 0)
+        atomic_store_explicit(&q->w->stats.live_workers, r->live, memory_order_relaxed);
     /* The others compute their fair share from the counts reported with the
      * leases. A count that moved by more than the slack is reported now, not
      * a cycle later: when workers start together each claims its share in

@@ -38,6 +38,8 @@ struct qw_worker_stats {
     atomic_llong cycles;                /* claims cycles run */
     atomic_llong serialization_retries; /* 40001/40P01 re-runs, all transactions */
     atomic_llong claims_held;           /* gauge: services held now */
+    atomic_int live_workers;            /* live instances at the last look at the fair share,
+                                           this one included (0 = not looked yet) */
     atomic_llong jobs_busy;             /* gauge: jobs with the submitter now */
     atomic_llong posts_accepted;        /* POST answered 202 */
     atomic_llong posts_backpressure;    /* POST answered 429 */

@@ -92,11 +92,15 @@ static void plan_auth(const struct qw_job *view, const struct qw_plan_ctx *ctx,
     plan->at_ms = pause->auth_until_ms;
 }
 
-int64_t qw_outcome_group_age_ms(int64_t last_write_ms)
+int64_t qw_outcome_group_age_ms(int64_t last_write_ms, int live)
 {
-    return last_write_ms < QW_OUTCOME_GROUP_AGE_MS       ? QW_OUTCOME_GROUP_AGE_MS
-           : last_write_ms > QW_OUTCOME_GROUP_AGE_MAX_MS ? QW_OUTCOME_GROUP_AGE_MAX_MS
-                                                         : last_write_ms;
+    int64_t age = last_write_ms < QW_OUTCOME_GROUP_AGE_MS       ? QW_OUTCOME_GROUP_AGE_MS
+                  : last_write_ms > QW_OUTCOME_GROUP_AGE_MAX_MS ? QW_OUTCOME_GROUP_AGE_MAX_MS
+                                                                : last_write_ms;
+    if (live <= QW_OUTCOME_GROUP_FLEET)
+        return age;
+    age = age * live / QW_OUTCOME_GROUP_FLEET;
+    return age > QW_OUTCOME_GROUP_FLEET_MAX_MS ? QW_OUTCOME_GROUP_FLEET_MAX_MS : age;
 }
 
 bool qw_plan_post_may_have_landed(const struct qw_dlt_result *r)

@@ -48,17 +48,24 @@ void qw_outcome_plan(const struct qw_job *job, const struct qw_dlt_result *r,
  */
 bool qw_plan_post_may_have_landed(const struct qw_dlt_result *r);
 
-#define QW_OUTCOME_GROUP_AGE_MS 2      /* a group of outcomes waits at least this long (ms) */
-#define QW_OUTCOME_GROUP_AGE_MAX_MS 20 /* ... and at most this long */
+#define QW_OUTCOME_GROUP_AGE_MS 2         /* a group of outcomes waits at least this long (ms) */
+#define QW_OUTCOME_GROUP_AGE_MAX_MS 20    /* ... and at most this long */
+#define QW_OUTCOME_GROUP_FLEET 8          /* workers beyond this many wait in proportion, */
+#define QW_OUTCOME_GROUP_FLEET_MAX_MS 200 /* ... at most this long */
 
 /**
  * How long the oldest of a group of outcomes waits before the group is
- * written, given how long the last write took (ms): that long, within
+ * written, given how long the last write took (ms) and how many workers are
+ * live (`live`, this one included; 0 = not known): that long, within
  * [QW_OUTCOME_GROUP_AGE_MS, QW_OUTCOME_GROUP_AGE_MAX_MS]. On an idle
  * database a lone outcome waits the minimum; on a busy one a group gathers
  * for as long as writing one costs, so statements per batch fall as the
- * load rises.
+ * load rises. In a fleet of more than QW_OUTCOME_GROUP_FLEET workers each
+ * waits live / QW_OUTCOME_GROUP_FLEET times as long, up to
+ * QW_OUTCOME_GROUP_FLEET_MAX_MS: the fleet writes no more outcome statements
+ * per second than that many workers would, so adding workers does not add
+ * statements for the same batches.
  */
-int64_t qw_outcome_group_age_ms(int64_t last_write_ms);
+int64_t qw_outcome_group_age_ms(int64_t last_write_ms, int live);
 
 #endif

@@ -231,7 +231,9 @@ void qw_submitter_flush_outcomes(struct submitter *s)
 
 int64_t qw_submitter_group_due_ms(const struct submitter *s)
 {
-    return s->first_out_ms + qw_outcome_group_age_ms(s->flush_took_ms);
+    return s->first_out_ms +
+           qw_outcome_group_age_ms(s->flush_took_ms, atomic_load_explicit(&s->w->stats.live_workers,
+                                                                          memory_order_relaxed));
 }
 
 bool qw_submitter_flush_due(const struct submitter *s, int64_t t)
