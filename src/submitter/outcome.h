@@ -50,7 +50,7 @@ bool qw_plan_post_may_have_landed(const struct qw_dlt_result *r);
 
 #define QW_OUTCOME_GROUP_AGE_MS 2         /* a group of outcomes waits at least this long (ms) */
 #define QW_OUTCOME_GROUP_AGE_MAX_MS 20    /* ... and at most this long */
-#define QW_OUTCOME_GROUP_FLEET 8          /* workers beyond this many wait in proportion, */
+#define QW_OUTCOME_GROUP_FLEET 4          /* workers beyond this many wait in proportion, */
 #define QW_OUTCOME_GROUP_FLEET_MAX_MS 200 /* ... at most this long */
 
 /**

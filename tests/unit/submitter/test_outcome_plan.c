@@ -851,16 +851,16 @@ static void test_requeue(void **state)
 }
 
 /* A group of outcomes waits as long as the last write took, within 2..20 ms,
- * and in a fleet of more than 8 workers live / 8 times that, up to 200 ms. */
+ * and in a fleet of more than 4 workers live / 4 times that, up to 200 ms. */
 static void test_group_age(void **state)
 {
     (void)state;
     static const int64_t cases[][3] = {
         /* last write ms, live workers, age ms */
-        {-1, 1, 2},    {0, 1, 2},       {1, 1, 2},      {2, 1, 2},      {3, 1, 3},  {7, 1, 7},
-        {19, 1, 19},   {20, 1, 20},     {21, 1, 20},    {5000, 1, 20},  {7, 0, 7},  {7, 8, 7},
-        {0, 9, 2},     {8, 9, 9},       {15, 16, 30},   {5000, 16, 40}, {1, 32, 8}, {20, 64, 160},
-        {20, 80, 200}, {20, 1000, 200}, {2, 1000, 200},
+        {-1, 1, 2},     {0, 1, 2},   {1, 1, 2},     {2, 1, 2},     {3, 1, 3},       {7, 1, 7},
+        {19, 1, 19},    {20, 1, 20}, {21, 1, 20},   {5000, 1, 20}, {7, 0, 7},       {7, 4, 7},
+        {0, 5, 2},      {8, 5, 10},  {3, 7, 5},     {7, 8, 14},    {20, 8, 40},     {15, 16, 60},
+        {5000, 16, 80}, {1, 32, 16}, {20, 40, 200}, {20, 64, 200}, {20, 1000, 200}, {2, 1000, 200},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         assert_int_equal(qw_outcome_group_age_ms(cases[i][0], (int)cases[i][1]), cases[i][2]);
