@@ -764,7 +764,7 @@ static void on_notify(const char *channel, const char *payload, void *arg)
     }
     uint64_t token;
     if (qw_notify_check_parse(payload, &token)) {
-        notify_changed(q, qw_notify_check_received(&q->check, token), NULL);
+        notify_changed(q, qw_notify_check_received(&q->check, token), "");
         return;
     }
     if (strcmp(payload, QW_CLAIMS_ALL) == 0) {
