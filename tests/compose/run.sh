@@ -95,6 +95,7 @@ PHASES=${QUEUER_TEST_COMPOSE_PHASES:-kill pause partition pg-restart kill+partit
 declare -A FIG=()
 FEEDER_PID=
 FEEDS=0
+FEED_SERVICES=36
 UP=0
 VICTIMS=()
 T_RESUME=
@@ -275,13 +276,15 @@ log "clocks: worker3 logs ${skew} s off the host, committed $w3rows demo batches
 
 # ---- faults ---------------------------------------------------------------------
 
-# feeder PREFIX: one new batch for each of 36 services every 0.5 s, from the
+# feeder_start PREFIX [SERVICES]: one new batch for each of SERVICES
+# (default 36) services of PREFIX every 0.5 s, in the background, from the
 # host through the published port (enqueues refused while PostgreSQL
-# restarts are retried in the next round). 36 services: more than two
-# workers' fair shares (a third of the services plus the claim slack), so
-# every worker holds some.
+# restarts are retried in the next round). Where the services go is the
+# workers' business: pick() feeds more of them when too few workers hold
+# some.
 feeder_start() {
     local prefix=$1
+    FEED_SERVICES=${2:-36}
     # batch ids follow the seed alone: each feed its own range of seeds
     FEEDS=$((FEEDS + 1))
     (
@@ -289,7 +292,7 @@ feeder_start() {
         r=$((FEEDS * 1000000))
         while :; do
             r=$((r + 1))
-            "$QUEUER_GEN_BIN" --services 36 --batches 1 --seed "$r" --circuit-prefix "$prefix" |
+            "$QUEUER_GEN_BIN" --services "$FEED_SERVICES" --batches 1 --seed "$r" --circuit-prefix "$prefix" |
                 QUEUER_DATABASE_CONNINFO="$(conninfo)" QUEUER_INGEST_HIGH=0 \
                     "$QUEUER_BIN" enqueue --tsv - >>"$work/feeder-$prefix.log" 2>&1 || true
             sleep 0.5
@@ -439,11 +442,21 @@ refresh_ids() {
 # (Which worker gets which services is the workers' business; a fault is
 # aimed where the work is.)
 pick() {
-    local prefix=$1 n=$2 id w holders deadline=$((SECONDS + 60))
-    # Holders change hands while services go idle between the feeder's
-    # batches (idle claims are given back): read until N of them are seen
-    # at once, within 60 s.
+    local prefix=$1 n=$2 id w holders deadline=$((SECONDS + 90)) widen=$((SECONDS + 15))
+    # Claims are kept, and an enqueue gives a new service to a live worker
+    # below an even share of all claims: a worker that lost its claims in
+    # an earlier fault receives every new service until it holds its
+    # share, however long that takes. Until N workers hold some of the
+    # phase's services at once, the feeder doubles its services every
+    # 15 s (new services go to the others once that worker is at its
+    # share); read until N holders are seen at once, within 90 s.
     while [ "$SECONDS" -lt "$deadline" ]; do
+        if [ "$SECONDS" -ge "$widen" ] && [ "$FEED_SERVICES" -lt 576 ]; then
+            feeder_stop
+            feeder_start "$prefix" $((FEED_SERVICES * 2))
+            log "$prefix: fewer than $n workers hold its services; feeding $FEED_SERVICES services"
+            widen=$((SECONDS + 15))
+        fi
         refresh_ids
         holders=$(sql "SELECT claimant FROM queuer.service_id_claims
                         WHERE service_id LIKE '$prefix-%' AND claimant IS NOT NULL
@@ -457,7 +470,7 @@ pick() {
         [ "${#VICTIMS[@]}" = "$n" ] && return 0
         sleep 0.2
     done
-    fail "no moment in 60 s when $n workers known by their containers held $prefix services" \
+    fail "no moment in 90 s when $n workers known by their containers held $prefix services" \
         "(last holders: ${holders:-none})"
 }
 
