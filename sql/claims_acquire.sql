@@ -18,7 +18,10 @@
 -- counts instances report with their leases lag the claims an enqueue or
 -- an earlier pickup just gave them); the free services with work up to
 -- $2 (with more, the rooms below the share still hold the $2 this call
--- may give out, in the same turns).
+-- may give out, in the same turns), read only up to $7, and as many as
+-- that count as $2 (rows that churn while pickups give them out: each one
+-- read is a visit to the heap; sql/claims_share.sql counts them alike, so
+-- that a worker does not drain as surplus what pickup just gave it).
 -- $1 instance, $2 at most this many in all, $3 lease ms, $4 hard-expiry
 -- ms, $5 slack, $6 max claims per instance (0 = none), $7 at most this many
 -- to each instance (a worker alone, the first of several starting, does not
@@ -43,10 +46,11 @@ WITH lock AS MATERIALIZED (
     SELECT CASE WHEN $6::integer > 0 THEN least($6::integer, s.even + $5::integer)
                 ELSE s.even + $5::integer END AS n
       FROM (SELECT ceil((sum(l.held)
-                         + (SELECT count(*)
+                         + (SELECT CASE WHEN count(*) >= least($2::integer, $7::integer)
+                                        THEN $2::integer ELSE count(*) END
                               FROM (SELECT 1 FROM queuer.service_id_claims f
                                      WHERE f.claimant IS NULL AND f.has_work
-                                     LIMIT $2::integer) f))::numeric
+                                     LIMIT least($2::integer, $7::integer)) f))::numeric
                         / greatest(1, count(*)))::integer AS even
               FROM live l) s
 ), slots AS MATERIALIZED (

@@ -215,17 +215,18 @@ static int claims_body(void *conn, void *arg, struct qw_error *err)
 static int read_share(struct qw_db *db, const struct qw_claims_params *p,
                       struct qw_claims_result *r, struct qw_error *err)
 {
-    char slack[16], maxc[16], lease[16], held[24], free_max[16];
+    char slack[16], maxc[16], lease[16], held[24], free_max[16], free_read[16];
     snprintf(slack, sizeof(slack), "%d", p->slack);
     snprintf(maxc, sizeof(maxc), "%d", p->max_claims);
     snprintf(lease, sizeof(lease), "%d", p->lease_ms);
     snprintf(held, sizeof(held), "%zu", p->held);
     snprintf(free_max, sizeof(free_max), "%d", PICKUP_FACTOR * p->max_changes);
+    snprintf(free_read, sizeof(free_read), "%d", p->max_changes);
     /* (our count is not known while our map may be wrong: the share is then counted exactly) */
-    const char *params[] = {p->instance_id, slack, maxc, lease, p->reconcile ? NULL : held,
-                            free_max};
+    const char *params[] = {p->instance_id, slack,    maxc, lease, p->reconcile ? NULL : held,
+                            free_max,       free_read};
     struct qw_db_res *res = NULL;
-    int rc = qw_db_query(db, "claims_share", 6, params, &res, err);
+    int rc = qw_db_query(db, "claims_share", 7, params, &res, err);
     if (rc != QW_OK)
         return rc;
     r->share = (int)qw_db_res_int(res, 0, 0);

@@ -339,20 +339,26 @@ static void test_release_idle_gives_back_only_idle(void **state)
 
 /* Column `col` of claims_share for w1 (slack 2, cap `max_claims`), which
  * says it holds `held` claims (NULL: not known), counting free services
- * with work up to `free_max`. */
-static int64_t share_column_counting(struct fixture *f, const char *held, const char *max_claims,
-                                     int col, const char *free_max)
+ * with work up to `free_max`, reading them up to `free_read`. */
+static int64_t share_column_reading(struct fixture *f, const char *held, const char *max_claims,
+                                    int col, const char *free_max, const char *free_read)
 {
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
-    const char *params[] = {"w1", "2", max_claims, "60000", held, free_max};
-    if (qw_db_query(f->pg.a, "claims_share", 6, params, &res, &err) != QW_OK)
+    const char *params[] = {"w1", "2", max_claims, "60000", held, free_max, free_read};
+    if (qw_db_query(f->pg.a, "claims_share", 7, params, &res, &err) != QW_OK)
         fail_msg("claims_share: %s", err.msg);
     assert_int_equal(qw_db_res_rows(res), 1);
     int64_t v = qw_db_res_int(res, 0, col);
     qw_db_res_free(res);
     return v;
+}
+
+static int64_t share_column_counting(struct fixture *f, const char *held, const char *max_claims,
+                                     int col, const char *free_max)
+{
+    return share_column_reading(f, held, max_claims, col, free_max, "1000");
 }
 
 static int64_t share_column(struct fixture *f, const char *held, const char *max_claims, int col)
@@ -421,6 +427,11 @@ static void test_share_is_exact_where_it_could_give_back(void **state)
     /* the free services with work (column 3) are counted up to the bound */
     assert_int_equal(share_column_counting(f, "2", "0", 3, "1000"), 2);
     assert_int_equal(share_column_counting(f, "2", "0", 3, "1"), 1);
+    /* read up to 1 of them: as many as that count as the whole bound, so
+     * the exact share is ceil((16 + 1000) / 2) + 2 */
+    assert_int_equal(share_column_reading(f, "2", "0", 3, "1000", "1"), 1000);
+    assert_int_equal(share_column_reading(f, NULL, "0", 0, "1000", "1"), 510);
+    assert_int_equal(share_column_reading(f, "2", "0", 3, "1000", "3"), 2);
     /* Without free work, holding the reports' share exactly gives nothing
      * back: 5 (the reports' share) stands, 6 is counted (10). */
     itest_exec(f->pg.a, "UPDATE queuer.service_id_claims SET has_work = false "
@@ -473,11 +484,12 @@ static void test_share_plan_stays_cheap_on_stale_statistics(void **state)
     char *sql = malloc(len);
     assert_non_null(sql);
     snprintf(sql, len,
-             "PREPARE share_plan(text, integer, integer, integer, integer, integer) AS %s", text);
+             "PREPARE share_plan(text, integer, integer, integer, integer, integer, integer) AS %s",
+             text);
     itest_exec(f->pg.a, sql);
     free(sql);
     char *plan = itest_string(f->pg.a, "EXPLAIN (FORMAT JSON) "
-                                       "EXECUTE share_plan('w1', 2, 0, 60000, NULL, 20000)");
+                                       "EXECUTE share_plan('w1', 2, 0, 60000, NULL, 20000, 2000)");
     /* (the first cost in the plan is the top node's) */
     const char *cost = strstr(plan, "\"Total Cost\": ");
     assert_non_null(cost);
