@@ -281,12 +281,12 @@ static void test_counter_follows_every_outcome(void **state)
     assert_counters_exact(f);
 }
 
-/* Pickup as w1 runs it alone (slack 0, no cap, 1000 to each); returns the
- * services it gave w1 (rows with a service) and checks that it held the
- * pickup lock. */
-static int pickup(struct fixture *f)
+/* Pickup as w1 runs it alone (slack 0, no cap), giving out at most `max`
+ * in all and `each` to each instance; returns the services it gave w1
+ * (rows with a service) and checks that it held the pickup lock. */
+static int pickup_giving(struct fixture *f, const char *max, const char *each)
 {
-    const char *params[] = {"w1", "10", "30000", "60000", "0", "0", "1000"};
+    const char *params[] = {"w1", max, "30000", "60000", "0", "0", each};
     struct qw_db_res *res = NULL;
     struct qw_error err;
     qw_error_clear(&err);
@@ -299,6 +299,11 @@ static int pickup(struct fixture *f)
     }
     qw_db_res_free(res);
     return got;
+}
+
+static int pickup(struct fixture *f)
+{
+    return pickup_giving(f, "10", "1000");
 }
 
 /* Pickup gives w1 its room of the free services with work, never a held
@@ -317,6 +322,27 @@ static void test_pickup_takes_free_services_with_work(void **state)
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant IS NULL AND service_id = '" S3 "'"),
                      1);
+}
+
+/* Pickup reads the free services with work only up to what it may give
+ * each instance, and counts as many as that as all it may give out, as the
+ * fair share does. w2 holds three idle services; S1 and S2 are free with
+ * work. Read up to 2, they count as 10: a share of ceil((3 + 10) / 2) = 7
+ * leaves both instances room, and the two go one to each, in turns
+ * (counted as 2, the share would be 3 and both would go to w1). */
+static void test_pickup_counts_a_full_read_as_all_it_may_give(void **state)
+{
+    struct fixture *f = *state;
+    for (int i = 1; i <= 3; i++) {
+        char svc[32];
+        snprintf(svc, sizeof(svc), "scale-ccccc::%04d", i);
+        idle_service(f, svc);
+        hold(f, svc, "w2");
+    }
+    assert_int_equal(pickup_giving(f, "10", "2"), 1);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE claimant = 'w2'"),
+                     4);
 }
 
 static void test_release_idle_gives_back_only_idle(void **state)
@@ -872,6 +898,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counter_follows_every_outcome, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_takes_free_services_with_work, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pickup_counts_a_full_read_as_all_it_may_give, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_only_idle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_share_reads_the_room_elsewhere, setup, teardown),
         cmocka_unit_test_setup_teardown(test_share_is_exact_where_it_could_give_back, setup,
