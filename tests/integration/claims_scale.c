@@ -145,6 +145,15 @@ static void hold(struct fixture *f, const char *svc, const char *who)
     itest_exec(f->pg.a, sql);
 }
 
+/* Service `circuit`::<i> without work, held by `who`. */
+static void idle_held(struct fixture *f, const char *circuit, int i, const char *who)
+{
+    char svc[32];
+    snprintf(svc, sizeof(svc), "%s::%04d", circuit, i);
+    idle_service(f, svc);
+    hold(f, svc, who);
+}
+
 static int64_t epoch_of(struct fixture *f, const char *svc)
 {
     char sql[160];
@@ -333,12 +342,8 @@ static void test_pickup_takes_free_services_with_work(void **state)
 static void test_pickup_counts_a_full_read_as_all_it_may_give(void **state)
 {
     struct fixture *f = *state;
-    for (int i = 1; i <= 3; i++) {
-        char svc[32];
-        snprintf(svc, sizeof(svc), "scale-ccccc::%04d", i);
-        idle_service(f, svc);
-        hold(f, svc, "w2");
-    }
+    for (int i = 1; i <= 3; i++)
+        idle_held(f, "scale-ccccc", i, "w2");
     assert_int_equal(pickup_giving(f, "10", "2"), 1);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
                                            "WHERE claimant = 'w2'"),
@@ -381,15 +386,9 @@ static int64_t share_column_reading(struct fixture *f, const char *held, const c
     return v;
 }
 
-static int64_t share_column_counting(struct fixture *f, const char *held, const char *max_claims,
-                                     int col, const char *free_max)
-{
-    return share_column_reading(f, held, max_claims, col, free_max, "1000");
-}
-
 static int64_t share_column(struct fixture *f, const char *held, const char *max_claims, int col)
 {
-    return share_column_counting(f, held, max_claims, col, "1000");
+    return share_column_reading(f, held, max_claims, col, "1000", "1000");
 }
 
 /* claims_share's last column: the room the other live instances have
@@ -435,12 +434,8 @@ static void test_share_reads_the_room_elsewhere(void **state)
 static void test_share_is_exact_where_it_could_give_back(void **state)
 {
     struct fixture *f = *state;
-    for (int i = 1; i <= 16; i++) {
-        char svc[32];
-        snprintf(svc, sizeof(svc), "scale-bbbbb::%04d", i);
-        idle_service(f, svc);
-        hold(f, svc, i <= 6 ? "w1" : "w2");
-    }
+    for (int i = 1; i <= 16; i++)
+        idle_held(f, "scale-bbbbb", i, i <= 6 ? "w1" : "w2");
     assert_int_equal(share_column(f, "2", "0", 0), 4);
     assert_int_equal(share_column(f, "4", "0", 0), 5);
     assert_int_equal(share_column(f, "6", "0", 0), 11);
@@ -451,8 +446,8 @@ static void test_share_is_exact_where_it_could_give_back(void **state)
     assert_int_equal(share_column(f, "5", "5", 1), 18);
     assert_int_equal(share_column(f, "3", "5", 1), 5);
     /* the free services with work (column 3) are counted up to the bound */
-    assert_int_equal(share_column_counting(f, "2", "0", 3, "1000"), 2);
-    assert_int_equal(share_column_counting(f, "2", "0", 3, "1"), 1);
+    assert_int_equal(share_column_reading(f, "2", "0", 3, "1000", "1000"), 2);
+    assert_int_equal(share_column_reading(f, "2", "0", 3, "1", "1000"), 1);
     /* read up to 1 of them: as many as that count as the whole bound, so
      * the exact share is ceil((16 + 1000) / 2) + 2 */
     assert_int_equal(share_column_reading(f, "2", "0", 3, "1000", "1"), 1000);
