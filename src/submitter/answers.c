@@ -295,7 +295,7 @@ void qw_submitter_on_transfer_done(const struct qw_dlt_result *r, void *arg)
     qw_outcome_plan(job, r, &ctx, &s->pause, &plan);
     if (first_read && (reports_final(plan.event) || plan.event == QW_EV_PENDING))
         qw_nodes_note_first_look(&s->nodes, r->node, job->sub->first_look_ms, r->latency_us,
-                                 reports_final(plan.event));
+                                 reports_final(plan.event), t);
     if (post && plan.event == QW_EV_POST_ACCEPTED)
         job->sub->first_look_ms = ctx.first_look_ms;
     if (nr == QW_NODE_ANSWERED && !post)

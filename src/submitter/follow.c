@@ -168,7 +168,8 @@ void qw_submitter_publish_nodes(struct submitter *s)
         atomic_store_explicit(&ns->window, qw_window_limit(&nd->win, qw_submitter_window_cap(s)),
                               memory_order_relaxed);
         atomic_store_explicit(&ns->window_used, nd->win.in_flight, memory_order_relaxed);
-        atomic_store_explicit(&ns->first_look_ms, nd->first_look_ms, memory_order_relaxed);
+        atomic_store_explicit(&ns->first_look_ms, qw_nodes_first_look_ms(&s->nodes, (int)i),
+                              memory_order_relaxed);
         atomic_store_explicit(&ns->posts, nd->posts_total, memory_order_relaxed);
         atomic_store_explicit(&ns->polls, nd->polls_total, memory_order_relaxed);
         atomic_store_explicit(&ns->failures, nd->failures_total, memory_order_relaxed);

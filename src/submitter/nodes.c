@@ -54,32 +54,71 @@ static int64_t estimate_us(const struct qw_nodes *set, const struct qw_node *nd)
     return best > 0 ? best : QW_NODES_UNMEASURED_US;
 }
 
+/* The first-read delay is a staircase over the reads that went out with it
+ * (and those late that went out later still): when it has held for its own
+ * length and a look and a quarter more, with at least QW_NODES_FIRST_LOOK_READS answered
+ * and at most one in QW_NODES_FIRST_LOOK_EARLY_IN late, it comes down by a
+ * sixteenth (at least 1 ms); as soon as more than one read and one in
+ * EARLY_IN are late, it goes up by a quarter (at least 5 ms). Holding more
+ * than a look after each step lets the late answers to the reads it sent,
+ * which come a look after the others, be counted before the next step down:
+ * with many reads in flight, a staircase that steps on the answers as they
+ * come goes down on the early ones and sends a fifth of its reads too
+ * early (the unit tests' ledger with 30 reads in flight). */
+#define QW_NODES_FIRST_LOOK_READS 11
+#define QW_NODES_FIRST_LOOK_EARLY_IN 50
+#define QW_NODES_FIRST_LOOK_MIN_DOWN_US 1000
+#define QW_NODES_FIRST_LOOK_MIN_UP_US 5000
+
 int64_t qw_nodes_first_look_ms(const struct qw_nodes *set, int node)
 {
     if (node < 0 || (size_t)node >= set->n)
         return 0;
-    return set->node[node].first_look_ms;
+    return set->node[node].first_look_us / 1000;
+}
+
+/* Sets `nd`'s first-read delay to `us` (within 0..QW_NODES_FIRST_LOOK_MAX_MS) from `now_ms` on. */
+static void first_look_set(struct qw_node *nd, int64_t us, int64_t now_ms)
+{
+    if (us < 0)
+        us = 0;
+    if (us > QW_NODES_FIRST_LOOK_MAX_MS * INT64_C(1000))
+        us = QW_NODES_FIRST_LOOK_MAX_MS * INT64_C(1000);
+    nd->first_look_us = us;
+    nd->first_look_since_ms = now_ms;
+    nd->first_look_reads = 0;
+    nd->first_look_late = 0;
 }
 
 void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after_ms,
-                              int64_t answer_us, bool final)
+                              int64_t answer_us, bool final, int64_t now_ms)
 {
     if (node < 0 || (size_t)node >= set->n)
         return;
     struct qw_node *nd = &set->node[node];
-    bool at_once =
-        final && answer_us <= estimate_us(set, nd) + QW_NODES_LOOK_EVERY_MS * INT64_C(1000) / 2;
-    if (at_once) {
-        int64_t step = sent_after_ms / 16 > 1 ? sent_after_ms / 16 : 1;
-        int64_t earlier = sent_after_ms > step ? sent_after_ms - step : 0;
-        if (earlier < nd->first_look_ms)
-            nd->first_look_ms = earlier;
-    } else {
-        int64_t later = sent_after_ms + QW_NODES_LOOK_EVERY_MS / 8;
-        if (later > QW_NODES_FIRST_LOOK_MAX_MS)
-            later = QW_NODES_FIRST_LOOK_MAX_MS;
-        if (later > nd->first_look_ms)
-            nd->first_look_ms = later;
+    int64_t d_us = nd->first_look_us, d_ms = d_us / 1000;
+    bool late =
+        !final || answer_us > estimate_us(set, nd) + QW_NODES_LOOK_EVERY_MS * INT64_C(1000) / 2;
+    if (sent_after_ms < d_ms || (sent_after_ms > d_ms && !late))
+        return; /* says nothing about the delay now */
+    nd->first_look_reads++;
+    nd->first_look_late += late;
+    int allowed = nd->first_look_reads / QW_NODES_FIRST_LOOK_EARLY_IN;
+    if (nd->first_look_late > 1 + allowed) {
+        first_look_set(nd,
+                       d_us + (d_us / 4 > QW_NODES_FIRST_LOOK_MIN_UP_US
+                                   ? d_us / 4
+                                   : QW_NODES_FIRST_LOOK_MIN_UP_US),
+                       now_ms);
+    } else if (nd->first_look_late <= allowed &&
+               nd->first_look_reads >= QW_NODES_FIRST_LOOK_READS &&
+               now_ms - nd->first_look_since_ms >=
+                   d_ms + QW_NODES_LOOK_EVERY_MS + QW_NODES_LOOK_EVERY_MS / 4) {
+        first_look_set(nd,
+                       d_us - (d_us / 16 > QW_NODES_FIRST_LOOK_MIN_DOWN_US
+                                   ? d_us / 16
+                                   : QW_NODES_FIRST_LOOK_MIN_DOWN_US),
+                       now_ms);
     }
 }
 

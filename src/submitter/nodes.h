@@ -101,24 +101,27 @@ struct qw_nodes_policy {
 
 /** One node. */
 struct qw_node {
-    enum qw_node_state state; /* up, suspect or down */
-    int64_t state_since_ms;   /* when it entered that state */
-    int64_t ewma_us;          /* latency estimate, us; 0 = no sample yet */
-    int64_t measured_ms;      /* when latency was last sampled; 0 = never */
-    int64_t used_ms;          /* when a request was last started on it; 0 = never */
-    int posts;                /* POSTs in flight: channels in use */
-    int polls;                /* status GETs in flight (probes included) */
-    int failures;             /* requests in a row that failed */
-    int probe_failures;       /* probes in a row that failed while not up */
-    bool probing;             /* a probe is in flight */
-    int64_t probe_at_ms;      /* not up: when the next probe is due */
-    long long posts_total;    /* POSTs started */
-    long long polls_total;    /* status GETs started (probes included) */
-    long long failures_total; /* requests that failed */
-    long long suspect_total;  /* times it turned suspect */
-    struct qw_window win;     /* batches this worker keeps at it, and how many it may */
-    int64_t first_look_ms;    /* a batch it took is first asked about this long after the 202
-                                 (qw_nodes_note_first_look) */
+    enum qw_node_state state;    /* up, suspect or down */
+    int64_t state_since_ms;      /* when it entered that state */
+    int64_t ewma_us;             /* latency estimate, us; 0 = no sample yet */
+    int64_t measured_ms;         /* when latency was last sampled; 0 = never */
+    int64_t used_ms;             /* when a request was last started on it; 0 = never */
+    int posts;                   /* POSTs in flight: channels in use */
+    int polls;                   /* status GETs in flight (probes included) */
+    int failures;                /* requests in a row that failed */
+    int probe_failures;          /* probes in a row that failed while not up */
+    bool probing;                /* a probe is in flight */
+    int64_t probe_at_ms;         /* not up: when the next probe is due */
+    long long posts_total;       /* POSTs started */
+    long long polls_total;       /* status GETs started (probes included) */
+    long long failures_total;    /* requests that failed */
+    long long suspect_total;     /* times it turned suspect */
+    struct qw_window win;        /* batches this worker keeps at it, and how many it may */
+    int64_t first_look_us;       /* a batch it took is first asked about this long after the 202
+                                    (qw_nodes_note_first_look) */
+    int64_t first_look_since_ms; /* when that delay was set */
+    int first_look_reads;        /* reads answered since that count towards it */
+    int first_look_late;         /* how many of them were late */
 };
 
 /** The nodes of one ledger. */
@@ -225,19 +228,23 @@ enum qw_node_change qw_nodes_finished(struct qw_nodes *set, int node, enum qw_no
 int64_t qw_nodes_first_look_ms(const struct qw_nodes *set, int node);
 
 /**
- * Learns from the answer to a batch's first status read on `node`, the
- * node that took its POST: sent `sent_after_ms` after the 202, answered in
- * `answer_us`, `final` whether it said the batch was final. Answered at
- * once (final, within half a look of the node's usual latency), first
- * reads go out a sixteenth earlier than that one did (at least 1 ms); at
- * a later look, or not final, QW_NODES_LOOK_EVERY_MS / 8 later than it did
- * (at most QW_NODES_FIRST_LOOK_MAX_MS). Each step is taken from the delay
- * the read had, so the many answers to reads sent alike move the delay
- * once, not once each. The delay settles just after most commits, a read
- * now and then too early.
+ * Learns from the answer, at `now_ms`, to a batch's first status read on
+ * `node`, the node that took its POST: sent `sent_after_ms` after the 202,
+ * answered in `answer_us`, `final` whether it said the batch was final. A
+ * read is late when the batch was not final or the answer came later than
+ * half a look over the node's usual latency (at a later look). Counting the
+ * reads that went out with the delay now (and late ones sent later still),
+ * the delay goes up by a quarter (at least 5 ms, at most
+ * QW_NODES_FIRST_LOOK_MAX_MS) as soon as more than one, and more than one
+ * in 50, are late; it comes down by a sixteenth (at least 1 ms) once at
+ * least 11 were answered, at most one in 50 late, and it has held for its
+ * own length and a look and a quarter more. It settles where few first reads come too
+ * early (two to five in a hundred in the unit tests' ledgers): a read too
+ * early costs its service up to a look (the next batch waits for it), one
+ * too late only the time since the commit.
  */
 void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after_ms,
-                              int64_t answer_us, bool final);
+                              int64_t answer_us, bool final, int64_t now_ms);
 
 /** Static lower-case name of a state ("up", "suspect", "down"). */
 const char *qw_node_state_name(enum qw_node_state state);
