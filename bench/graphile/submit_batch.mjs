@@ -11,9 +11,14 @@
 // queuer worker's does: a read that waits is answered at once when the batch
 // is final already, and otherwise only at the ledger's next look (scabbard
 // looks every 100 ms), so a read sent at the 202 learns of a commit 20 ms
-// later 100 ms after the 202. The delay is learnt the same way: a first read
-// answered at once with a final status moves the next ones a sixteenth
-// earlier, any other an eighth of a look later.
+// later 100 ms after the 202. The delay is learnt the same way (the
+// staircase of src/submitter/nodes.c): counting the first reads that went
+// out with the delay now, and late ones that went out later still, it goes
+// a quarter (at least 5 ms; it doubles, at least 12.5 ms, until a first
+// read has come in time) up as soon as more than one, and more than one
+// in 50, came late (not final, or answered at a later look); it comes a
+// sixteenth (at least 1 ms) down once 11 were answered, at most one in 50
+// late, and it has held for its own length and a look and a quarter.
 //
 // 429 and 5xx answers are retried inside the job (growing, jittered delay)
 // rather than by failing it: a failed job is rescheduled into the future and
@@ -27,7 +32,38 @@ const LOOK_EVERY_MS = 100; // scabbard's (and scabbard-sim's) look at waiting re
 const FIRST_LOOK_MAX_MS = 1000;
 const AT_ONCE_MS = LOOK_EVERY_MS / 2; // an answer this quick did not wait for a look
 
-let firstLookMs = 0; // shared by the process's jobs, as one worker's nodes share theirs
+const LOOK_READS = 11;
+const LOOK_EARLY_IN = 50;
+// shared by the process's jobs, as one worker's nodes share theirs
+const look = { delay: 0, since: Date.now(), reads: 0, late: 0, inTime: false };
+
+function setLook(delay) {
+  look.delay = Math.min(FIRST_LOOK_MAX_MS, Math.max(0, delay));
+  look.since = Date.now();
+  look.reads = 0;
+  look.late = 0;
+}
+
+function noteFirstLook(sentMs, late) {
+  const current = Math.floor(look.delay);
+  if (!late) look.inTime = true;
+  if (sentMs < current || (sentMs > current && !late)) return; // says nothing about the delay now
+  look.reads++;
+  if (late) look.late++;
+  const allowed = Math.floor(look.reads / LOOK_EARLY_IN);
+  if (look.late > 1 + allowed) {
+    setLook(
+      look.delay +
+        (look.inTime ? Math.max(5, look.delay / 4) : Math.max(LOOK_EVERY_MS / 8, look.delay)),
+    );
+  } else if (
+    look.late <= allowed &&
+    look.reads >= LOOK_READS &&
+    Date.now() - look.since >= current + LOOK_EVERY_MS * 1.25
+  ) {
+    setLook(look.delay - Math.max(1, look.delay / 16));
+  }
+}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -65,7 +101,7 @@ export function makeSubmitBatch(simUrl) {
     }
 
     const statusUrl = `${base}/batch_statuses?ids=${batchId}&wait=${STATUS_WAIT_S}`;
-    const delay = firstLookMs;
+    const delay = Math.floor(look.delay);
     if (delay > 0) await sleep(delay);
     for (let attempt = 0, first = true; ; first = false) {
       const asked = Date.now();
@@ -78,10 +114,7 @@ export function makeSubmitBatch(simUrl) {
       const list = await res.json();
       const type = list?.[0]?.status?.statusType;
       if (first) {
-        const atOnce = FINAL.has(type) && Date.now() - asked < AT_ONCE_MS;
-        firstLookMs = atOnce
-          ? Math.max(0, delay - Math.max(1, delay / 16))
-          : Math.min(FIRST_LOOK_MAX_MS, delay + LOOK_EVERY_MS / 8);
+        noteFirstLook(delay, !(FINAL.has(type) && Date.now() - asked < AT_ONCE_MS));
       }
       if (FINAL.has(type)) {
         if (type === "Invalid") helpers.logger.warn(`batch ${batchId.slice(0, 16)} Invalid`);

@@ -99,17 +99,18 @@ void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after
     int64_t d_us = nd->first_look_us, d_ms = d_us / 1000;
     bool late =
         !final || answer_us > estimate_us(set, nd) + QW_NODES_LOOK_EVERY_MS * INT64_C(1000) / 2;
+    nd->first_look_in_time |= !late;
     if (sent_after_ms < d_ms || (sent_after_ms > d_ms && !late))
         return; /* says nothing about the delay now */
     nd->first_look_reads++;
     nd->first_look_late += late;
     int allowed = nd->first_look_reads / QW_NODES_FIRST_LOOK_EARLY_IN;
     if (nd->first_look_late > 1 + allowed) {
-        first_look_set(nd,
-                       d_us + (d_us / 4 > QW_NODES_FIRST_LOOK_MIN_UP_US
-                                   ? d_us / 4
-                                   : QW_NODES_FIRST_LOOK_MIN_UP_US),
-                       now_ms);
+        /* until a read has come in time, it doubles (at least an eighth of a look) */
+        int64_t up = nd->first_look_in_time ? d_us / 4 : d_us;
+        int64_t least = nd->first_look_in_time ? QW_NODES_FIRST_LOOK_MIN_UP_US
+                                               : QW_NODES_LOOK_EVERY_MS * INT64_C(1000) / 8;
+        first_look_set(nd, d_us + (up > least ? up : least), now_ms);
     } else if (nd->first_look_late <= allowed &&
                nd->first_look_reads >= QW_NODES_FIRST_LOOK_READS &&
                now_ms - nd->first_look_since_ms >=

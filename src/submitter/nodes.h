@@ -122,6 +122,7 @@ struct qw_node {
     int64_t first_look_since_ms; /* when that delay was set */
     int first_look_reads;        /* reads answered since that count towards it */
     int first_look_late;         /* how many of them were late */
+    bool first_look_in_time;     /* a first read has come in time */
 };
 
 /** The nodes of one ledger. */
@@ -235,8 +236,9 @@ int64_t qw_nodes_first_look_ms(const struct qw_nodes *set, int node);
  * half a look over the node's usual latency (at a later look). Counting the
  * reads that went out with the delay now (and late ones sent later still),
  * the delay goes up by a quarter (at least 5 ms, at most
- * QW_NODES_FIRST_LOOK_MAX_MS) as soon as more than one, and more than one
- * in 50, are late; it comes down by a sixteenth (at least 1 ms) once at
+ * QW_NODES_FIRST_LOOK_MAX_MS; it doubles, at least an eighth of a look,
+ * until a first read has come in time) as soon as more than one, and more
+ * than one in 50, are late; it comes down by a sixteenth (at least 1 ms) once at
  * least 11 were answered, at most one in 50 late, and it has held for its
  * own length and a look and a quarter more. It settles where few first reads come too
  * early (two to five in a hundred in the unit tests' ledgers): a read too

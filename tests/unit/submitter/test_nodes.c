@@ -507,6 +507,18 @@ static void test_first_look_late_cap_and_recovery(void **state)
         qw_nodes_note_first_look(&set, 0, 0, 100000, true, 0);
     assert_int_equal(qw_nodes_first_look_ms(&set, 0), 5);
     assert_int_equal(qw_nodes_first_look_ms(&set, 1), 0); /* per node */
+    /* node 1 has had no read in time: the delay doubles, 12.5 ms at least */
+    const int64_t doubling[] = {12, 25, 50};
+    for (size_t i = 0; i < sizeof doubling / sizeof doubling[0]; i++) {
+        int64_t sent = qw_nodes_first_look_ms(&set, 1);
+        qw_nodes_note_first_look(&set, 1, sent, 100000, true, 0);
+        qw_nodes_note_first_look(&set, 1, sent, 100000, true, 0);
+        assert_int_equal(qw_nodes_first_look_ms(&set, 1), doubling[i]);
+    }
+    qw_nodes_note_first_look(&set, 1, 50, 1000, true, 0); /* in time */
+    qw_nodes_note_first_look(&set, 1, 50, 100000, true, 0);
+    qw_nodes_note_first_look(&set, 1, 50, 100000, true, 0);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 1), 62); /* a quarter up from then on */
     /* down only once it has held a look past its own length */
     for (int i = 0; i < 20; i++)
         qw_nodes_note_first_look(&set, 0, 5, 1000, true, 10);
