@@ -15,10 +15,11 @@
 // staircase of src/submitter/nodes.c): counting the first reads that went
 // out with the delay now, and late ones that went out later still, it goes
 // a quarter (at least 5 ms; it doubles, at least 12.5 ms, until a first
-// read has come in time) up as soon as more than one, and more than one
-// in 50, came late (not final, or answered at a later look); it comes a
-// sixteenth (at least 1 ms) down once 11 were answered, at most one in 50
-// late, and it has held for its own length and a look and a quarter.
+// read has come in time) up as soon as more than one, and more than one in
+// 50, came late (not final, or answered a look or more after the read); it
+// comes a sixteenth (at least 1 ms) down once 11 were answered, at most one
+// in 50 late, and it has held for its own length and a look and a quarter;
+// it stays within a look.
 //
 // 429 and 5xx answers are retried inside the job (growing, jittered delay)
 // rather than by failing it: a failed job is rescheduled into the future and
@@ -29,8 +30,8 @@ const STATUS_WAIT_S = 10; // long-poll wait=N of batch_statuses, as queuer's def
 const RETRY_BASE_MS = 100;
 const RETRY_MAX_MS = 10000;
 const LOOK_EVERY_MS = 100; // scabbard's (and scabbard-sim's) look at waiting reads
-const FIRST_LOOK_MAX_MS = 1000;
-const AT_ONCE_MS = LOOK_EVERY_MS / 2; // an answer this quick did not wait for a look
+const FIRST_LOOK_MAX_MS = LOOK_EVERY_MS; // a read sent a look after the 202 is at most a look late
+const AT_ONCE_MS = LOOK_EVERY_MS; // an answer this quick did not wait for a look
 
 const LOOK_READS = 11;
 const LOOK_EARLY_IN = 50;

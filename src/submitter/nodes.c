@@ -97,8 +97,12 @@ void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after
         return;
     struct qw_node *nd = &set->node[node];
     int64_t d_us = nd->first_look_us, d_ms = d_us / 1000;
-    bool late =
-        !final || answer_us > estimate_us(set, nd) + QW_NODES_LOOK_EVERY_MS * INT64_C(1000) / 2;
+    /* A read that waited for a look is answered a whole look after it came,
+     * and an answer in time takes about the node's usual latency: late is
+     * a look at least, and half a look over that latency. */
+    int64_t look_us = QW_NODES_LOOK_EVERY_MS * INT64_C(1000);
+    int64_t late_us = estimate_us(set, nd) + look_us / 2;
+    bool late = !final || answer_us >= (late_us > look_us ? late_us : look_us);
     nd->first_look_in_time |= !late;
     if (sent_after_ms < d_ms || (sent_after_ms > d_ms && !late))
         return; /* says nothing about the delay now */

@@ -488,21 +488,22 @@ static void test_first_look_many_reads_in_flight(void **state)
     assert_true(waited_us <= (int64_t)(answered - late) * 8000);
 }
 
-/* Late answers (a final one slower than half a look over the node's usual
- * latency, one that is not final) raise the delay once there are two; a
+/* Late answers (a final one a look or more after the read, and half a look
+ * over the node's usual latency; one that is not final) raise the delay once
+ * there are two; a
  * step down waits a look past the delay; the delay is capped; a faster
  * ledger brings it back down within 600 reads; bad nodes are ignored. */
 static void test_first_look_late_cap_and_recovery(void **state)
 {
     (void)state;
     struct qw_nodes set;
-    qw_nodes_init(&set, 2, &POLICY, 0);
+    qw_nodes_init(&set, 3, &POLICY, 0);
     qw_nodes_finished(&set, 0, QW_NODE_REQ_POST, QW_NODE_ANSWERED, 2000, 0);
-    qw_nodes_note_first_look(&set, 0, 0, 2000 + 50000, true, 0); /* within half a look */
-    qw_nodes_note_first_look(&set, 0, 0, 2000 + 50001, true, 0); /* late */
-    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 0);        /* one late read in two */
-    qw_nodes_note_first_look(&set, 0, 0, 1000, false, 0);        /* not final (Pending) */
-    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 5);        /* up, at least 5 ms */
+    qw_nodes_note_first_look(&set, 0, 0, 99999, true, 0);  /* within a look */
+    qw_nodes_note_first_look(&set, 0, 0, 100000, true, 0); /* late */
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 0);  /* one late read in two */
+    qw_nodes_note_first_look(&set, 0, 0, 1000, false, 0);  /* not final (Pending) */
+    assert_int_equal(qw_nodes_first_look_ms(&set, 0), 5);  /* up, at least 5 ms */
     for (int i = 0; i < 20; i++) /* sent before the step: counted already */
         qw_nodes_note_first_look(&set, 0, 0, 100000, true, 0);
     assert_int_equal(qw_nodes_first_look_ms(&set, 0), 5);
@@ -542,9 +543,17 @@ static void test_first_look_late_cap_and_recovery(void **state)
     }
     print_message("from %d ms to 40 in %d reads\n", QW_NODES_FIRST_LOOK_MAX_MS, reads);
     assert_true(reads <= 600);
-    qw_nodes_note_first_look(&set, -1, 0, 100000, true, t_ms);
-    qw_nodes_note_first_look(&set, 2, 0, 100000, true, t_ms);
+    /* a node answering in 80 ms: late from 130 ms */
+    qw_nodes_finished(&set, 2, QW_NODE_REQ_POST, QW_NODE_ANSWERED, 80000, t_ms);
+    qw_nodes_note_first_look(&set, 2, 0, 129999, true, t_ms);
+    qw_nodes_note_first_look(&set, 2, 0, 129999, true, t_ms);
     assert_int_equal(qw_nodes_first_look_ms(&set, 2), 0);
+    qw_nodes_note_first_look(&set, 2, 0, 130000, true, t_ms);
+    qw_nodes_note_first_look(&set, 2, 0, 130000, true, t_ms);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 2), 5);
+    qw_nodes_note_first_look(&set, -1, 0, 100000, true, t_ms);
+    qw_nodes_note_first_look(&set, 3, 0, 100000, true, t_ms);
+    assert_int_equal(qw_nodes_first_look_ms(&set, 3), 0);
     assert_int_equal(qw_nodes_first_look_ms(&set, -1), 0);
 }
 
