@@ -55,16 +55,24 @@ static int64_t estimate_us(const struct qw_nodes *set, const struct qw_node *nd)
 }
 
 /* The first-read delay is a staircase over the reads that went out with it
- * (and those late that went out later still): when it has held for its own
- * length and a look and a quarter more, with at least QW_NODES_FIRST_LOOK_READS answered
+ * (and those late that went out later still). A read is late when it was
+ * not final or answered a look or more after it went out (a read that
+ * waited for a look is answered a whole look after it came), and half a look
+ * over the node's usual latency. When the delay has held for its own length
+ * and a look and a quarter, with at least QW_NODES_FIRST_LOOK_READS answered
  * and at most one in QW_NODES_FIRST_LOOK_EARLY_IN late, it comes down by a
  * sixteenth (at least 1 ms); as soon as more than one read and one in
- * EARLY_IN are late, it goes up by a quarter (at least 5 ms). Holding more
+ * EARLY_IN are late, it goes up by a quarter (at least 5 ms; until a read
+ * has come in time, it doubles, at least an eighth of a look). Holding more
  * than a look after each step lets the late answers to the reads it sent,
  * which come a look after the others, be counted before the next step down:
  * with many reads in flight, a staircase that steps on the answers as they
  * come goes down on the early ones and sends a fifth of its reads too
- * early (the unit tests' ledger with 30 reads in flight). */
+ * early (the unit tests' ledger with 30 reads in flight). It goes no later
+ * than QW_NODES_FIRST_LOOK_MAX_MS, a look: a read sent a look after the 202
+ * learns of the commit at most a look late, as a read too early does, so a
+ * later one saves no more; and answers slowed by a busy worker, which look
+ * late, cannot push it further. */
 #define QW_NODES_FIRST_LOOK_READS 11
 #define QW_NODES_FIRST_LOOK_EARLY_IN 50
 #define QW_NODES_FIRST_LOOK_MIN_DOWN_US 1000
@@ -97,9 +105,6 @@ void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after
         return;
     struct qw_node *nd = &set->node[node];
     int64_t d_us = nd->first_look_us, d_ms = d_us / 1000;
-    /* A read that waited for a look is answered a whole look after it came,
-     * and an answer in time takes about the node's usual latency: late is
-     * a look at least, and half a look over that latency. */
     int64_t look_us = QW_NODES_LOOK_EVERY_MS * INT64_C(1000);
     int64_t late_us = estimate_us(set, nd) + look_us / 2;
     bool late = !final || answer_us >= (late_us > look_us ? late_us : look_us);
@@ -110,7 +115,6 @@ void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after
     nd->first_look_late += late;
     int allowed = nd->first_look_reads / QW_NODES_FIRST_LOOK_EARLY_IN;
     if (nd->first_look_late > 1 + allowed) {
-        /* until a read has come in time, it doubles (at least an eighth of a look) */
         int64_t up = nd->first_look_in_time ? d_us / 4 : d_us;
         int64_t least = nd->first_look_in_time ? QW_NODES_FIRST_LOOK_MIN_UP_US
                                                : QW_NODES_LOOK_EVERY_MS * INT64_C(1000) / 8;

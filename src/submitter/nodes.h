@@ -53,18 +53,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define QW_NODES_MAX QW_DLT_MAX_NODES /* nodes a set can hold */
-#define QW_NODES_SUSPECT_AFTER 3      /* failed requests in a row that make a node suspect */
-#define QW_NODES_DOWN_AFTER 3         /* failed probes in a row that make a suspect node down */
-#define QW_NODES_UNMEASURED_US 1000   /* latency estimate when no node was measured yet, us */
-#define QW_NODES_LOOK_EVERY_MS 100    /* a waiting status read looks this often (scabbard) */
-/* The latest a batch's first status read goes out: a read sent a look after
- * the 202 learns of the commit at most a look late, as a read too early
- * does, so a later one saves no more; and answers slowed by a busy worker,
- * which look late, cannot push the delay further. */
-#define QW_NODES_FIRST_LOOK_MAX_MS QW_NODES_LOOK_EVERY_MS
-#define QW_NODES_ALL UINT32_MAX /* a mask naming every node */
-#define QW_NODES_WINDOW_OFF 1e9 /* window of a set whose policy has none: no limit */
+#define QW_NODES_MAX QW_DLT_MAX_NODES  /* nodes a set can hold */
+#define QW_NODES_SUSPECT_AFTER 3       /* failed requests in a row that make a node suspect */
+#define QW_NODES_DOWN_AFTER 3          /* failed probes in a row that make a suspect node down */
+#define QW_NODES_UNMEASURED_US 1000    /* latency estimate when no node was measured yet, us */
+#define QW_NODES_LOOK_EVERY_MS 100     /* a waiting status read looks this often (scabbard) */
+#define QW_NODES_FIRST_LOOK_MAX_MS 100 /* the latest a batch's first status read goes out */
+#define QW_NODES_ALL UINT32_MAX        /* a mask naming every node */
+#define QW_NODES_WINDOW_OFF 1e9        /* window of a set whose policy has none: no limit */
 
 enum qw_node_state {
     QW_NODE_UP = 0,  /* in use */
