@@ -77,6 +77,7 @@ static int64_t estimate_us(const struct qw_nodes *set, const struct qw_node *nd)
 #define QW_NODES_FIRST_LOOK_EARLY_IN 50
 #define QW_NODES_FIRST_LOOK_MIN_DOWN_US 1000
 #define QW_NODES_FIRST_LOOK_MIN_UP_US 5000
+#define QW_NODES_FIRST_LOOK_EDGE_HOLDS 8
 
 int64_t qw_nodes_first_look_ms(const struct qw_nodes *set, int node)
 {
@@ -118,16 +119,28 @@ void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after
         int64_t up = nd->first_look_in_time ? d_us / 4 : d_us;
         int64_t least = nd->first_look_in_time ? QW_NODES_FIRST_LOOK_MIN_UP_US
                                                : QW_NODES_LOOK_EVERY_MS * INT64_C(1000) / 8;
+        int64_t sent_us = sent_after_ms * 1000;
+        nd->first_look_edge_us = sent_us > d_us ? sent_us : d_us;
+        nd->first_look_edge_holds = 0;
         first_look_set(nd, d_us + (up > least ? up : least), now_ms);
     } else if (nd->first_look_late <= allowed &&
                nd->first_look_reads >= QW_NODES_FIRST_LOOK_READS &&
                now_ms - nd->first_look_since_ms >=
                    d_ms + QW_NODES_LOOK_EVERY_MS + QW_NODES_LOOK_EVERY_MS / 4) {
-        first_look_set(nd,
-                       d_us - (d_us / 16 > QW_NODES_FIRST_LOOK_MIN_DOWN_US
-                                   ? d_us / 16
-                                   : QW_NODES_FIRST_LOOK_MIN_DOWN_US),
-                       now_ms);
+        int64_t down = d_us / 16 > QW_NODES_FIRST_LOOK_MIN_DOWN_US
+                           ? d_us / 16
+                           : QW_NODES_FIRST_LOOK_MIN_DOWN_US;
+        int64_t above_edge = nd->first_look_edge_us + QW_NODES_FIRST_LOOK_MIN_DOWN_US;
+        if (d_us - down >= above_edge || nd->first_look_edge_us == 0)
+            first_look_set(nd, d_us - down, now_ms);
+        else if (d_us > above_edge)
+            first_look_set(nd, above_edge, now_ms);
+        else if (++nd->first_look_edge_holds < QW_NODES_FIRST_LOOK_EDGE_HOLDS)
+            first_look_set(nd, d_us, now_ms); /* another hold just above the edge */
+        else {
+            nd->first_look_edge_us = 0; /* it tries the edge again */
+            first_look_set(nd, d_us - down, now_ms);
+        }
     }
 }
 

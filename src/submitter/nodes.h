@@ -123,6 +123,8 @@ struct qw_node {
     int first_look_reads;        /* reads answered since that count towards it */
     int first_look_late;         /* how many of them were late */
     bool first_look_in_time;     /* a first read has come in time */
+    int64_t first_look_edge_us;  /* the delay its last step up started from; 0 = none */
+    int first_look_edge_holds;   /* holds just above that edge since */
 };
 
 /** The nodes of one ledger. */
