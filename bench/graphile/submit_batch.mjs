@@ -18,8 +18,9 @@
 // read has come in time) up as soon as more than one, and more than one in
 // 50, came late (not final, or answered a look or more after the read); it
 // comes a sixteenth (at least 1 ms) down once 11 were answered, at most one
-// in 50 late, and it has held for its own length and a look and a quarter;
-// it stays within a look.
+// in 50 late, and it has held for its own length and a look and a quarter
+// (after a step up, to 1 ms above the delay the late reads had, and only
+// after eight holds there further); it stays within a look.
 //
 // 429 and 5xx answers are retried inside the job (growing, jittered delay)
 // rather than by failing it: a failed job is rescheduled into the future and
@@ -36,7 +37,8 @@ const AT_ONCE_MS = LOOK_EVERY_MS; // an answer this quick did not wait for a loo
 const LOOK_READS = 11;
 const LOOK_EARLY_IN = 50;
 // shared by the process's jobs, as one worker's nodes share theirs
-const look = { delay: 0, since: Date.now(), reads: 0, late: 0, inTime: false };
+const LOOK_EDGE_HOLDS = 8;
+const look = { delay: 0, since: Date.now(), reads: 0, late: 0, inTime: false, edge: 0, edgeHolds: 0 };
 
 function setLook(delay) {
   look.delay = Math.min(FIRST_LOOK_MAX_MS, Math.max(0, delay));
@@ -53,6 +55,8 @@ function noteFirstLook(sentMs, late) {
   if (late) look.late++;
   const allowed = Math.floor(look.reads / LOOK_EARLY_IN);
   if (look.late > 1 + allowed) {
+    look.edge = Math.max(look.delay, sentMs);
+    look.edgeHolds = 0;
     setLook(
       look.delay +
         (look.inTime ? Math.max(5, look.delay / 4) : Math.max(LOOK_EVERY_MS / 8, look.delay)),
@@ -62,7 +66,15 @@ function noteFirstLook(sentMs, late) {
     look.reads >= LOOK_READS &&
     Date.now() - look.since >= current + LOOK_EVERY_MS * 1.25
   ) {
-    setLook(look.delay - Math.max(1, look.delay / 16));
+    const down = Math.max(1, look.delay / 16);
+    const aboveEdge = look.edge + 1;
+    if (look.delay - down >= aboveEdge || look.edge === 0) setLook(look.delay - down);
+    else if (look.delay > aboveEdge) setLook(aboveEdge);
+    else if (++look.edgeHolds < LOOK_EDGE_HOLDS) setLook(look.delay);
+    else {
+      look.edge = 0; // it tries the edge again
+      setLook(look.delay - down);
+    }
   }
 }
 

@@ -68,7 +68,11 @@ static int64_t estimate_us(const struct qw_nodes *set, const struct qw_node *nd)
  * which come a look after the others, be counted before the next step down:
  * with many reads in flight, a staircase that steps on the answers as they
  * come goes down on the early ones and sends a fifth of its reads too
- * early (the unit tests' ledger with 30 reads in flight). It goes no later
+ * early (the unit tests' ledger with 30 reads in flight). After a step up
+ * it comes down no further than 1 ms above the delay the late reads went
+ * out with, and holds there QW_NODES_FIRST_LOOK_EDGE_HOLDS times before it
+ * tries that delay again: where commits come close together, every step
+ * down to their edge sends a look's worth of reads too early. It goes no later
  * than QW_NODES_FIRST_LOOK_MAX_MS, a look: a read sent a look after the 202
  * learns of the commit at most a look late, as a read too early does, so a
  * later one saves no more; and answers slowed by a busy worker, which look

@@ -242,7 +242,9 @@ int64_t qw_nodes_first_look_ms(const struct qw_nodes *set, int node);
  * until a first read has come in time) as soon as more than one, and more
  * than one in 50, are late; it comes down by a sixteenth (at least 1 ms) once at
  * least 11 were answered, at most one in 50 late, and it has held for its
- * own length and a look and a quarter more. It settles where few first reads come too
+ * own length and a look and a quarter more; after a step up, no further
+ * than 1 ms above the delay the late reads had, until it has held there
+ * eight times. It settles where few first reads come too
  * early (two to five in a hundred in the unit tests' ledgers): a read too
  * early costs its service up to a look (the next batch waits for it), one
  * too late only the time since the commit.
