@@ -234,20 +234,19 @@ int64_t qw_nodes_first_look_ms(const struct qw_nodes *set, int node);
  * Learns from the answer, at `now_ms`, to a batch's first status read on
  * `node`, the node that took its POST: sent `sent_after_ms` after the 202,
  * answered in `answer_us`, `final` whether it said the batch was final. A
- * read is late when the batch was not final or the answer came later than
- * half a look over the node's usual latency (at a later look). Counting the
- * reads that went out with the delay now (and late ones sent later still),
- * the delay goes up by a quarter (at least 5 ms, at most
- * QW_NODES_FIRST_LOOK_MAX_MS; it doubles, at least an eighth of a look,
- * until a first read has come in time) as soon as more than one, and more
- * than one in 50, are late; it comes down by a sixteenth (at least 1 ms) once at
- * least 11 were answered, at most one in 50 late, and it has held for its
- * own length and a look and a quarter more; after a step up, no further
- * than 1 ms above the delay the late reads had, until it has held there
- * eight times. It settles where few first reads come too
- * early (two to five in a hundred in the unit tests' ledgers): a read too
- * early costs its service up to a look (the next batch waits for it), one
- * too late only the time since the commit.
+ * read is late when the batch was not final, or the answer came a look or
+ * more after the read and half a look over the node's usual latency (it
+ * waited for a look). Counting the reads that went out with the delay now
+ * (and late ones sent later still), the delay goes up by a quarter (at least
+ * 5 ms, at most QW_NODES_FIRST_LOOK_MAX_MS; it doubles, at least an eighth
+ * of a look, until a first read has come in time) as soon as more than one,
+ * and more than one in 50, are late; it comes down by a sixteenth (at least
+ * 1 ms) once at least 11 were answered, at most one in 50 late, and it has
+ * held for its own length and a look and a quarter more; after a step up, no
+ * further than 1 ms above the delay the late reads had, until it has held
+ * there eight times. It settles where few first reads come too early (two or
+ * three in a hundred): a read too early costs its service up to a look (the
+ * next batch waits for it), one too late only the time since the commit.
  */
 void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after_ms,
                               int64_t answer_us, bool final, int64_t now_ms);
