@@ -90,6 +90,11 @@ int64_t qw_nodes_first_look_ms(const struct qw_nodes *set, int node)
     return set->node[node].first_look_us / 1000;
 }
 
+static int64_t larger(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
 /* Sets `nd`'s first-read delay to `us` (within 0..QW_NODES_FIRST_LOOK_MAX_MS) from `now_ms` on. */
 static void first_look_set(struct qw_node *nd, int64_t us, int64_t now_ms)
 {
@@ -112,7 +117,7 @@ void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after
     int64_t d_us = nd->first_look_us, d_ms = d_us / 1000;
     int64_t look_us = QW_NODES_LOOK_EVERY_MS * INT64_C(1000);
     int64_t late_us = estimate_us(set, nd) + look_us / 2;
-    bool late = !final || answer_us >= (late_us > look_us ? late_us : look_us);
+    bool late = !final || answer_us >= larger(late_us, look_us);
     nd->first_look_in_time |= !late;
     if (sent_after_ms < d_ms || (sent_after_ms > d_ms && !late))
         return; /* says nothing about the delay now */
@@ -123,17 +128,14 @@ void qw_nodes_note_first_look(struct qw_nodes *set, int node, int64_t sent_after
         int64_t up = nd->first_look_in_time ? d_us / 4 : d_us;
         int64_t least = nd->first_look_in_time ? QW_NODES_FIRST_LOOK_MIN_UP_US
                                                : QW_NODES_LOOK_EVERY_MS * INT64_C(1000) / 8;
-        int64_t sent_us = sent_after_ms * 1000;
-        nd->first_look_edge_us = sent_us > d_us ? sent_us : d_us;
+        nd->first_look_edge_us = larger(sent_after_ms * 1000, d_us);
         nd->first_look_edge_holds = 0;
-        first_look_set(nd, d_us + (up > least ? up : least), now_ms);
+        first_look_set(nd, d_us + larger(up, least), now_ms);
     } else if (nd->first_look_late <= allowed &&
                nd->first_look_reads >= QW_NODES_FIRST_LOOK_READS &&
                now_ms - nd->first_look_since_ms >=
                    d_ms + QW_NODES_LOOK_EVERY_MS + QW_NODES_LOOK_EVERY_MS / 4) {
-        int64_t down = d_us / 16 > QW_NODES_FIRST_LOOK_MIN_DOWN_US
-                           ? d_us / 16
-                           : QW_NODES_FIRST_LOOK_MIN_DOWN_US;
+        int64_t down = larger(d_us / 16, QW_NODES_FIRST_LOOK_MIN_DOWN_US);
         int64_t above_edge = nd->first_look_edge_us + QW_NODES_FIRST_LOOK_MIN_DOWN_US;
         if (d_us - down >= above_edge || nd->first_look_edge_us == 0)
             first_look_set(nd, d_us - down, now_ms);
