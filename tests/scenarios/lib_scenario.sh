@@ -136,11 +136,14 @@ sc_check() {
 }
 
 # sc_check_num WHAT A OP B: numeric comparison (OP one of < <= > >= == !=),
-# decimals allowed.
+# decimals allowed; a figure that is not a number (empty: nothing measured)
+# fails.
 sc_check_num() {
     local what=$1 a=$2 op=$3 b=$4
     if awk -v a="$a" -v b="$b" -v op="$op" 'BEGIN {
-            if (op == "<") r = a < b; else if (op == "<=") r = a <= b
+            num = "^-?[0-9]+([.][0-9]+)?$"
+            if (a !~ num || b !~ num) r = 0
+            else if (op == "<") r = a < b; else if (op == "<=") r = a <= b
             else if (op == ">") r = a > b; else if (op == ">=") r = a >= b
             else if (op == "==") r = a == b; else if (op == "!=") r = a != b
             else r = 0
