@@ -71,14 +71,6 @@ now_us() {
     date +%s%6N
 }
 
-# The wall clock minus the monotonic one (/proc/uptime), in ms: it moves when
-# the machine is paused or its clock is stepped, and stays put otherwise.
-clock_offset_ms() {
-    local up
-    read -r up _ </proc/uptime
-    echo $(($(date +%s%3N) - 10 * 10#${up/./}))
-}
-
 # Lines in the simulator's event log so far (it writes each event at once).
 sim_log_lines() {
     wc -l <"$QW_SIM_LOG"
@@ -204,7 +196,7 @@ fault() {
     postmaster) pids=$("$HA_SH" primary-pids | awk '{ print $2 }') || sc_fail "$name: no primary" ;;
     standby) pids=$("$HA_SH" sync-pids) || sc_fail "$name: no synchronous standby" ;;
     esac
-    offset0=$(clock_offset_ms)
+    offset0=$(sc_clock_offset_ms)
     t0=$(now_us)
     mark=$(sim_log_lines)
     if [ "$kind" = switchover ]; then
@@ -237,7 +229,7 @@ fault() {
     sc_wait "$name: 50 more batches final" 60 "SELECT ($FINAL) >= $final0 + 150"
     warn=$(warn_lines_since "$marks")
     epochs=$(epochs_went_back "$epochs0")
-    jump=$(($(clock_offset_ms) - offset0))
+    jump=$(($(sc_clock_offset_ms) - offset0))
     jump=${jump#-}
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$before" "$after" \
         $(((t_writable - t0) / 1000)) $(((first_write - t0) / 1000)) "$mark" "$(sim_log_lines)" \

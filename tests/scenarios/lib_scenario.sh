@@ -64,11 +64,23 @@ sc_log() {
     printf '[%s %s] %s\n' "$SC_NAME" "$(date +%H:%M:%S.%3N)" "$*"
 }
 
+# The wall clock minus the monotonic one (/proc/uptime), in ms: it moves when
+# the host pauses the machine or its clock is stepped, and stays put
+# otherwise. The simulator stamps its events with the wall clock at its start
+# plus monotonic time, so after such a jump its timestamps and the wall
+# clock's (date, PostgreSQL's now()) disagree by the jump.
+sc_clock_offset_ms() {
+    local up
+    read -r up _ </proc/uptime
+    echo $(($(date +%s%3N) - 10 * 10#${up/./}))
+}
+
 # ---- lifecycle --------------------------------------------------------------
 
 sc_begin() {
     SC_NAME=$1
     SC_T0=$SECONDS
+    SC_CLOCK0=$(sc_clock_offset_ms)
     for bin in "$QUEUER_BIN" "$SCABBARD_SIM_BIN" "$QUEUER_GEN_BIN"; do
         [ -x "$bin" ] || { echo "$SC_NAME: missing binary $bin (build first)" >&2; exit 1; }
     done
@@ -91,10 +103,15 @@ sc_on_exit() {
 # first), the simulator and PostgreSQL; on failure prints the tail of every
 # log and keeps SC_DIR. Errors here do not end the script early (set +e).
 sc_cleanup() {
-    local rc=$? f d logs=() fn
+    local rc=$? f d logs=() fn jump
     trap - EXIT
     set +e
     SC_EXIT_RC=$rc
+    jump=$(($(sc_clock_offset_ms) - SC_CLOCK0))
+    [ "${jump#-}" -le 1000 ] ||
+        echo "$SC_NAME: the wall clock moved $jump ms against the monotonic clock during this run" \
+            "(the host paused the machine or stepped its clock): the simulator's timestamps and" \
+            "the wall clock's (date, PostgreSQL's now()) disagree by that much since"
     for fn in "${SC_ON_EXIT[@]}"; do
         "$fn"
     done
