@@ -110,8 +110,8 @@ sc_cleanup() {
     jump=$(($(sc_clock_offset_ms) - SC_CLOCK0))
     [ "${jump#-}" -le 1000 ] ||
         echo "$SC_NAME: the wall clock moved $jump ms against the monotonic clock during this run" \
-            "(the host paused the machine or stepped its clock): the simulator's timestamps and" \
-            "the wall clock's (date, PostgreSQL's now()) disagree by that much since"
+            "(the host paused the machine or stepped its clock): from then on the simulator's" \
+            "timestamps and the wall clock's (date, PostgreSQL's now()) disagree by that much"
     for fn in "${SC_ON_EXIT[@]}"; do
         "$fn"
     done
