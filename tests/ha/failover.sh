@@ -39,7 +39,6 @@ HA_SH=$SC_SOURCE_ROOT/scripts/ha.sh
 GAP_NODE_LOSS_MS=12000 # target with Patroni's ttl at 10 s
 GAP_PLANNED_MS=3000    # planned switchover
 WARN_PER_OUTAGE=6      # warn lines per worker per fault ("a handful")
-CLOCK_JUMP_MS=1000     # wall against monotonic clock in a fault: a pause or step
 SERVICES=24
 FEED_MS=250
 
@@ -229,8 +228,7 @@ fault() {
     sc_wait "$name: 50 more batches final" 60 "SELECT ($FINAL) >= $final0 + 150"
     warn=$(warn_lines_since "$marks")
     epochs=$(epochs_went_back "$epochs0")
-    jump=$(($(sc_clock_offset_ms) - offset0))
-    jump=${jump#-}
+    jump=$(sc_clock_jump_ms "$offset0")
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$before" "$after" \
         $(((t_writable - t0) / 1000)) $(((first_write - t0) / 1000)) "$mark" "$(sim_log_lines)" \
         "$warn" "$epochs" "$jump" "$kind" >>"$SC_DIR/faults.raw"
@@ -244,8 +242,8 @@ measured_fault() {
     local name=$1 kind=$2 attempt
     for attempt in "" -again -again2; do
         fault "$name$attempt" "$kind"
-        [ "$FAULT_CLOCK_JUMP_MS" -le "$CLOCK_JUMP_MS" ] && return 0
-        sc_log "$name$attempt: the wall clock moved more than $CLOCK_JUMP_MS ms against the monotonic clock (the machine was paused or its clock stepped): the fault's timings are not judged"
+        [ "$FAULT_CLOCK_JUMP_MS" -le "$SC_CLOCK_JUMP_MS" ] && return 0
+        sc_log "$name$attempt: the wall clock moved more than $SC_CLOCK_JUMP_MS ms against the monotonic clock (the machine was paused or its clock stepped): the fault's timings are not judged"
     done
     sc_fail "$name: the machine was paused or its clock stepped during each of three attempts; no failover time could be measured"
 }
@@ -285,7 +283,7 @@ while IFS=$'\t' read -r name before after writable first mark mark_end warn epoc
                         - (SELECT max(t) FROM ($ACCEPTS) a WHERE n <= $mark)) / 1000")
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$before" "$after" "$writable" "$first" "$gap" \
         "$warn" "$epochs" "$jump" "$kind" >>"$FIGURES"
-    [ "$jump" -le "$CLOCK_JUMP_MS" ] || JUMPED="$JUMPED, ($mark, $mark_end)"
+    [ "$jump" -le "$SC_CLOCK_JUMP_MS" ] || JUMPED="$JUMPED, ($mark, $mark_end)"
 done <"$SC_DIR/faults.raw"
 LONGEST=$(qw_sql "SELECT max(d) / 1000 FROM (SELECT n, t - lag(t) OVER (ORDER BY n) AS d FROM ($ACCEPTS) a) x
                    WHERE NOT EXISTS (SELECT FROM (VALUES $JUMPED) s(m, e) WHERE x.n > s.m AND x.n <= s.e)")
@@ -310,7 +308,7 @@ while IFS=$'\t' read -r name before after writable first gap warn epochs jump ki
     switchover) bound=$GAP_PLANNED_MS ;;
     *) bound=$GAP_NODE_LOSS_MS ;;
     esac
-    if [ "$jump" -le "$CLOCK_JUMP_MS" ]; then
+    if [ "$jump" -le "$SC_CLOCK_JUMP_MS" ]; then
         sc_check_num "$name: longest ledger acceptance gap (ms) within the bound" "$gap" "<=" "$bound"
     else
         echo "not judged: $name: longest ledger acceptance gap $gap ms (clock jump $jump ms: the machine was paused or its clock stepped)"

@@ -75,6 +75,17 @@ sc_clock_offset_ms() {
     echo $(($(date +%s%3N) - 10 * 10#${up/./}))
 }
 
+# Beyond this many ms between the two clocks, the machine was paused or its
+# clock stepped (sc_clock_jump_ms).
+SC_CLOCK_JUMP_MS=1000
+
+# sc_clock_jump_ms OFFSET: how far (ms, either way) the clocks moved apart
+# since sc_clock_offset_ms printed OFFSET.
+sc_clock_jump_ms() {
+    local jump=$(($(sc_clock_offset_ms) - $1))
+    echo "${jump#-}"
+}
+
 # ---- lifecycle --------------------------------------------------------------
 
 sc_begin() {
@@ -107,8 +118,8 @@ sc_cleanup() {
     trap - EXIT
     set +e
     SC_EXIT_RC=$rc
-    jump=$(($(sc_clock_offset_ms) - SC_CLOCK0))
-    [ "${jump#-}" -le 1000 ] ||
+    jump=$(sc_clock_jump_ms "$SC_CLOCK0")
+    [ "$jump" -le "$SC_CLOCK_JUMP_MS" ] ||
         echo "$SC_NAME: the wall clock moved $jump ms against the monotonic clock during this run" \
             "(the host paused the machine or stepped its clock): from then on the simulator's" \
             "timestamps and the wall clock's (date, PostgreSQL's now()) disagree by that much"
