@@ -3,6 +3,12 @@
 -- plus any batch in flight, as the input of the one-round serial queuer,
 -- with each batch's priority (the queuer hands higher priorities over first).
 -- $1 instance. (batches_fetch_some is the same for a list of services.)
+-- The oldest non-final batch is found in two index probes: the smallest
+-- created_at in batches_open's own order (service_id, created_at), then
+-- the tie-break by id among the batches with that created_at (normally one).
+-- Ordering by (created_at, batch_id) in one step lets a plan made with few
+-- rows in the table sort every open batch of the service instead: ~4 ms a
+-- probe at 2,000 open batches, which grows with the queue.
 -- Times are microseconds since the epoch on the database clock.
 SELECT c.service_id, c.claim_epoch, b.batch_id,
        (extract(epoch FROM b.created_at) * 1000000)::bigint AS created_us,
@@ -20,7 +26,13 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
           FROM queuer.batches o
          WHERE o.service_id = c.service_id
            AND (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
-         ORDER BY o.created_at, o.batch_id
+           AND o.created_at = (SELECT h.created_at FROM queuer.batches h
+                                WHERE h.service_id = c.service_id
+                                  AND (h.status IS NULL
+                                       OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                                ORDER BY h.created_at
+                                LIMIT 1)
+         ORDER BY o.batch_id
          LIMIT 1)
        UNION
        (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts,

@@ -18,7 +18,13 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
           FROM queuer.batches o
          WHERE o.service_id = c.service_id
            AND (o.status IS NULL OR o.status IN ('Pending', 'Unknown', 'Delayed'))
-         ORDER BY o.created_at, o.batch_id
+           AND o.created_at = (SELECT h.created_at FROM queuer.batches h
+                                WHERE h.service_id = c.service_id
+                                  AND (h.status IS NULL
+                                       OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                                ORDER BY h.created_at
+                                LIMIT 1)
+         ORDER BY o.batch_id
          LIMIT 1)
        UNION
        (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts,

@@ -33,7 +33,18 @@ UPDATE queuer.service_id_claims c
                                               AND (b.status IS NULL
                                                    OR b.status IN ('Pending', 'Unknown', 'Delayed'))
                                               AND queuer.batch_is_work(b.status, b.retry_at)
-                                            ORDER BY b.created_at, b.batch_id
+                                              -- the head, in two index probes
+                                              -- (see batches_fetch.sql)
+                                              AND b.created_at =
+                                                  (SELECT h.created_at FROM queuer.batches h
+                                                    WHERE h.service_id = r.service_id
+                                                      AND (h.status IS NULL
+                                                           OR h.status IN ('Pending', 'Unknown',
+                                                                           'Delayed'))
+                                                      AND queuer.batch_is_work(h.status, h.retry_at)
+                                                    ORDER BY h.created_at
+                                                    LIMIT 1)
+                                            ORDER BY b.batch_id
                                             LIMIT 1), 0)
                             ELSE 0 END
   FROM r

@@ -123,7 +123,16 @@ WITH o AS (
             WHERE x.service_id = upd.service_id
               AND x.batch_id <> upd.batch_id
               AND (x.status IS NULL OR x.status IN ('Pending', 'Unknown', 'Delayed'))
-            ORDER BY x.created_at, x.batch_id
+              -- the oldest: its created_at first, read in the index's order
+              -- (see batches_fetch.sql), then the tie-break by id
+              AND x.created_at = (SELECT h.created_at FROM queuer.batches h
+                                   WHERE h.service_id = upd.service_id
+                                     AND h.batch_id <> upd.batch_id
+                                     AND (h.status IS NULL
+                                          OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                                   ORDER BY h.created_at
+                                   LIMIT 1)
+            ORDER BY x.batch_id
             LIMIT 1) n
      WHERE upd.go_on
        AND upd.to_status IN ('Committed', 'Valid', 'Invalid')

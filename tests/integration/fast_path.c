@@ -129,6 +129,41 @@ static void test_final_marks_the_next_batch(void **state)
 }
 
 /*
+ * The next batch is the oldest by created_at, then by id: of two batches
+ * with the same created_at (enqueue never gives one out; a hand-written
+ * INSERT could) the fast path marks the smaller id, and the fetch then
+ * sees that one alone, as both the oldest non-final batch and the one in
+ * flight.
+ */
+static void test_next_ties_go_by_id(void **state)
+{
+    struct fixture *f = *state;
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET created_at = "
+             "(SELECT created_at FROM queuer.batches WHERE batch_id = '%s') "
+             "WHERE batch_id = '%s'",
+             f->ids[2], f->ids[1]);
+    itest_exec(f->db, sql);
+    const char *first = strcmp(f->ids[1], f->ids[2]) < 0 ? f->ids[1] : f->ids[2];
+    struct qw_db_res *res = record(f, "Committed", 7, 1);
+    assert_int_equal(qw_db_res_rows(res), 2);
+    int next = qw_db_res_get(res, 0, 0)[0] == 'n' ? 0 : 1;
+    assert_string_equal(qw_db_res_get(res, next, 0), "n");
+    assert_string_equal(qw_db_res_get(res, next, 1), first);
+    qw_db_res_free(res);
+
+    const char *params[] = {"w1", "{" SVC "}"};
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->db, "batches_fetch_some", 2, params, &res, &err) != QW_OK)
+        fail_msg("batches_fetch_some: %s", err.msg);
+    assert_int_equal(qw_db_res_rows(res), 1);
+    assert_string_equal(qw_db_res_get(res, 0, 2), first);
+    qw_db_res_free(res);
+}
+
+/*
  * The history row of an outcome names the state the batch left: the one
  * the compare-and-set matched (posting: Submitting, pending: Pending), and
  * for an adopted batch ('inflight', either state) the one it was in.
@@ -569,6 +604,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_final_marks_the_next_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_next_ties_go_by_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_history_names_the_state_left, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_next_without_go_on, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next_delayed_only_when_due, setup, teardown),
