@@ -87,6 +87,12 @@ static struct qw_db_res *record(struct fixture *f, const char *status, long epoc
     return record_expecting(f, "pending", status, epoch, go_on);
 }
 
+/* Of a result's two rows, the one whose kind (column 0) is `kind`. */
+static int row_of_kind(const struct qw_db_res *res, char kind)
+{
+    return qw_db_res_get(res, 0, 0)[0] == kind ? 0 : 1;
+}
+
 /* Runs a count query built from a literal format and one batch id. */
 #define COUNT(f, fmt, id)                                                                          \
     ({                                                                                             \
@@ -100,7 +106,7 @@ static void test_final_marks_the_next_batch(void **state)
     struct fixture *f = *state;
     struct qw_db_res *res = record(f, "Committed", 7, 1);
     assert_int_equal(qw_db_res_rows(res), 2);
-    int next = qw_db_res_get(res, 0, 0)[0] == 'n' ? 0 : 1;
+    int next = row_of_kind(res, 'n');
     assert_string_equal(qw_db_res_get(res, 1 - next, 0), "w");
     assert_string_equal(qw_db_res_get(res, 1 - next, 1), f->ids[0]);
     assert_string_equal(qw_db_res_get(res, next, 0), "n");
@@ -148,7 +154,7 @@ static void test_next_ties_go_by_id(void **state)
     const char *first = strcmp(f->ids[1], f->ids[2]) < 0 ? f->ids[1] : f->ids[2];
     struct qw_db_res *res = record(f, "Committed", 7, 1);
     assert_int_equal(qw_db_res_rows(res), 2);
-    int next = qw_db_res_get(res, 0, 0)[0] == 'n' ? 0 : 1;
+    int next = row_of_kind(res, 'n');
     assert_string_equal(qw_db_res_get(res, next, 0), "n");
     assert_string_equal(qw_db_res_get(res, next, 1), first);
     qw_db_res_free(res);
@@ -228,7 +234,7 @@ static void test_next_delayed_only_when_due(void **state)
     /* not due: nothing marked, order kept; the 'm' row says the service has
      * a next batch (its job is not the service's last) */
     assert_int_equal(qw_db_res_rows(res), 2);
-    int more = qw_db_res_get(res, 0, 0)[0] == 'm' ? 0 : 1;
+    int more = row_of_kind(res, 'm');
     assert_string_equal(qw_db_res_get(res, 1 - more, 0), "w");
     assert_string_equal(qw_db_res_get(res, more, 0), "m");
     assert_string_equal(qw_db_res_get(res, more, 1), f->ids[1]);
