@@ -119,6 +119,8 @@ struct queuer {
                                           started as jobs come back */
     bool notified;                     /* a notification asked for a claims cycle */
     bool notified_all;                 /* ... and for a full fetch (too many to name) */
+    bool report_due;                   /* claims given to us by name moved our count past
+                                          the slack: a cycle that renews the lease */
     int cycles_since_full;             /* claims cycles since the last full fetch */
     int cycles_since_housekeeping;     /* claims cycles since the last housekeeping */
     struct claims_tally *tally;        /* for the summary; NULL if it could not be allocated */
@@ -739,9 +741,12 @@ static void on_item(struct queuer *q, const char *service, int64_t epoch)
     if (note_claim(q, &c) != QW_OK)
         q->reconcile_asked = q->notified = true;
     /* The others' fair share reads the count our lease reports: a claims
-     * cycle reports it when it moved by more than the slack. */
+     * cycle reports it when it moved by more than the slack. Not a woken
+     * one: a pickup names its claims to every receiver, and each woken
+     * cycle read the fair share (a count of every claim while free
+     * services with work wait), sixteen at once for every pickup. */
     if (count_unreported(q))
-        q->notified = true;
+        q->report_due = true;
 }
 
 /*
@@ -802,7 +807,7 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
         until = q->listener_outage.retry_at_ms; /* its next reconnect */
     }
     int64_t timeout = until - t;
-    if (timeout < 0 || q->n_dirty > 0)
+    if (timeout < 0 || q->n_dirty > 0 || q->report_due)
         timeout = 0;
     struct qw_error err;
     qw_error_clear(&err);
@@ -970,9 +975,10 @@ static void queuer_loop(struct queuer *q)
             continue;
         }
         keep_listener(q, t);
-        if (t >= cycle_due(q, next_cycle) || notified) {
+        if (t >= cycle_due(q, next_cycle) || notified || q->report_due) {
             bool woken = notified;
             notified = false;
+            q->report_due = false;
             int64_t cycle_began_us = qw_clock_mono_us();
             /* The fast path and the wake-ups keep work moving; the scans over
              * every held service (fair share, full fetch) are the safety net,
