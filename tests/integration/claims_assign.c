@@ -481,30 +481,77 @@ static void test_pickup_past_one_payload_says_new_claims(void **state)
     qw_db_close(l2);
 }
 
-/* Nine services given to one holder in one statement: one notification,
- * "*" (read your claims); two: both named. */
-static void test_wake_up_names_up_to_eight(void **state)
+/* Enqueues `n` new services "assig-<prefix>::<0001..>" in one statement
+ * (held by w1 alone) and returns w1's notifications, one per line. */
+static char *wake_up_for(struct fixture *f, struct qw_db *l1, const char *prefix, size_t n)
+{
+    char(*ids)[32] = calloc(n, sizeof(*ids));
+    const char **svcs = calloc(n, sizeof(*svcs));
+    assert_true(ids && svcs);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "assig-%s::%04zu", prefix, i + 1);
+        svcs[i] = ids[i];
+    }
+    enqueue_one_statement(f, svcs, n);
+    free(svcs);
+    free(ids);
+    return itest_notifications(l1, 5000);
+}
+
+/* How many of the payloads in `got` (one per line) name "<svc>:1", failing
+ * the test on a payload PostgreSQL would refuse (8,000 bytes or more). */
+static size_t named_items(const char *got, size_t *payloads)
+{
+    size_t items = 0;
+    *payloads = 0;
+    for (const char *line = got; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        assert_true(len < 8000);
+        (*payloads)++;
+        for (const char *c = line; c < line + len; c++)
+            items += *c == ' ';
+        items++;
+        line += len + (nl ? 1 : 0);
+    }
+    return items;
+}
+
+/* Services given work by one statement are named to their holder, in as
+ * many notifications as they need below PostgreSQL's 8,000 bytes; past
+ * sixteen notifications' worth, one "*" (read your claims) instead. */
+static void test_wake_up_names_every_service(void **state)
 {
     struct fixture *f = *state;
     itest_exec(f->pg.a, "DELETE FROM queuer.instances WHERE instance_id = 'w2'");
     struct qw_db *l1 = itest_listen_instance(f->pg.conninfo, "w1");
-    static const char *const nine[] = {
-        "assig-bbbbb::0001", "assig-bbbbb::0002", "assig-bbbbb::0003",
-        "assig-bbbbb::0004", "assig-bbbbb::0005", "assig-bbbbb::0006",
-        "assig-bbbbb::0007", "assig-bbbbb::0008", "assig-bbbbb::0009"};
-    enqueue_one_statement(f, nine, 9);
-    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims "
-                               "WHERE claimant = 'w1' AND claim_epoch = 1"),
-                     9);
-    char *got = itest_notifications(l1, 5000);
-    assert_string_equal(got, QW_CLAIMS_ALL "\n");
-    free(got);
     static const char *const two[] = {S2, S1};
     enqueue_one_statement(f, two, 2);
-    got = itest_notifications(l1, 5000);
+    char *got = itest_notifications(l1, 5000);
     if (strcmp(got, S1 ":1 " S2 ":1\n") != 0 && strcmp(got, S2 ":1 " S1 ":1\n") != 0)
         fail_msg("wake-up for two services: '%s'", got);
     free(got);
+    size_t payloads;
+    /* nine: one notification */
+    got = wake_up_for(f, l1, "bbbbb", 9);
+    assert_int_equal(named_items(got, &payloads), 9);
+    assert_int_equal(payloads, 1);
+    assert_non_null(strstr(got, "assig-bbbbb::0009:1"));
+    free(got);
+    /* 400 items of 20 bytes: two notifications, each service once */
+    got = wake_up_for(f, l1, "ddddd", 400);
+    assert_int_equal(named_items(got, &payloads), 400);
+    assert_int_equal(payloads, 2);
+    assert_non_null(strstr(got, "assig-ddddd::0001:1"));
+    assert_non_null(strstr(got, "assig-ddddd::0400:1"));
+    free(got);
+    /* 7,000: more than sixteen notifications' worth */
+    got = wake_up_for(f, l1, "eeeee", 7000);
+    assert_string_equal(got, QW_CLAIMS_ALL "\n");
+    free(got);
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims "
+                               "WHERE claimant = 'w1' AND claim_epoch = 1"),
+                     2 + 9 + 400 + 7000);
     qw_db_close(l1);
 }
 
@@ -878,7 +925,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_gives_a_free_service_and_wakes_the_holder,
                                         setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wake_up_names_up_to_eight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wake_up_names_every_service, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_names_every_claim_given, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_past_one_payload_says_new_claims, setup,
                                         teardown),
