@@ -51,6 +51,8 @@
 # queuer.enqueue_batch() once per batch, each call its own transaction and
 # an unnamed statement, as an application does (default: one
 # queuer.enqueue_rows() call per 5 ms tick, several batches at high rates);
+# BENCH_W5_TICK_MS (5): the tick, for applications that enqueue a few dozen
+# batches per transaction (50 ms at 1,500/s: 75 a call);
 # BENCH_WORKER_ROLE=1: workers log in as a member of queuer_worker (as in
 # production) instead of the superuser that owns the schema.
 # BENCH_PG_CONF: extra postgresql.conf lines for the benchmark clusters
@@ -131,9 +133,16 @@ else
     W5_WARMUP_S=${BENCH_W5_WARMUP_S:-5}
 fi
 W5_SINGLE=${BENCH_W5_SINGLE:-0}
+W5_TICK_MS=${BENCH_W5_TICK_MS:-5}
+case $W5_TICK_MS in
+    '' | *[!0-9]*)
+        echo "run.sh: BENCH_W5_TICK_MS must be a number of milliseconds, not '$W5_TICK_MS'" >&2
+        exit 2
+        ;;
+esac
 case $W5_SINGLE in
     1) W5_MODE="one queuer.enqueue_batch() call per batch" ;;
-    0) W5_MODE="one queuer.enqueue_rows() call per 5 ms tick" ;;
+    0) W5_MODE="one queuer.enqueue_rows() call per $W5_TICK_MS ms tick" ;;
     *)
         echo "run.sh: BENCH_W5_SINGLE must be 0 or 1, not '$W5_SINGLE'" >&2
         exit 2
@@ -656,7 +665,7 @@ run_queuer() {
     activity_start "$dir/pg_activity.log"
     if [ "$wl" = W5 ]; then
         # the open-loop load, once the workers are up; it runs W5_SECONDS
-        local single=()
+        local single=(--tick-ms "$W5_TICK_MS")
         [ "$W5_SINGLE" != 1 ] || single=(--single)
         w5_load "$dir" "$s" "queuer.batches, queuer.service_ingest, queuer.service_id_claims" \
             "${single[@]}"
