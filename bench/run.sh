@@ -52,7 +52,7 @@
 # an unnamed statement, as an application does (default: one
 # queuer.enqueue_rows() call per 5 ms tick, several batches at high rates);
 # BENCH_W5_TICK_MS (5): the tick, for applications that enqueue a few dozen
-# batches per transaction (50 ms at 1,500/s: 75 a call);
+# batches per call (50 ms at 1,500/s: 75 a call);
 # BENCH_WORKER_ROLE=1: workers log in as a member of queuer_worker (as in
 # production) instead of the superuser that owns the schema.
 # BENCH_PG_CONF: extra postgresql.conf lines for the benchmark clusters

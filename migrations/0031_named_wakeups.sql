@@ -1,19 +1,16 @@
 -- 0031: an insert wakes each holder with the services it gave work, named.
 --
 -- The counters trigger woke the holder of more than eight services given
--- work by one statement (a bulk load, queuer.enqueue_rows()) with "*":
--- read all your claims, fetch every service you hold. With 100,000
--- services loaded in chunks beside 16 workers, every chunk's commit made
--- each worker read its 6,000 claims (about 230 ms a read, each claim row
--- visited through an index full of its earlier versions) and fetch the
--- head of every one of them, and wake for a look at the fair share. The
--- trigger now names every service in notifications of up to 7,900 bytes
--- each, as many as the holder needs, so a worker fetches only the
--- services named, and notes as new the claims the insert gave it. A
--- holder with more than sixteen notifications' worth (some 6,000
--- services) still gets "*", one notification: past that, one read of all
--- its claims costs less than the names. What the trigger counts and whom
--- it wakes is unchanged.
+-- work by one statement (queuer.enqueue_rows(), a bulk load) with "*":
+-- read all your claims, fetch every service you hold. An application that
+-- enqueued 75 batches per queuer.enqueue_rows() call over 1,000 services
+-- made each of four workers do that at each of its 20 calls a second. The trigger now names
+-- every service in notifications of up to 7,900 bytes each, as many as
+-- the holder needs, so a worker fetches only the services named, and
+-- notes as new the claims the insert gave it. A holder with more than
+-- sixteen notifications' worth (some 6,000 services) still gets "*", one
+-- notification: past that, one read of all its claims costs less than
+-- the names. What the trigger counts and whom it wakes is unchanged.
 
 CREATE OR REPLACE FUNCTION queuer.claims_follow_batches() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
