@@ -9,8 +9,8 @@
 -- the holder needs, so a worker fetches only the services named, and
 -- notes as new the claims the insert gave it. A holder with more than
 -- sixteen notifications' worth (some 6,000 services) still gets "*", one
--- notification: past that, one read of all its claims costs less than
--- the names. What the trigger counts and whom it wakes is unchanged.
+-- notification: a bound on what one statement sends one holder. What the
+-- trigger counts and whom it wakes is unchanged.
 
 CREATE OR REPLACE FUNCTION queuer.claims_follow_batches() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
