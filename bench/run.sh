@@ -665,10 +665,10 @@ run_queuer() {
     activity_start "$dir/pg_activity.log"
     if [ "$wl" = W5 ]; then
         # the open-loop load, once the workers are up; it runs W5_SECONDS
-        local single=(--tick-ms "$W5_TICK_MS")
-        [ "$W5_SINGLE" != 1 ] || single=(--single)
+        local mode=(--tick-ms "$W5_TICK_MS")
+        [ "$W5_SINGLE" != 1 ] || mode=(--single)
         w5_load "$dir" "$s" "queuer.batches, queuer.service_ingest, queuer.service_id_claims" \
-            "${single[@]}"
+            "${mode[@]}"
         n=$(bench_kv load_batches "$LOAD_FIG")
     fi
     # (the predicate of the batches_open index: no sequential scan of its own)

@@ -742,9 +742,9 @@ static void on_item(struct queuer *q, const char *service, int64_t epoch)
         q->reconcile_asked = q->notified = true;
     /* The others' fair share reads the count our lease reports: a claims
      * cycle reports it when it moved by more than the slack. Not a woken
-     * one: a pickup names its claims to every receiver, and each woken
-     * cycle read the fair share (a count of every claim while free
-     * services with work wait), sixteen at once for every pickup. */
+     * one: a pickup names its claims to every receiver, and a woken cycle
+     * reads the fair share (a count of every claim while free services
+     * with work wait), so every receiver counted them at once. */
     if (count_unreported(q))
         q->report_due = true;
 }
@@ -807,7 +807,7 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
         until = q->listener_outage.retry_at_ms; /* its next reconnect */
     }
     int64_t timeout = until - t;
-    if (timeout < 0 || q->n_dirty > 0 || q->report_due)
+    if (timeout < 0 || q->n_dirty > 0)
         timeout = 0;
     struct qw_error err;
     qw_error_clear(&err);
