@@ -23,10 +23,22 @@ BULK_BATCHES=${QW_BULK_BATCHES:-2000}
 # rate over 4 s was 0.92-1.17 times the next 4 s' (see app_txn_open)
 WINDOW_S=10
 sc_begin app_bulk_load
-export QW_PG_CONF_EXTRA="log_lock_waits = on" # (a wait past deadlock_timeout, 1 s, is logged)
+# A wait past deadlock_timeout (1 s) is logged. The load writes about 2 kB
+# of WAL per line: with the default wal_buffers (4 MB at these 128 MB of
+# shared buffers) the worker's commits wait for WAL writes while it runs
+# (LWLock WALWrite in a fifth of the worker's active samples); 64 MB, as
+# docs/OPERATIONS.md advises beside bulk loads, leaves none.
+export QW_PG_CONF_EXTRA="log_lock_waits = on
+wal_buffers = 64MB"
 sc_pg_start
-# 50 ms per status: each service posts at most ~20 batches a second
-sc_sim_start --commit-delay-ms 50
+# 50 ms per status: each service posts at most ~20 batches a second. A
+# status read is answered at the commit itself (--wait-poll-ms 0): with
+# scabbard's 100 ms looks, the first reads that go out before the commit
+# (3-6 % of them: the first-read delay steps down until some do,
+# src/submitter/nodes.c) cost a look each, and how many fall in a window of
+# 90 posts moves its rate by several per cent either way, which says
+# nothing about locks
+sc_sim_start --commit-delay-ms 50 --wait-poll-ms 0
 
 # busy: five services with a stream of batches for the whole scenario (the
 # lines come service by service, so the last 25 are the five last batches
