@@ -734,6 +734,12 @@ static void on_item(struct queuer *q, const char *service, int64_t epoch)
             s->woken_busy = true;
         else if (add_dirty(q, service) != QW_OK)
             q->next_retry_ms = 0; /* fall back to a full fetch */
+        /* Draining, we queue nothing for it: it goes back now, with its
+         * work, for a worker with room (a release skipped it while this
+         * enqueue held its ingest row, and nothing else would give it back
+         * before the next housekeeping, a cycle or more away). */
+        if (s->draining && !s->busy && q->release_due_ms == 0)
+            q->release_due_ms = qw_clock_mono_ms() + DRAINED_RELEASE_DELAY_MS;
         return;
     }
     struct qw_claim c = {.epoch = epoch};
