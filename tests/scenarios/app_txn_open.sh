@@ -43,20 +43,10 @@ sc_wait "S0's stream is committed" 60 \
     "SELECT count(*) = 200 FROM queuer.batches WHERE service_id = '$S0' AND status = 'Committed'"
 
 # The application's transaction: enqueue S0's next batch, then stay open.
-payload=$(cut -f3 "$SC_DIR/s0_late.tsv")
+# (back pressure off: S0 has a long backlog on purpose)
 t_begin=$(sc_db_now)
-PGAPPNAME=app_txn psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" >"$SC_DIR/app.out" 2>&1 <<SQL &
-SET queuer.ingest_high = 0; -- (S0 has a long backlog on purpose)
-BEGIN;
-SELECT queuer.enqueue_batch('$S0', '$LATE', decode('$payload', 'hex'));
-SELECT pg_sleep($OPEN_S);
-COMMIT;
-SQL
-app=$!
-sc_wait "the application's enqueue is done and its transaction open" 10 \
-    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'app_txn'
-                      AND query LIKE '%pg_sleep%' AND state = 'active')"
-wait "$app" || { cat "$SC_DIR/app.out" >&2; sc_fail "the application's transaction failed"; }
+sc_app_txn_start "$(cat "$SC_DIR/s0_late.tsv")" "$OPEN_S"
+sc_app_txn_end
 t_commit=$(sc_db_now)
 sc_wait "S0's batch is posted after the commit" 10 \
     "SELECT EXISTS (SELECT 1 FROM queuer.batches WHERE batch_id = '$LATE' AND status = 'Committed')"

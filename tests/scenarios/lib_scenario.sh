@@ -490,6 +490,35 @@ sc_load_tsv() {
     }
 }
 
+# sc_app_txn_start LINE SECONDS: an application session (application_name
+# app_txn) that enqueues the batch of TSV line LINE (service, batch id,
+# payload hex) with queuer.enqueue_batch(), back pressure off, then keeps
+# its transaction open for SECONDS; returns once it is open, with the
+# session's process in SC_APP_PID (sc_app_txn_end waits for its commit).
+sc_app_txn_start() {
+    local service batch payload
+    IFS=$'\t' read -r service batch payload _ <<<"$1"
+    PGAPPNAME=app_txn psql -X -q -v ON_ERROR_STOP=1 "$QW_PG_CONNINFO" >"$SC_DIR/app.out" 2>&1 <<SQL &
+SET queuer.ingest_high = 0;
+BEGIN;
+SELECT queuer.enqueue_batch('$service', '$batch', decode('$payload', 'hex'));
+SELECT pg_sleep($2);
+COMMIT;
+SQL
+    SC_APP_PID=$!
+    sc_wait "the application's enqueue is done and its transaction open" 10 \
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'app_txn'
+                          AND query LIKE '%pg_sleep%' AND state = 'active')"
+}
+
+# sc_app_txn_end: waits for the session of sc_app_txn_start to commit.
+sc_app_txn_end() {
+    wait "$SC_APP_PID" || {
+        cat "$SC_DIR/app.out" >&2
+        sc_fail "the application's transaction failed"
+    }
+}
+
 # sc_services_sql FILE: the distinct service ids of a TSV workload as a SQL
 # list ('a','b',...), for IN (...).
 sc_services_sql() {
