@@ -49,12 +49,12 @@
 /* The next claims cycle runs this long after another worker's lease ends
  * by the database's clock, as our clock reads it after the answer. */
 #define PEER_LEASE_MARGIN_MS 5
-/* A draining service whose job came back waits only for a claims cycle to
- * give it back; that cycle runs this long after the first such return, not
- * at the next periodic cycle (a second worker that joins used to idle a
- * whole cycle while the first one's drained services waited), and not at
- * once (jobs come back one by one; one transaction releases all that are
- * back by then). */
+/* A draining service whose job came back (or that a notification named)
+ * waits only for a claims cycle to give it back; that cycle runs this long
+ * after the first such return, not at the next periodic cycle (a second
+ * worker that joins used to idle a whole cycle while the first one's
+ * drained services waited), and not at once (jobs come back one by one;
+ * one transaction releases all that are back by then). */
 #define DRAINED_RELEASE_DELAY_MS 20
 
 /* A mark that left chosen batches out is followed by a full fetch this much later. */
@@ -615,6 +615,14 @@ static void clear_dirty(struct queuer *q)
     q->n_dirty = 0;
 }
 
+/* A held, draining service with no job out goes back in a claims cycle
+ * DRAINED_RELEASE_DELAY_MS from now (one cycle for all that are due by then). */
+static void release_drained_soon(struct queuer *q, const struct qw_svc *s)
+{
+    if (s->held && s->draining && !s->busy && q->release_due_ms == 0)
+        q->release_due_ms = qw_clock_mono_ms() + DRAINED_RELEASE_DELAY_MS;
+}
+
 /* Takes finished jobs back from the submitter. */
 static void take_done(struct queuer *q)
 {
@@ -628,8 +636,7 @@ static void take_done(struct queuer *q)
             /* Where its last POST failed: the service's next POST avoids that node. */
             s->avoid = job->avoid_node >= 0;
             s->avoid_node = job->avoid_node;
-            if (s->held && s->draining && q->release_due_ms == 0)
-                q->release_due_ms = qw_clock_mono_ms() + DRAINED_RELEASE_DELAY_MS;
+            release_drained_soon(q, s);
             /* Fetched again unless its batch ended and the statement that
              * recorded it found no next one, and nothing was enqueued since
              * (that would have named it in a notification). */
@@ -734,12 +741,11 @@ static void on_item(struct queuer *q, const char *service, int64_t epoch)
             s->woken_busy = true;
         else if (add_dirty(q, service) != QW_OK)
             q->next_retry_ms = 0; /* fall back to a full fetch */
-        /* Draining, we queue nothing for it: it goes back now, with its
+        /* Draining, we queue nothing new for it: it goes back with its
          * work, for a worker with room (a release skipped it while this
          * enqueue held its ingest row, and nothing else would give it back
          * before the next housekeeping, a cycle or more away). */
-        if (s->draining && !s->busy && q->release_due_ms == 0)
-            q->release_due_ms = qw_clock_mono_ms() + DRAINED_RELEASE_DELAY_MS;
+        release_drained_soon(q, s);
         return;
     }
     struct qw_claim c = {.epoch = epoch};

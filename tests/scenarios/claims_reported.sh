@@ -21,8 +21,7 @@ sc_begin claims_reported
 sc_pg_start
 sc_sim_start --commit-delay-ms 600000
 
-sc_worker_start w1 QUEUER_WORKER_CYCLE_MS=20000 QUEUER_WORKER_LEASE_MS=60000 \
-    QUEUER_WORKER_HARD_EXPIRY_MS=120000
+sc_worker_start w1 "${SC_SLOW_CYCLE[@]}"
 sc_wait_registered 15 w1
 sc_check_sql "w1 reported no claims before the work" 0 \
     "SELECT claims_held FROM queuer.instances WHERE instance_id = 'w1'"

@@ -476,6 +476,13 @@ sc_worker_wait_exit() {
 
 # ---- workloads --------------------------------------------------------------
 
+# Worker settings whose periodic claims cycle is 20 s away (lease and hard
+# expiry to match): what such a worker does within a few seconds, a wake-up
+# or a returning job made it do: sc_worker_start NAME "${SC_SLOW_CYCLE[@]}".
+# shellcheck disable=SC2034 # read by the scenarios
+SC_SLOW_CYCLE=(QUEUER_WORKER_CYCLE_MS=20000 QUEUER_WORKER_LEASE_MS=60000
+    QUEUER_WORKER_HARD_EXPIRY_MS=120000)
+
 # sc_gen FILE SERVICES BATCHES [SEED [CIRCUIT-PREFIX]]
 sc_gen() {
     qw_gen "$@" || sc_fail "queuer-gen failed"

@@ -60,8 +60,7 @@ sc_wait "everything final" 20 \
 # "+" and must fetch its 300 at once.
 sc_worker_stop w2 20
 sc_gen "$SC_DIR/pick.tsv" 600 1 11 qwpik
-sc_worker_start w3 QUEUER_WORKER_CYCLE_MS=20000 QUEUER_WORKER_LEASE_MS=60000 \
-    QUEUER_WORKER_HARD_EXPIRY_MS=120000
+sc_worker_start w3 "${SC_SLOW_CYCLE[@]}"
 sc_wait_registered 10 w3
 sc_worker_signal w3 STOP
 # (a statement w3 sent before it stopped, a lease renewal say, still runs
