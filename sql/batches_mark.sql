@@ -4,23 +4,29 @@
 -- lease is in the future) and by the state the queuer saw
 -- (compare-and-set), so it is safe at READ COMMITTED; a parked batch
 -- (Delayed with retry_at = infinity: it waits for an operator) is never
--- marked. The claim row's `submitting` is set by the trigger on batches
--- (migration 0008) in the same statement; maintenance decides soft expiry
--- from it. Appends a 'Submitting' history row with the reason. Returns the
--- batches marked with their payloads and priorities; a batch not returned
--- must not be submitted.
+-- marked. The statement sets the claim row's `submitting` itself
+-- (maintenance decides soft expiry from it): a marked batch was work and
+-- stays work, so nothing else on the row changes; it sets
+-- queuer.batches_counted for its transaction so that the counters trigger
+-- on batches does not do it again (migration 0032; the mark is its
+-- transaction's last statement). Appends a 'Submitting' history row with
+-- the reason. Returns the batches marked with their payloads and
+-- priorities; a batch not returned must not be submitted.
 -- $1 instance, $2 batch ids, $3 service ids, $4 epochs, $5 statuses seen ('' = none),
 -- $6 our incarnation (a later registration of our instance_id fences us out).
 WITH q AS (
+    -- (set before any batch is updated: the trigger's WHEN is read when
+    -- the update ends; with no batch to mark, nothing is counted either way)
     SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[])
         AS q(batch_id, service_id, epoch, seen)
+     WHERE set_config('queuer.batches_counted', 'on', true) = 'on'
 ), fence AS MATERIALIZED (
     -- The claims, locked: a takeover committed after this transaction
     -- began is seen (READ COMMITTED re-checks the newest row version) and
     -- its services are left alone; a claim row another transaction has
     -- locked (a takeover in progress, an operator action) is skipped, not
     -- waited for: its batch is not marked now and the worker fetches the
-    -- service again. FOR NO KEY UPDATE, as the trigger writes `submitting`. (IS NOT
+    -- service again. FOR NO KEY UPDATE, as `cnt` below writes `submitting`. (IS NOT
     -- DISTINCT FROM means = here, as both sides are set, but is not
     -- indexable: the primary key drives the scan.)
     SELECT c.service_id, c.claim_epoch
@@ -50,5 +56,11 @@ WITH q AS (
     SELECT upd.batch_id, upd.service_id, nullif(upd.seen, ''), 'Submitting', $1, upd.epoch,
            queuer.submit_reason(nullif(upd.seen, ''), upd.attempts, upd.last_error)
       FROM upd
+), cnt AS (
+    UPDATE queuer.service_id_claims c
+       SET submitting = true
+      FROM (SELECT DISTINCT upd.service_id FROM upd) u
+     WHERE c.service_id = u.service_id
+       AND NOT c.submitting
 )
 SELECT upd.batch_id, upd.service_id, upd.epoch, upd.attempts, upd.payload, upd.priority FROM upd

@@ -1,7 +1,7 @@
 -- Records many batch outcomes in one statement (one COMMIT for the group).
 -- Each write is fenced: the service's claim must still be ours, at the
 -- job's epoch, held (its own expiry_1 or our instance lease in the
--- future), locked (FOR NO KEY UPDATE, the trigger writes it) so
+-- future), locked (FOR NO KEY UPDATE: `cnt` below writes it) so
 -- a concurrent takeover waits for us or makes us match nothing; and the
 -- batch must be in the state the submitter expects (compare-and-set):
 --   expect 'posting'  : submitted, no status (our POST in progress)
@@ -17,9 +17,12 @@
 -- cycle (src/queuer/next_batch.c) is the general rule; this is the same rule
 -- for the one service whose in-flight batch just ended.
 --
--- The claim row's counters (n_open, submitting: maintenance decides soft
--- expiry from it) follow in the same statement, by the trigger on batches
--- (migrations/0008_claims_scale.sql).
+-- The claim row's counters (n_out, of which queuer.claims.n_open is made,
+-- and submitting: maintenance decides soft expiry from it) follow in the
+-- same statement (`cnt` below), and the statement sets
+-- queuer.batches_counted for its transaction so that the counters trigger
+-- on batches does not count again (migration 0032; an outcome write is its
+-- transaction's only statement, or one of several outcome writes).
 --
 -- $1 instance, $2 the outcomes: queuer.outcome[] (migrations/0004_outcome_type.sql), one
 -- element per batch; `ord` below is an element's position (from 1); $3 our
@@ -34,9 +37,12 @@
 -- due yet, or changed meanwhile): without a 'n' or 'm' row such an outcome's service has
 -- no non-final batch left. An outcome not returned means "claim lost, drop it".
 WITH o AS (
+    -- (set before any batch is updated: the trigger's WHEN is read when
+    -- the update ends; with no outcome, nothing is counted either way)
     SELECT * FROM unnest($2::queuer.outcome[]) WITH ORDINALITY
         AS o(batch_id, service_id, epoch, expect, status, submitted, attempts_add, retry_ms,
              last_error, detail, posted, go_on, ord)
+     WHERE set_config('queuer.batches_counted', 'on', true) = 'on'
 ), fence AS (
     -- Only claims that are ours at the outcome's epoch are locked, and a
     -- claim row another transaction has locked (our own claims transaction
@@ -95,7 +101,7 @@ WITH o AS (
                WHEN 'inflight' THEN (b.submitted AND b.status IS NULL) OR b.status = 'Pending'
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
-              f.expiry_1, o.ord, o.expect
+              f.expiry_1, o.ord, o.expect, b.submitted, b.retry_at
 ), hist AS (
     -- The state the row left is the one the compare-and-set above matched
     -- (posting: submitted without a status; pending: Pending), so only an
@@ -160,6 +166,24 @@ WITH o AS (
     SELECT go.batch_id, go.service_id, go.seen, 'Submitting', $1, go.epoch,
            queuer.submit_reason(go.seen, go.attempts, go.last_error)
       FROM go
+), cnt AS (
+    -- The claim rows' counters. An outcome's batch was in flight (the
+    -- compare-and-set above), and so work: it is counted out when it is no
+    -- longer work (final, or parked). It was its service's one batch in
+    -- flight (batches_one_in_flight), so the service has a batch
+    -- mid-submission exactly when this statement leaves one so: the
+    -- outcome's batch (still being posted) or the next one marked in `go`.
+    UPDATE queuer.service_id_claims c
+       SET n_out = c.n_out + x.n_done,
+           submitting = x.mid
+      FROM (SELECT upd.service_id,
+                   count(*) FILTER (WHERE NOT queuer.batch_is_work(upd.to_status, upd.retry_at))
+                       AS n_done,
+                   bool_or(upd.submitted AND upd.to_status IS NULL)
+                       OR EXISTS (SELECT 1 FROM go WHERE go.service_id = upd.service_id) AS mid
+              FROM upd GROUP BY upd.service_id) x
+     WHERE c.service_id = x.service_id
+       AND (x.n_done <> 0 OR c.submitting <> x.mid)
 )
 SELECT 'w' AS kind, upd.batch_id, NULL::text AS service_id, NULL::bigint AS epoch,
        NULL::integer AS attempts, NULL::bytea AS payload, NULL::bigint AS lease_left_ms, upd.ord,
