@@ -16,10 +16,13 @@
 -- $6 our incarnation (a later registration of our instance_id fences us out).
 WITH q AS (
     -- (set before any batch is updated: the trigger's WHEN is read when
-    -- the update ends; with no batch to mark, nothing is counted either way)
+    -- the update ends; with no batch to mark, nothing is counted either way. IS
+    -- NOT NULL is always true, and the planner estimates it so: a test
+    -- it took as selective made it expect one row and join the whole
+    -- group to the locked claims row by row)
     SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[])
         AS q(batch_id, service_id, epoch, seen)
-     WHERE set_config('queuer.batches_counted', 'on', true) = 'on'
+     WHERE set_config('queuer.batches_counted', 'on', true) IS NOT NULL
 ), fence AS MATERIALIZED (
     -- The claims, locked: a takeover committed after this transaction
     -- began is seen (READ COMMITTED re-checks the newest row version) and

@@ -38,11 +38,14 @@
 -- no non-final batch left. An outcome not returned means "claim lost, drop it".
 WITH o AS (
     -- (set before any batch is updated: the trigger's WHEN is read when
-    -- the update ends; with no outcome, nothing is counted either way)
+    -- the update ends; with no outcome, nothing is counted either way. IS
+    -- NOT NULL is always true, and the planner estimates it so: a test
+    -- it took as selective made it expect one row and join the whole
+    -- group to the locked claims row by row)
     SELECT * FROM unnest($2::queuer.outcome[]) WITH ORDINALITY
         AS o(batch_id, service_id, epoch, expect, status, submitted, attempts_add, retry_ms,
              last_error, detail, posted, go_on, ord)
-     WHERE set_config('queuer.batches_counted', 'on', true) = 'on'
+     WHERE set_config('queuer.batches_counted', 'on', true) IS NOT NULL
 ), fence AS (
     -- Only claims that are ours at the outcome's epoch are locked, and a
     -- claim row another transaction has locked (our own claims transaction
@@ -173,15 +176,19 @@ WITH o AS (
     -- flight (batches_one_in_flight), so the service has a batch
     -- mid-submission exactly when this statement leaves one so: the
     -- outcome's batch (still being posted) or the next one marked in `go`.
+    -- (one pass over both, grouped: a group of many outcomes is not
+    -- matched against `go` outcome by outcome)
     UPDATE queuer.service_id_claims c
        SET n_out = c.n_out + x.n_done,
            submitting = x.mid
-      FROM (SELECT upd.service_id,
-                   count(*) FILTER (WHERE NOT queuer.batch_is_work(upd.to_status, upd.retry_at))
-                       AS n_done,
-                   bool_or(upd.submitted AND upd.to_status IS NULL)
-                       OR EXISTS (SELECT 1 FROM go WHERE go.service_id = upd.service_id) AS mid
-              FROM upd GROUP BY upd.service_id) x
+      FROM (SELECT s.service_id, sum(s.done) AS n_done, bool_or(s.mid) AS mid
+              FROM (SELECT upd.service_id,
+                           (NOT queuer.batch_is_work(upd.to_status, upd.retry_at))::int AS done,
+                           upd.submitted AND upd.to_status IS NULL AS mid
+                      FROM upd
+                    UNION ALL
+                    SELECT go.service_id, 0, true FROM go) s
+             GROUP BY s.service_id) x
      WHERE c.service_id = x.service_id
        AND (x.n_done <> 0 OR c.submitting <> x.mid)
 )
