@@ -18,11 +18,17 @@
 -- groups of ~70 outcomes (100,000 services, 8 workers) both cost what
 -- they did.
 --
+-- Each statement sets the setting in the CTE that unnests its input, so it
+-- is on before any batch is updated (the trigger's WHEN is read when the
+-- update ends; with no input row nothing is updated, and nothing counted
+-- either way). The test there is IS NOT NULL, always true and estimated
+-- so: as "= 'on'" the planner took it as selective, expected one input row
+-- and joined a group of outcomes to the locked claims row by row.
+--
 -- Every other update of batches (an operator's retry, cancel or resolve, a
 -- repair by hand) still fires it. A session that sets the setting itself
--- and then updates batches leaves the counters to itself: only roles that
--- may update batches can, and they may write the claim row's counters
--- directly anyway (queuer_worker, the owner).
+-- leaves the counters of the batches its transaction updates to itself,
+-- through the operator functions too (docs/OPERATIONS.md says not to).
 CREATE OR REPLACE TRIGGER batches_claims_update AFTER UPDATE ON queuer.batches
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT

@@ -15,11 +15,7 @@
 -- $1 instance, $2 batch ids, $3 service ids, $4 epochs, $5 statuses seen ('' = none),
 -- $6 our incarnation (a later registration of our instance_id fences us out).
 WITH q AS (
-    -- (set before any batch is updated: the trigger's WHEN is read when
-    -- the update ends; with no batch to mark, nothing is counted either way. IS
-    -- NOT NULL is always true, and the planner estimates it so: a test
-    -- it took as selective made it expect one row and join the whole
-    -- group to the locked claims row by row)
+    -- (the setting, before any batch is updated: migration 0032)
     SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[])
         AS q(batch_id, service_id, epoch, seen)
      WHERE set_config('queuer.batches_counted', 'on', true) IS NOT NULL

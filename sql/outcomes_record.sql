@@ -37,11 +37,7 @@
 -- due yet, or changed meanwhile): without a 'n' or 'm' row such an outcome's service has
 -- no non-final batch left. An outcome not returned means "claim lost, drop it".
 WITH o AS (
-    -- (set before any batch is updated: the trigger's WHEN is read when
-    -- the update ends; with no outcome, nothing is counted either way. IS
-    -- NOT NULL is always true, and the planner estimates it so: a test
-    -- it took as selective made it expect one row and join the whole
-    -- group to the locked claims row by row)
+    -- (the setting, before any batch is updated: migration 0032)
     SELECT * FROM unnest($2::queuer.outcome[]) WITH ORDINALITY
         AS o(batch_id, service_id, epoch, expect, status, submitted, attempts_add, retry_ms,
              last_error, detail, posted, go_on, ord)
