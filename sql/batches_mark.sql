@@ -2,7 +2,9 @@
 -- status cleared), fenced by the claim (claimant, epoch, expiry_1 > now(),
 -- row locked; the claim is held while its own expiry_1 or our instance
 -- lease is in the future) and by the state the queuer saw
--- (compare-and-set), so it is safe at READ COMMITTED; a parked batch
+-- (compare-and-set), and by the service's state (the batch is its oldest
+-- open one and none is in flight), so it is safe at READ COMMITTED and
+-- needs no fetch before it; a parked batch
 -- (Delayed with retry_at = infinity: it waits for an operator) is never
 -- marked. The statement sets the claim row's `submitting` itself
 -- (maintenance decides soft expiry from it): a marked batch was work and
@@ -47,6 +49,23 @@ WITH q AS (
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nullif(q.seen, '')
        AND queuer.batch_is_work(b.status, b.retry_at) -- (not parked)
+       -- The service's oldest open batch, with no batch of it in flight:
+       -- the one-round serial choice's pick from a fetch of the service
+       -- now. A choice made from the fetch before it passes them unless the
+       -- service changed since; a batch named by a wake-up is marked
+       -- without a fetch, and these checks are what make that safe. Each
+       -- is one probe of an index's range for the service (OFFSET 0 keeps
+       -- them per-row probes whatever the table held when the plan was made).
+       AND NOT EXISTS (SELECT 1 FROM queuer.batches h
+                        WHERE h.service_id = b.service_id
+                          AND (h.status IS NULL OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                          AND h.created_at <= b.created_at
+                          AND (h.created_at < b.created_at OR h.batch_id < b.batch_id)
+                       OFFSET 0)
+       AND NOT EXISTS (SELECT 1 FROM queuer.batches f
+                        WHERE f.service_id = b.service_id
+                          AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending')
+                       OFFSET 0)
     RETURNING b.batch_id, b.service_id, b.payload, b.attempts, q.epoch, q.seen, b.last_error,
               b.priority
 ), hist AS (

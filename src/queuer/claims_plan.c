@@ -65,17 +65,20 @@ size_t qw_claims_mark_surplus(struct qw_claims_held *held, size_t n, size_t shar
     return idle;
 }
 
-int qw_claims_parse_item(const char *payload, char *service, size_t len, int64_t *epoch,
-                         const char **next)
+int qw_claims_parse_item(const char *payload, struct qw_wakeup_item *out, const char **next)
 {
     const char *end = strchr(payload, ' ');
-    const char *colon = memrchr(payload, ':', end ? (size_t)(end - payload) : strlen(payload));
+    size_t item_len = end ? (size_t)(end - payload) : strlen(payload);
     *next = end ? end + 1 : NULL;
+    const char *slash = memchr(payload, '/', item_len);
+    size_t head_len = slash ? (size_t)(slash - payload) : item_len;
+    const char *colon = memrchr(payload, ':', head_len);
     /* (a service id ends in a letter or digit: "a::b" has no epoch) */
-    if (!colon || colon == payload || colon[-1] == ':' || (size_t)(colon - payload) >= len)
+    if (!colon || colon == payload || colon[-1] == ':' ||
+        (size_t)(colon - payload) >= sizeof(out->service))
         return QW_ERR_INVALID;
     char digits[24];
-    size_t n = (end ? (size_t)(end - colon) : strlen(colon)) - 1;
+    size_t n = head_len - (size_t)(colon - payload) - 1;
     if (n == 0 || n >= sizeof(digits))
         return QW_ERR_INVALID;
     memcpy(digits, colon + 1, n);
@@ -83,8 +86,14 @@ int qw_claims_parse_item(const char *payload, char *service, size_t len, int64_t
     long e;
     if (qw_number_parse("epoch", digits, 0, LONG_MAX, &e, NULL, 0) != QW_OK)
         return QW_ERR_INVALID;
-    memcpy(service, payload, (size_t)(colon - payload));
-    service[colon - payload] = '\0';
-    *epoch = e;
+    size_t batch_len = slash ? item_len - head_len - 1 : 0;
+    if (slash &&
+        (batch_len != QW_BATCH_ID_LEN || strspn(slash + 1, "0123456789abcdef") < QW_BATCH_ID_LEN))
+        return QW_ERR_INVALID;
+    memcpy(out->service, payload, (size_t)(colon - payload));
+    out->service[colon - payload] = '\0';
+    out->epoch = e;
+    memcpy(out->batch, slash ? slash + 1 : "", batch_len);
+    out->batch[batch_len] = '\0';
     return QW_OK;
 }

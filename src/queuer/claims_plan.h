@@ -10,6 +10,7 @@
 #define QW_WORKER_CLAIMS_PLAN_H
 
 #include "common/err.h"
+#include "common/batch.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -109,13 +110,24 @@ struct qw_claims_held {
  */
 size_t qw_claims_mark_surplus(struct qw_claims_held *held, size_t n, size_t share);
 
+/** One item of a payload on an instance's channel. */
+struct qw_wakeup_item {
+    char service[QW_SERVICE_ID_MAX]; /* the service given work or given to us */
+    int64_t epoch;                   /* the claim's epoch */
+    char batch[QW_BATCH_ID_LEN + 1]; /* the one batch a lone enqueue gave it; "" when the item
+                                        names none */
+};
+
 /**
- * Parses one item of a payload on an instance's channel, "<service>:<epoch>"
- * (items are separated by spaces; *next is set past this one, NULL after the
- * last). Returns QW_OK with the service copied into `service` (of `len`
- * bytes) and the epoch, QW_ERR_INVALID for a malformed item. Pure.
+ * Parses one item of a payload on an instance's channel,
+ * "<service>:<epoch>" or "<service>:<epoch>/<batch_id>" (the latter from a
+ * lone enqueue of a held service; items are separated by spaces; *next is
+ * set past this one, NULL after the last). Returns QW_OK with the item in
+ * `out`, QW_ERR_INVALID for a malformed item (a service id too long for
+ * the buffer, an epoch that is not a number, a batch id that is not 128
+ * lower-case hex characters). Pure.
  */
-QW_MUST_CHECK int qw_claims_parse_item(const char *payload, char *service, size_t len,
-                                       int64_t *epoch, const char **next);
+QW_MUST_CHECK int qw_claims_parse_item(const char *payload, struct qw_wakeup_item *out,
+                                       const char **next);
 
 #endif

@@ -169,6 +169,65 @@ static int jobs_from_marked(const struct qw_db_res *marked, struct qw_queue_resu
     return QW_OK;
 }
 
+/* Adds one batch to the mark's array parameters (batch, service, epoch, status seen). */
+static void add_to_mark(struct qw_pgarray *arr, const char *batch_id, const char *service_id,
+                        int64_t epoch, const char *seen)
+{
+    qw_pgarray_text(&arr[0], batch_id);
+    qw_pgarray_text(&arr[1], service_id);
+    qw_pgarray_int(&arr[2], epoch);
+    qw_pgarray_text(&arr[3], seen);
+}
+
+/*
+ * Marks the `n` batches in the mark's array parameters, as the
+ * transaction's last statement (COMMIT goes with it), and adds a job for
+ * each batch marked.
+ */
+static int mark_and_collect(struct qw_db *db, struct queue_txn *txn, size_t n, struct qw_error *err)
+{
+    struct qw_pgarray *arr = txn->bufs->arr;
+    const char *mark[6] = {txn->p->instance_id,        qw_pgarray_finish(&arr[0]),
+                           qw_pgarray_finish(&arr[1]), qw_pgarray_finish(&arr[2]),
+                           qw_pgarray_finish(&arr[3]), txn->p->incarnation};
+    if (!mark[1] || !mark[2] || !mark[3] || !mark[4])
+        return qw_error_set(err, QW_ERR_NOMEM, "out of memory");
+    struct qw_db_res *marked = NULL;
+    txn->bufs->mark_sent = true;
+    int rc = qw_txn_query_commit(db, "batches_mark", 6, mark, &marked, err);
+    if (rc != QW_OK)
+        return rc;
+    txn->out->mark_short = (size_t)qw_db_res_rows(marked) < n;
+    rc = jobs_from_marked(marked, txn->out, err);
+    qw_db_res_free(marked);
+    return rc;
+}
+
+/*
+ * The batches named by wake-ups, marked without a fetch: each is its
+ * service's first submission of a new batch, so a draining service's is
+ * left out (as keep_for_draining() does), and so is a service we no
+ * longer hold at the wake-up's epoch or whose job is out. The mark leaves
+ * out a batch that is not its service's next; the caller fetches those.
+ */
+static int mark_named(struct qw_db *db, struct queue_txn *txn, struct qw_error *err)
+{
+    const struct qw_queue_params *p = txn->p;
+    struct qw_pgarray *arr = txn->bufs->arr;
+    for (int i = 0; i < 4; i++)
+        qw_pgarray_reset(&arr[i]);
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_named; i++) {
+        const struct qw_queue_named *b = &p->named[i];
+        const struct qw_svc *s = usable(p->svcs, b->service_id, b->epoch);
+        if (!s || s->draining)
+            continue;
+        add_to_mark(arr, b->batch_id, b->service_id, b->epoch, "");
+        n++;
+    }
+    return n > 0 ? mark_and_collect(db, txn, n, err) : QW_OK;
+}
+
 static int queue_body(void *conn, void *arg, struct qw_error *err)
 {
     struct qw_db *db = conn;
@@ -178,6 +237,8 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
     /* Re-run from scratch on every attempt. */
     qw_queue_result_free(t);
     txn->bufs->mark_sent = false;
+    if (p->named)
+        return mark_named(db, txn, err);
 
     const char *params[] = {p->instance_id, p->filter};
     struct qw_db_res *res = NULL;
@@ -273,30 +334,10 @@ static int queue_body(void *conn, void *arg, struct qw_error *err)
         qw_pgarray_reset(&arr[i]);
     for (size_t i = 0; i < n_chosen; i++) {
         const struct qw_serial_batch *b = &in[chosen[i]];
-        qw_pgarray_text(&arr[0], b->batch_id);
-        qw_pgarray_text(&arr[1], b->service_id);
-        qw_pgarray_int(&arr[2], meta[chosen[i]].epoch);
-        qw_pgarray_text(&arr[3], qw_batch_status_name(b->status));
+        add_to_mark(arr, b->batch_id, b->service_id, meta[chosen[i]].epoch,
+                    qw_batch_status_name(b->status));
     }
-    const char *mark[6] = {p->instance_id,
-                           qw_pgarray_finish(&arr[0]),
-                           qw_pgarray_finish(&arr[1]),
-                           qw_pgarray_finish(&arr[2]),
-                           qw_pgarray_finish(&arr[3]),
-                           p->incarnation};
-    if (!mark[1] || !mark[2] || !mark[3] || !mark[4]) {
-        rc = qw_error_set(err, QW_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    struct qw_db_res *marked = NULL;
-    txn->bufs->mark_sent = true;
-    /* (the mark is the transaction's last statement: COMMIT goes with it) */
-    rc = qw_txn_query_commit(db, "batches_mark", 6, mark, &marked, err);
-    if (rc != QW_OK)
-        goto out;
-    t->mark_short = (size_t)qw_db_res_rows(marked) < n_chosen;
-    rc = jobs_from_marked(marked, t, err);
-    qw_db_res_free(marked);
+    rc = mark_and_collect(db, txn, n_chosen, err);
 out:
     free(in);
     free(meta);

@@ -3,7 +3,10 @@
  * fetch the non-final batches of the services we hold, adopt batches in
  * flight that no job of ours follows, choose with the one-round serial
  * algorithm (next_batch.h), and mark the chosen batches submitted, fenced by
- * their claims. It runs at READ COMMITTED through the retrying helper
+ * their claims. Batches named by wake-ups are marked without the fetch:
+ * the mark itself leaves out a batch that is not its service's oldest open
+ * one or whose service has one in flight, which is what the serial choice
+ * would have decided. It runs at READ COMMITTED through the retrying helper
  * (txn.h): every mark is fenced by its claim row (locked FOR SHARE,
  * re-checked at its newest version) and by a compare-and-set on the batch,
  * and the in-flight exclusion constraint holds at any isolation level.
@@ -26,13 +29,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/** A batch a wake-up named (a lone enqueue of a service we hold). */
+struct qw_queue_named {
+    char service_id[QW_SERVICE_ID_MAX];
+    char batch_id[QW_BATCH_ID_LEN + 1];
+    int64_t epoch; /* the claim's epoch the wake-up named */
+};
+
 /** What one queue transaction asks for. */
 struct qw_queue_params {
-    const char *instance_id; /* our claimant id */
-    const char *incarnation; /* our registration's incarnation (the marks name it) */
-    const char *filter;      /* text[] literal of the services to fetch, NULL = all held */
-    struct qw_svcmap *svcs;  /* the queuer's services: which are usable (read only) */
-    int max_in_flight;       /* jobs the submitter may own at once (dlt.max_in_flight) */
+    const char *instance_id;            /* our claimant id */
+    const char *incarnation;            /* our registration's incarnation (the marks name it) */
+    const char *filter;                 /* text[] literal of the services to fetch, NULL = all
+                                           held (ignored when `named` is set) */
+    const struct qw_queue_named *named; /* or: batches to mark without a fetch (the mark
+                                           leaves out any that is not its service's next);
+                                           the caller leaves room for all of them */
+    size_t n_named;                     /* entries in named */
+    struct qw_svcmap *svcs;             /* the queuer's services: which are usable (read only) */
+    int max_in_flight;                  /* jobs the submitter may own at once (dlt.max_in_flight) */
 };
 
 /** What it produced; valid only when qw_queue_txn_run() returned QW_OK. */

@@ -99,6 +99,10 @@ struct queuer {
     char **dirty;                      /* services to fetch again now (jobs came back) */
     size_t n_dirty;                    /* entries in dirty */
     size_t cap_dirty;                  /* allocated entries */
+    struct qw_queue_named *named;      /* batches wake-ups named, to mark without a fetch
+                                          (their services have `named` set) */
+    size_t n_named;                    /* entries in named */
+    size_t cap_named;                  /* allocated entries */
     struct qw_queue_bufs bufs;         /* reusable parameters of the queue transaction */
     struct qw_pgarray filter;          /* services of a partial fetch */
     struct qw_pgarray release;         /* surplus claims to give back */
@@ -195,21 +199,47 @@ static bool backlog_draining(const struct queuer *q)
     return qw_backlog_waiting(&q->backlog) > 0 && q->svcs.busy > 0;
 }
 
-/* Fetch + queue for all held services (filter NULL) or the listed ones. */
-static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error *err)
+static int add_dirty(struct queuer *q, const char *service_id);
+
+/*
+ * The batches wake-ups named are spoken for: the services whose batch the
+ * mark left out (not its service's next, or its claim row locked) are
+ * fetched now, as any other named service.
+ */
+static void settle_named(struct queuer *q)
+{
+    for (size_t i = 0; i < q->n_named; i++) {
+        struct qw_svc *s = qw_svcmap_get(&q->svcs, q->named[i].service_id);
+        if (!s)
+            continue;
+        s->named = false;
+        if (s->held && !s->busy && add_dirty(q, s->service_id) != QW_OK)
+            q->next_retry_ms = 0; /* fall back to a full fetch */
+    }
+    q->n_named = 0;
+}
+
+/*
+ * Fetch + queue for all held services (filter NULL) or the listed ones;
+ * or, with `named`, queue the batches wake-ups named without a fetch.
+ */
+static int fetch_and_queue(struct queuer *q, const char *filter, bool named, struct qw_error *err)
 {
     struct qw_queue_params p = {
         .instance_id = q->w->instance_id,
         .incarnation = q->w->incarnation,
         .filter = filter,
+        .named = named ? q->named : NULL,
+        .n_named = named ? q->n_named : 0,
         .svcs = &q->svcs,
         .max_in_flight = q->cfg->dlt_max_in_flight,
     };
+    bool all = !filter && !named;
     struct qw_queue_result t;
     int64_t began_us = qw_clock_mono_us();
     int rc = qw_queue_txn_run(q->db, &q->queue_policy, &p, &q->bufs, &t, err);
     add_serialization_retries(q, &t.stats);
-    qw_log_debug("queue.done", "all=%d jobs=%zu attempts=%d us=%lld", filter == NULL, t.n_jobs,
+    qw_log_debug("queue.done", "all=%d named=%d jobs=%zu attempts=%d us=%lld", all, named, t.n_jobs,
                  t.stats.attempts, (long long)(qw_clock_mono_us() - began_us));
     bool recovered = false;
     if (rc == QW_ERR_OUTCOME_UNKNOWN && q->bufs.mark_sent) {
@@ -228,7 +258,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
     if (recovered) {
         /* Only the recovered marks are known: fetch everything again next. */
         q->next_retry_ms = 0;
-    } else if (!filter) {
+    } else if (all) {
         /* A full fetch knows every waiting service: its overflow replaces the
          * backlog. A partial one adds to it (replacing it forgot services
          * that waited for room until the next full fetch). */
@@ -266,7 +296,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         job = next;
     }
     atomic_store_explicit(&q->w->stats.jobs_busy, (long long)q->svcs.busy, memory_order_relaxed);
-    if (!filter && !recovered)
+    if (all && !recovered)
         atomic_store_explicit(&q->w->stats.ops.delayed, t.n_delayed, memory_order_relaxed);
     /* When the next Delayed/Unknown batch falls due. A full fetch saw every
      * service and sets it; a partial one saw only a few and may only bring
@@ -277,11 +307,14 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
         int64_t in_ms = (t.next_retry_us - t.db_now_us) / 1000 + 1;
         due_ms = qw_clock_mono_ms() + (in_ms > 0 ? in_ms : 0);
     }
-    if (!recovered && (!filter || due_ms < q->next_retry_ms))
+    if (!recovered && (all || due_ms < q->next_retry_ms))
         q->next_retry_ms = due_ms;
     /* A chosen batch the mark left out (its claim row was locked, or its
-     * claim or state changed): look again soon, not at the next full fetch. */
-    if (t.mark_short) {
+     * claim or state changed): look again soon, not at the next full fetch.
+     * (A named one is fetched at once.) */
+    if (named)
+        settle_named(q);
+    else if (t.mark_short) {
         int64_t soon = qw_clock_mono_ms() + MARK_RETRY_MS;
         if (soon < q->next_retry_ms)
             q->next_retry_ms = soon;
@@ -289,8 +322,6 @@ static int fetch_and_queue(struct queuer *q, const char *filter, struct qw_error
     qw_queue_result_free(&t);
     return QW_OK;
 }
-
-static int add_dirty(struct queuer *q, const char *service_id);
 
 /*
  * Rebalancing. Claims are kept when their work runs out, and a service
@@ -615,6 +646,17 @@ static void clear_dirty(struct queuer *q)
     q->n_dirty = 0;
 }
 
+/* Forgets the batches wake-ups named (a full fetch sees them). */
+static void forget_named(struct queuer *q)
+{
+    for (size_t i = 0; i < q->n_named; i++) {
+        struct qw_svc *s = qw_svcmap_get(&q->svcs, q->named[i].service_id);
+        if (s)
+            s->named = false;
+    }
+    q->n_named = 0;
+}
+
 /* A held, draining service with no job out goes back in a claims cycle
  * DRAINED_RELEASE_DELAY_MS from now (one cycle for all that are due by then). */
 static void release_drained_soon(struct queuer *q, const struct qw_svc *s)
@@ -727,18 +769,48 @@ static void drain_wake_fd(int fd)
 }
 
 /*
- * One "<service>:<epoch>" of a notification on our channel: the service is
- * ours at that epoch (an enqueue, maintenance or pickup gave it to us, or
- * it is ours already and got work). A claim we did not know of, or at
- * another epoch, is noted (and so fetched); one we know is fetched unless
- * its job is out (the job's return fetches it).
+ * Remembers a batch a wake-up named, to mark without a fetch. Returns false
+ * when it cannot (the service has one named already, or no memory): the
+ * caller fetches the service instead.
  */
-static void on_item(struct queuer *q, const char *service, int64_t epoch)
+static bool add_named(struct queuer *q, struct qw_svc *s, const struct qw_wakeup_item *it)
 {
+    if (s->named)
+        return false;
+    if (q->n_named == q->cap_named) {
+        size_t cap = q->cap_named ? q->cap_named * 2 : 16;
+        struct qw_queue_named *grown = realloc(q->named, cap * sizeof(*grown));
+        if (!grown)
+            return false;
+        q->named = grown;
+        q->cap_named = cap;
+    }
+    struct qw_queue_named *n = &q->named[q->n_named++];
+    snprintf(n->service_id, sizeof(n->service_id), "%s", it->service);
+    snprintf(n->batch_id, sizeof(n->batch_id), "%s", it->batch);
+    n->epoch = it->epoch;
+    s->named = true;
+    return true;
+}
+
+/*
+ * One "<service>:<epoch>[/<batch>]" of a notification on our channel: the
+ * service is ours at that epoch (an enqueue, maintenance or pickup gave it
+ * to us, or it is ours already and got work). A claim we did not know of,
+ * or at another epoch, is noted (and so fetched); one we know is fetched
+ * unless its job is out (the job's return fetches it), or, when the
+ * wake-up names its one new batch, that batch is marked without a fetch.
+ */
+static void on_item(struct queuer *q, const struct qw_wakeup_item *it)
+{
+    const char *service = it->service;
+    int64_t epoch = it->epoch;
     struct qw_svc *s = qw_svcmap_get(&q->svcs, service);
     if (s && s->held && s->epoch == epoch) {
         if (s->busy)
             s->woken_busy = true;
+        else if (it->batch[0] && !s->draining && add_named(q, s, it))
+            ; /* marked by name */
         else if (add_dirty(q, service) != QW_OK)
             q->next_retry_ms = 0; /* fall back to a full fetch */
         /* Draining, we queue nothing new for it: it goes back with its
@@ -792,16 +864,15 @@ static void on_notify(const char *channel, const char *payload, void *arg)
         q->reconcile_asked = q->notified = true;
         return;
     }
-    char service[QW_SERVICE_ID_MAX];
-    int64_t epoch;
+    struct qw_wakeup_item it;
     for (const char *item = payload; item;) {
-        if (qw_claims_parse_item(item, service, sizeof(service), &epoch, &item) != QW_OK) {
+        if (qw_claims_parse_item(item, &it, &item) != QW_OK) {
             qw_log_warn("notify.malformed", "channel=%s payload=%s", channel,
                         qw_log_quote((char[300]){0}, 300, payload));
             q->reconcile_asked = q->notified = true;
             return;
         }
-        on_item(q, service, epoch);
+        on_item(q, &it);
     }
 }
 
@@ -819,7 +890,7 @@ static int wait_for_work(struct queuer *q, int64_t next_cycle_ms)
         until = q->listener_outage.retry_at_ms; /* its next reconnect */
     }
     int64_t timeout = until - t;
-    if (timeout < 0 || q->n_dirty > 0)
+    if (timeout < 0 || q->n_dirty > 0 || q->n_named > 0)
         timeout = 0;
     struct qw_error err;
     qw_error_clear(&err);
@@ -946,20 +1017,33 @@ static void send_selftest(struct queuer *q)
  */
 static int queue_now(struct queuer *q, bool full, struct qw_error *err)
 {
-    const char *filter = NULL;
-    if (!full) {
-        if (q->n_dirty == 0)
-            return QW_OK;
-        qw_pgarray_reset(&q->filter);
-        for (size_t i = 0; i < q->n_dirty; i++)
-            qw_pgarray_text(&q->filter, q->dirty[i]);
-        filter = qw_pgarray_finish(&q->filter);
-    } else {
+    if (full) {
+        forget_named(q);
+        clear_dirty(q);
         q->cycles_since_full = 0;
         q->notified_all = false;
+        return fetch_and_queue(q, NULL, false, err);
     }
+    if (q->n_named > 0) {
+        /* Marked by name only with room for them all and none waiting for
+         * room (the regular fetch orders those by priority). */
+        long room = (long)q->cfg->dlt_max_in_flight - (long)q->svcs.busy;
+        if ((long)q->n_named <= room && qw_backlog_waiting(&q->backlog) == 0) {
+            int rc = fetch_and_queue(q, NULL, true, err);
+            if (rc != QW_OK)
+                return rc;
+        } else {
+            settle_named(q);
+        }
+    }
+    if (q->n_dirty == 0)
+        return QW_OK;
+    qw_pgarray_reset(&q->filter);
+    for (size_t i = 0; i < q->n_dirty; i++)
+        qw_pgarray_text(&q->filter, q->dirty[i]);
+    const char *filter = qw_pgarray_finish(&q->filter);
     clear_dirty(q);
-    return fetch_and_queue(q, filter, err);
+    return fetch_and_queue(q, filter, false, err);
 }
 
 /* When the next claims cycle is due: the periodic one, or earlier a release
@@ -1042,7 +1126,7 @@ static void queuer_loop(struct queuer *q)
                 next_cycle =
                     t + qw_backoff_full_jitter(failures++, 50, cfg->worker_cycle_ms, &q->rng);
             }
-        } else if (q->n_dirty > 0 || t >= q->next_retry_ms) {
+        } else if (q->n_dirty > 0 || q->n_named > 0 || t >= q->next_retry_ms) {
             rc = queue_now(q, t >= q->next_retry_ms, &err);
             if (rc != QW_OK) {
                 note_failure(q, "queue.failed", &err);
@@ -1148,6 +1232,7 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, struct qw_db *listener,
     free(q.tally);
     clear_dirty(&q);
     free(q.dirty);
+    free(q.named);
     qw_claims_result_free(&q.claims);
     qw_backlog_free(&q.backlog);
     qw_svcmap_free(&q.svcs);

@@ -27,6 +27,8 @@ struct qw_svc {
                                            one prefers another node */
     bool woken_busy;                    /* a notification named it while its job was out:
                                            fetch it when the job comes back */
+    bool named;                         /* a wake-up named its new batch: marked without a
+                                           fetch at the next queue step */
     int avoid_node;                     /* that node (when avoid) */
     bool tombstone;                     /* deleted slot */
 };

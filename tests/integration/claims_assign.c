@@ -361,7 +361,8 @@ static void test_enqueue_with_none_live_leaves_it_free(void **state)
  * A free service that gets work goes to a live instance in the enqueue's
  * statement, at the next epoch, and the holder alone is woken on its own
  * channel with "<service>:<epoch>"; a further enqueue of the held service
- * wakes the holder again at the same epoch.
+ * wakes the holder again at the same epoch, naming the batch:
+ * "<service>:<epoch>/<batch_id>".
  */
 static void test_enqueue_gives_a_free_service_and_wakes_the_holder(void **state)
 {
@@ -382,11 +383,14 @@ static void test_enqueue_gives_a_free_service_and_wakes_the_holder(void **state)
     assert_string_equal(got, "");
     free(got);
 
-    enqueue(f, f->pg.a, S1, NULL);
+    char id[129];
+    enqueue(f, f->pg.a, S1, id);
     assert_int_equal(epoch_of(f, S1), 1);
     assert_holder(f, S1, who);
     got = itest_notifications(mine, 5000);
-    assert_string_equal(got, want);
+    char named[200];
+    snprintf(named, sizeof(named), "%s:1/%s\n", S1, id);
+    assert_string_equal(got, named);
     free(got);
     free(who);
     qw_db_close(l1);
@@ -921,6 +925,38 @@ static void test_stop_that_abandoned_posts_keeps_mid_submission(void **state)
     assert_false(register_names_an_age(f, "w9", "false"));
 }
 
+/*
+ * The mark leaves out a batch that is not its service's next, as the
+ * one-round serial choice would (a wake-up's batch is marked without a
+ * fetch): not while an older batch of the service is open, not while one
+ * is in flight; the oldest, once nothing is in flight, is marked.
+ */
+static void test_mark_takes_only_the_services_next_batch(void **state)
+{
+    struct fixture *f = *state;
+    char first[129], second[129];
+    enqueue(f, f->pg.a, S1, first);
+    enqueue(f, f->pg.a, S1, second);
+    hold(f, S1, "w1");
+    assert_int_equal(renew(f, f->inc), QW_OK);
+    int64_t epoch = epoch_of(f, S1);
+    /* the second, while the first is open: left alone */
+    assert_int_equal(mark(f->pg.a, f->inc, S1, second, epoch), 0);
+    /* the first; then the second, while the first is in flight */
+    assert_int_equal(mark(f->pg.a, f->inc, S1, first, epoch), 1);
+    assert_int_equal(mark(f->pg.a, f->inc, S1, second, epoch), 0);
+    /* Pending counts as in flight too */
+    itest_exec(f->pg.a, "UPDATE queuer.batches SET submitted = false, status = 'Pending' "
+                        "WHERE service_id = '" S1 "' AND submitted");
+    assert_int_equal(mark(f->pg.a, f->inc, S1, second, epoch), 0);
+    itest_exec(f->pg.a, "UPDATE queuer.batches SET submitted = true, status = NULL "
+                        "WHERE service_id = '" S1 "' AND status = 'Pending'");
+    /* the first final: the second is the service's next */
+    assert_int_equal(record_committed(f->pg.a, f->inc, S1, first, epoch), 1);
+    assert_int_equal(mark(f->pg.a, f->inc, S1, second, epoch), 1);
+    assert_work_counted(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -944,6 +980,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_new_incarnation_fences_the_old, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiting_priority_reaches_the_others, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mark_takes_only_the_services_next_batch, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_stop_that_abandoned_posts_keeps_mid_submission, setup,
                                         teardown),
     };

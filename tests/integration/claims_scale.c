@@ -280,8 +280,16 @@ static void test_counter_follows_every_outcome(void **state)
     assert_int_equal(n_open(f, S1), 2);
     assert_counters_exact(f);
     assert_int_equal(mark_seen(f, 1, "Delayed"), 0);
-    /* a POST without an answer (still being posted), then handed back
-     * unposted: work again, no submission in progress */
+    /* nor the next batch of its service, which the parked one holds back */
+    assert_int_equal(mark(f, 2), 0);
+    /* an operator ends the parked batch (Invalid); then a POST without an
+     * answer (still being posted), then handed back unposted: work again,
+     * no submission in progress */
+    char sql[300];
+    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_cancel('%s', 'test')", f->ids[1]);
+    itest_exec(f->pg.a, sql);
+    assert_int_equal(n_open(f, S1), 2);
+    assert_counters_exact(f);
     assert_int_equal(mark(f, 2), 1);
     assert_int_equal(record_as(f, 2, "posting", "", "t", "", "f"), 1);
     assert_counters_exact(f);

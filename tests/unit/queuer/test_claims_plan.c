@@ -250,24 +250,41 @@ static void test_count_unreported(void **state)
     assert_false(qw_claims_count_unreported(0, 0, 0));
 }
 
+/* 128 hex characters: a batch id as a lone enqueue names it */
+#define HEX32 "0123456789abcdef0123456789abcdef"
+#define BATCH HEX32 HEX32 HEX32 HEX32
+
 struct item_case {
     const char *payload; /* a notification payload */
     int rc;              /* of the first item */
     const char *service; /* its service, when QW_OK */
     long long epoch;     /* its epoch */
+    const char *batch;   /* its batch ("" = none) */
     const char *rest;    /* where the next item starts, NULL after the last */
 };
 
 static const struct item_case item_cases[] = {
-    {"abcde-fghij::0001:7", QW_OK, "abcde-fghij::0001", 7, NULL},
-    {"abcde-fghij::0001:12 abcde-fghij::0002:3", QW_OK, "abcde-fghij::0001", 12,
+    {"abcde-fghij::0001:7", QW_OK, "abcde-fghij::0001", 7, "", NULL},
+    {"abcde-fghij::0001:12 abcde-fghij::0002:3", QW_OK, "abcde-fghij::0001", 12, "",
      "abcde-fghij::0002:3"},
-    {"abcde-fghij::0001:", QW_ERR_INVALID, NULL, 0, NULL},
-    {"abcde-fghij::0001", QW_ERR_INVALID, NULL, 0, NULL},
-    {":5", QW_ERR_INVALID, NULL, 0, NULL},
-    {"abcde-fghij::0001:-1", QW_ERR_INVALID, NULL, 0, NULL},
-    {"abcde-fghij::0001:7x", QW_ERR_INVALID, NULL, 0, NULL},
-    {"abcde-fghij::0001:99999999999999999999999", QW_ERR_INVALID, NULL, 0, NULL},
+    {"abcde-fghij::0001:7/" BATCH, QW_OK, "abcde-fghij::0001", 7, BATCH, NULL},
+    {"abcde-fghij::0001:7/" BATCH " abcde-fghij::0002:3", QW_OK, "abcde-fghij::0001", 7, BATCH,
+     "abcde-fghij::0002:3"},
+    {"abcde-fghij::0001:", QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    {"abcde-fghij::0001", QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    {":5", QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    {"abcde-fghij::0001:-1", QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    {"abcde-fghij::0001:7x", QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    {"abcde-fghij::0001:99999999999999999999999", QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    /* a service id longer than the buffer is refused, not cut */
+    {"abcde-fghij::0001abcdefghij:7", QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    /* a batch id of the wrong length or alphabet, or none after the slash */
+    {"abcde-fghij::0001:7/", QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    {"abcde-fghij::0001:7/" HEX32, QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    {"abcde-fghij::0001:7/" BATCH "0", QW_ERR_INVALID, NULL, 0, NULL, NULL},
+    {"abcde-fghij::0001:7/" HEX32 HEX32 HEX32 "0123456789ABCDEF0123456789abcdef", QW_ERR_INVALID,
+     NULL, 0, NULL, NULL},
+    {"abcde-fghij::0001:/" BATCH, QW_ERR_INVALID, NULL, 0, NULL, NULL},
 };
 
 static void test_parse_item_table(void **state)
@@ -275,28 +292,21 @@ static void test_parse_item_table(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof(item_cases) / sizeof(item_cases[0]); i++) {
         const struct item_case *c = &item_cases[i];
-        char service[QW_SERVICE_ID_MAX] = "";
-        int64_t epoch = -1;
+        struct qw_wakeup_item item = {.epoch = -1};
         const char *next = "unset";
-        int rc = qw_claims_parse_item(c->payload, service, sizeof(service), &epoch, &next);
+        int rc = qw_claims_parse_item(c->payload, &item, &next);
         if (rc != c->rc)
             fail_msg("'%s': rc %d, want %d", c->payload, rc, c->rc);
         if (rc != QW_OK)
             continue;
-        assert_string_equal(service, c->service);
-        assert_int_equal(epoch, c->epoch);
+        assert_string_equal(item.service, c->service);
+        assert_int_equal(item.epoch, c->epoch);
+        assert_string_equal(item.batch, c->batch);
         if (c->rest)
             assert_string_equal(next, c->rest);
         else
             assert_null(next);
     }
-    /* a service longer than the caller's buffer is refused, not cut */
-    char small[8];
-    int64_t epoch;
-    const char *next;
-    assert_int_equal(
-        qw_claims_parse_item("abcde-fghij::0001:7", small, sizeof(small), &epoch, &next),
-        QW_ERR_INVALID);
 }
 
 int main(void)
