@@ -52,7 +52,9 @@ WITH q AS (
        -- The service's oldest open batch, with no batch of it in flight:
        -- the one-round serial choice's pick from a fetch of the service
        -- now. A choice made from the fetch before it passes them unless the
-       -- service changed since; a batch named by a wake-up is marked
+       -- service changed since (an operator's retry of an older Invalid
+       -- batch committed in between: the younger one is then left alone,
+       -- where it used to be marked); a batch named by a wake-up is marked
        -- without a fetch, and these checks are what make that safe. Each
        -- is one probe of an index's range for the service (OFFSET 0 keeps
        -- them per-row probes whatever the table held when the plan was made).

@@ -202,18 +202,19 @@ static bool backlog_draining(const struct queuer *q)
 static int add_dirty(struct queuer *q, const char *service_id);
 
 /*
- * The batches wake-ups named are spoken for: the services whose batch the
- * mark left out (not its service's next, or its claim row locked) are
- * fetched now, as any other named service.
+ * Empties the list of batches wake-ups named. With `fetch`, the services
+ * still idle (their batch was left out: not its service's next, its claim
+ * row locked, or not marked by name at all) are fetched now, as any other
+ * named service; without, a full fetch is about to see them.
  */
-static void settle_named(struct queuer *q)
+static void end_named(struct queuer *q, bool fetch)
 {
     for (size_t i = 0; i < q->n_named; i++) {
         struct qw_svc *s = qw_svcmap_get(&q->svcs, q->named[i].service_id);
         if (!s)
             continue;
         s->named = false;
-        if (s->held && !s->busy && add_dirty(q, s->service_id) != QW_OK)
+        if (fetch && s->held && !s->busy && add_dirty(q, s->service_id) != QW_OK)
             q->next_retry_ms = 0; /* fall back to a full fetch */
     }
     q->n_named = 0;
@@ -313,7 +314,7 @@ static int fetch_and_queue(struct queuer *q, const char *filter, bool named, str
      * claim or state changed): look again soon, not at the next full fetch.
      * (A named one is fetched at once.) */
     if (named)
-        settle_named(q);
+        end_named(q, true);
     else if (t.mark_short) {
         int64_t soon = qw_clock_mono_ms() + MARK_RETRY_MS;
         if (soon < q->next_retry_ms)
@@ -646,17 +647,6 @@ static void clear_dirty(struct queuer *q)
     q->n_dirty = 0;
 }
 
-/* Forgets the batches wake-ups named (a full fetch sees them). */
-static void forget_named(struct queuer *q)
-{
-    for (size_t i = 0; i < q->n_named; i++) {
-        struct qw_svc *s = qw_svcmap_get(&q->svcs, q->named[i].service_id);
-        if (s)
-            s->named = false;
-    }
-    q->n_named = 0;
-}
-
 /* A held, draining service with no job out goes back in a claims cycle
  * DRAINED_RELEASE_DELAY_MS from now (one cycle for all that are due by then). */
 static void release_drained_soon(struct queuer *q, const struct qw_svc *s)
@@ -803,15 +793,13 @@ static bool add_named(struct queuer *q, struct qw_svc *s, const struct qw_wakeup
  */
 static void on_item(struct queuer *q, const struct qw_wakeup_item *it)
 {
-    const char *service = it->service;
-    int64_t epoch = it->epoch;
-    struct qw_svc *s = qw_svcmap_get(&q->svcs, service);
-    if (s && s->held && s->epoch == epoch) {
+    struct qw_svc *s = qw_svcmap_get(&q->svcs, it->service);
+    if (s && s->held && s->epoch == it->epoch) {
         if (s->busy)
             s->woken_busy = true;
         else if (it->batch[0] && !s->draining && add_named(q, s, it))
             ; /* marked by name */
-        else if (add_dirty(q, service) != QW_OK)
+        else if (add_dirty(q, it->service) != QW_OK)
             q->next_retry_ms = 0; /* fall back to a full fetch */
         /* Draining, we queue nothing new for it: it goes back with its
          * work, for a worker with room (a release skipped it while this
@@ -820,8 +808,8 @@ static void on_item(struct queuer *q, const struct qw_wakeup_item *it)
         release_drained_soon(q, s);
         return;
     }
-    struct qw_claim c = {.epoch = epoch};
-    snprintf(c.service_id, sizeof(c.service_id), "%s", service);
+    struct qw_claim c = {.epoch = it->epoch};
+    snprintf(c.service_id, sizeof(c.service_id), "%s", it->service);
     if (note_claim(q, &c) != QW_OK)
         q->reconcile_asked = q->notified = true;
     /* The others' fair share reads the count our lease reports: a claims
@@ -1018,7 +1006,7 @@ static void send_selftest(struct queuer *q)
 static int queue_now(struct queuer *q, bool full, struct qw_error *err)
 {
     if (full) {
-        forget_named(q);
+        end_named(q, false);
         clear_dirty(q);
         q->cycles_since_full = 0;
         q->notified_all = false;
@@ -1033,7 +1021,7 @@ static int queue_now(struct queuer *q, bool full, struct qw_error *err)
             if (rc != QW_OK)
                 return rc;
         } else {
-            settle_named(q);
+            end_named(q, true);
         }
     }
     if (q->n_dirty == 0)
