@@ -96,17 +96,24 @@ WITH live AS MATERIALIZED (
      WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM plan x)) AND c.ctid = p.ctid
     RETURNING c.service_id, c.claimant, c.claim_epoch
 ), woke AS (
-    SELECT pg_notify('queuer_i' || i.incarnation,
-                     -- every claim named while the payload stays below
-                     -- PostgreSQL's 8,000 bytes (an epoch has at most 19
-                     -- digits); more are "+": the receiver reads all its
-                     -- claims and fetches those at a new epoch
-                     CASE WHEN sum(octet_length(u.service_id) + 21) < 8000
-                          THEN string_agg(u.service_id || ':' || u.claim_epoch, ' ')
-                          ELSE '+' END) AS sent
-      FROM upd u JOIN queuer.instances i ON i.instance_id = u.claimant
-     WHERE u.claimant <> $1
-     GROUP BY i.incarnation
+    -- every claim named, in notifications of at most 7,900 bytes
+    -- (PostgreSQL takes less than 8,000), as many as each receiver needs
+    -- (about two hundred claims each; a call gives one receiver at most
+    -- $5 claims); "+" instead, one notification, for a receiver that would
+    -- need more than sixteen: read all your claims, fetch those at a new
+    -- epoch
+    SELECT pg_notify('queuer_i' || p.incarnation,
+                     CASE WHEN p.parts > 16 THEN '+' ELSE string_agg(p.item, ' ') END) AS sent
+      FROM (SELECT n.incarnation, n.item, n.part,
+                   max(n.part) OVER (PARTITION BY n.incarnation) + 1 AS parts
+              FROM (SELECT i.incarnation, u.service_id || ':' || u.claim_epoch AS item,
+                           (sum(octet_length(u.service_id) + 2
+                                + octet_length(u.claim_epoch::text))
+                                OVER (PARTITION BY i.incarnation ORDER BY u.service_id
+                                      ROWS UNBOUNDED PRECEDING) - 1) / 7900 AS part
+                      FROM upd u JOIN queuer.instances i ON i.instance_id = u.claimant
+                     WHERE u.claimant <> $1) n) p
+     GROUP BY p.incarnation, p.parts, CASE WHEN p.parts > 16 THEN 0 ELSE p.part END
 )
 SELECT u.service_id, u.claimant, u.claim_epoch
   FROM upd u CROSS JOIN (SELECT count(w.sent) AS n FROM woke w) w

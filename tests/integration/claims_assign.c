@@ -459,32 +459,6 @@ static void test_pickup_names_every_claim_given(void **state)
     qw_db_close(l2);
 }
 
-/*
- * Past what one payload holds (PostgreSQL's 8,000 bytes: about two hundred
- * claims), pickup tells the receiver QW_CLAIMS_NEW: read your claims and
- * fetch those at a new epoch, not every service you hold (QW_CLAIMS_ALL,
- * which a receiver holding thousands paid for at every pickup).
- */
-static void test_pickup_past_one_payload_says_new_claims(void **state)
-{
-    struct fixture *f = *state;
-    enum { N = 600 };
-    char names[N][QW_SERVICE_ID_MAX];
-    const char *svcs[N];
-    for (int i = 0; i < N; i++) {
-        snprintf(names[i], sizeof(names[i]), "assig-ddddd::%04d", i);
-        svcs[i] = names[i];
-    }
-    struct qw_db *l2 = picked_up_by_w1(f, svcs, N, "1000");
-    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims "
-                               "WHERE claimant = 'w2'"),
-                     N / 2);
-    char *got = itest_notifications(l2, 5000);
-    assert_string_equal(got, QW_CLAIMS_NEW "\n");
-    free(got);
-    qw_db_close(l2);
-}
-
 /* Enqueues `n` new services "assig-<prefix>::<0001..>" in one statement
  * (held by w1 alone) and returns w1's notifications, one per line. */
 static char *wake_up_for(struct fixture *f, struct qw_db *l1, const char *prefix, size_t n)
@@ -520,6 +494,77 @@ static size_t named_items(const char *got, size_t *payloads)
         line += len + (nl ? 1 : 0);
     }
     return items;
+}
+
+/*
+ * Past what one payload holds (PostgreSQL's 8,000 bytes: about two hundred
+ * claims), pickup names the claims it gives in as many notifications as it
+ * takes: a receiver told QW_CLAIMS_NEW instead read all its claims, at
+ * every pickup, which at start-up was a read of thousands of claims by
+ * every receiver of every pickup.
+ */
+static void test_pickup_names_claims_in_several_payloads(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 1000 };
+    char names[N][QW_SERVICE_ID_MAX];
+    const char *svcs[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "assig-ddddd::%04d", i);
+        svcs[i] = names[i];
+    }
+    struct qw_db *l2 = picked_up_by_w1(f, svcs, N, "1000");
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims "
+                               "WHERE claimant = 'w2'"),
+                     N / 2);
+    char *got = itest_notifications(l2, 5000);
+    size_t payloads = 0;
+    /* 500 items of 20 bytes: two notifications, each claim once, at its epoch */
+    assert_int_equal(named_items(got, &payloads), N / 2);
+    assert_int_equal(payloads, 2);
+    char *want = itest_string(f->pg.b, "SELECT string_agg(service_id || ':' || claim_epoch, ' ' "
+                                       "ORDER BY service_id) FROM queuer.service_id_claims "
+                                       "WHERE claimant = 'w2'");
+    for (char *item = want, *next; item; item = next) {
+        next = strchr(item, ' ');
+        if (next)
+            *next++ = '\0';
+        if (!strstr(got, item))
+            fail_msg("%s not named", item);
+    }
+    free(want);
+    free(got);
+    qw_db_close(l2);
+}
+
+/*
+ * Past sixteen payloads' worth (more than 6,000 claims to one receiver in
+ * one call), pickup tells the receiver QW_CLAIMS_NEW in one notification:
+ * read your claims and fetch those at a new epoch, not every service you
+ * hold (QW_CLAIMS_ALL, which a receiver holding thousands paid for at every
+ * pickup).
+ */
+static void test_pickup_past_sixteen_payloads_says_new_claims(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 14000 };
+    char(*names)[QW_SERVICE_ID_MAX] = calloc(N, sizeof(*names));
+    const char **svcs = calloc(N, sizeof(*svcs));
+    assert_true(names && svcs);
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "assig-%05d::%04d", i / 10000, i % 10000);
+        svcs[i] = names[i];
+    }
+    struct qw_db *l2 = picked_up_by_w1(f, svcs, N, "14000");
+    free(svcs);
+    free(names);
+    assert_int_equal(scalar(f, "SELECT count(*) FROM queuer.service_id_claims "
+                               "WHERE claimant = 'w2'"),
+                     N / 2);
+    char *got = itest_notifications(l2, 5000);
+    assert_string_equal(got, QW_CLAIMS_NEW "\n");
+    free(got);
+    qw_db_close(l2);
 }
 
 /* Services given work by one statement are named to their holder, in as
@@ -968,7 +1013,9 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_wake_up_names_every_service, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_names_every_claim_given, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_pickup_past_one_payload_says_new_claims, setup,
+        cmocka_unit_test_setup_teardown(test_pickup_names_claims_in_several_payloads, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pickup_past_sixteen_payloads_says_new_claims, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_respects_share_and_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_of_a_held_service_leaves_its_claim_row, setup,

@@ -3,8 +3,8 @@
 # newly enqueued batch within milliseconds because enqueue NOTIFYs; with
 # worker.listen = false (transaction poolers) it still submits it, but on
 # its next cycle. Latency = history 'Submitting' time - 'Enqueued' time,
-# both on the database clock. And a worker that pickup gives more claims
-# than one notification names (told "+") fetches them at once, not at its
+# both on the database clock. And a worker that pickup gives hundreds of
+# claims (named in its notifications) fetches them at once, not at its
 # next full fetch five long cycles later.
 . "$(dirname "$0")/lib_scenario.sh"
 sc_begin wakeup
@@ -52,12 +52,12 @@ sc_check_num "polling worker submits within a cycle plus margin (ms)" "$ms" "<" 
 sc_wait "everything final" 20 \
     "SELECT count(*) = 0 FROM queuer.batches WHERE status IS DISTINCT FROM 'Committed'"
 
-# Pickup past one payload. w3 (20 s cycles: its next full fetch is minutes
+# Pickup of hundreds. w3 (20 s cycles: its next full fetch is minutes
 # away) is idle and live when 600 services with work appear that nobody
 # holds (enqueued while its lease read as run out, so the enqueue gives
 # them to no one; w3 is stopped meanwhile, so no lease renewal of its own
 # comes between). w4 starts and picks up for both, 300 each: w3 is told
-# "+" and must fetch its 300 at once.
+# their names and must fetch its 300 at once.
 sc_worker_stop w2 20
 sc_gen "$SC_DIR/pick.tsv" 600 1 11 qwpik
 sc_worker_start w3 "${SC_SLOW_CYCLE[@]}"
