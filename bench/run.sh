@@ -57,6 +57,9 @@
 # production) instead of the superuser that owns the schema.
 # BENCH_PG_CONF: extra postgresql.conf lines for the benchmark clusters
 # (e.g. "max_pred_locks_per_transaction = 4096", see docs/CLAIMS.md).
+# BENCH_SETUP_SQL: statements run in each queuer run's database after the
+# migrations and before the load (e.g. another index or table setting, to
+# measure a layout with the workers' real statements).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -631,6 +634,9 @@ run_queuer() {
     local db=${name//-/_}
     new_db "b_${db,,}"
     qw_migrate "$LOG" "$DB_CONNINFO" || die "migrate failed"
+    [ -z "${BENCH_SETUP_SQL:-}" ] ||
+        psql -X -q -v ON_ERROR_STOP=1 "$DB_CONNINFO" -c "$BENCH_SETUP_SQL" >>"$LOG" 2>&1 ||
+        die "BENCH_SETUP_SQL failed (see $LOG)"
     w7_capacity "$name"
     if [ "$wl" = W5 ]; then
         say "$name: $W5_RATE batches/s over $s services for $W5_SECONDS s, $k worker(s), fsync=$fsync $*"
@@ -863,7 +869,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "## queuer benchmark $(date -u +%Y-%m-%dT%H:%MZ)$([ "$QUICK" = 1 ] && echo " (--quick: reduced sizes, not comparable to the full table)")"
     echo
     echo "$MACHINE_BEFORE; after the runs: load average $LOAD_AFTER; took $(($(date +%s) - START_S)) s"
-    echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off)${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}${BENCH_PG_CONF:+; PostgreSQL settings: $(echo "$BENCH_PG_CONF" | paste -sd';' -)}"
+    echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off)${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}${BENCH_PG_CONF:+; PostgreSQL settings: $(echo "$BENCH_PG_CONF" | paste -sd';' -)}${BENCH_SETUP_SQL:+; after the migrations: $BENCH_SETUP_SQL}"
     echo
     echo "| run | services x batches | workers | batches/s | turnaround p50 / p99 ms | DB commits/batch | ledger requests/batch | worker RSS peak MB | CPU s/1k batches: workers / PostgreSQL / sim (total) |"
     echo "|---|---|---|---|---|---|---|---|---|"
