@@ -298,6 +298,52 @@ static void test_counter_follows_every_outcome(void **state)
     assert_counters_exact(f);
 }
 
+/* Runs operator action `sql` (its first column the outcome) and checks the outcome. */
+static void act(struct fixture *f, const char *sql)
+{
+    char *outcome = itest_string(f->pg.a, sql);
+    assert_string_equal(outcome, "done");
+    free(outcome);
+}
+
+/*
+ * An operator's action is counted whatever its session set: with
+ * queuer.batches_counted 'on' (the workers' word that their statement keeps
+ * the counters itself), a cancel, a retry of the Invalid batch it made and
+ * a retry of a parked batch still move the count of work. Each action
+ * clears the setting for its own transaction only: the session's is back
+ * after each.
+ */
+static void test_operator_actions_counted_whatever_the_session_set(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S1, "w1");
+    assert_int_equal(mark(f, 0), 1);
+    assert_int_equal(record_as(f, 0, "posting", "Delayed", "f", "-1", "f"), 1); /* parked */
+    assert_int_equal(n_open(f, S1), 3);
+    assert_counters_exact(f);
+
+    itest_exec(f->pg.a, "SET queuer.batches_counted = 'on'");
+    char sql[300];
+    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_cancel('%s', 'test')", f->ids[3]);
+    act(f, sql);
+    assert_int_equal(n_open(f, S1), 2);
+    assert_counters_exact(f);
+    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_retry_invalid('%s', 'test')",
+             f->ids[3]);
+    act(f, sql);
+    assert_int_equal(n_open(f, S1), 3);
+    assert_counters_exact(f);
+    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_retry('%s', 'test')", f->ids[0]);
+    act(f, sql);
+    assert_int_equal(n_open(f, S1), 4);
+    assert_counters_exact(f);
+    char *seen = itest_string(f->pg.a, "SELECT current_setting('queuer.batches_counted')");
+    assert_string_equal(seen, "on");
+    free(seen);
+    itest_exec(f->pg.a, "RESET queuer.batches_counted");
+}
+
 /* Pickup as w1 runs it alone (slack 0, no cap), giving out at most `max`
  * in all and `each` to each instance; returns the services it gave w1
  * (rows with a service) and checks that it held the pickup lock. */
@@ -900,6 +946,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_counter_follows_every_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counter_follows_every_outcome, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_operator_actions_counted_whatever_the_session_set,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_takes_free_services_with_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_counts_a_full_read_as_all_it_may_give, setup,
                                         teardown),
