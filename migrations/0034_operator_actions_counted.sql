@@ -14,11 +14,13 @@
 -- the caller's value, but only a superuser may attach a placeholder
 -- setting to a function.)
 --
--- No table is touched: the functions are replaced, a moment. Grants and
--- comments stay as they were.
+-- Each of the three becomes a wrapper that clears the setting and calls the
+-- body it had: queuer.operator_batch_action() (0002) for the retry and the
+-- cancel, and for the retry of an Invalid batch 0005's function, renamed
+-- queuer.operator_retry_invalid(). Like operator_batch_action(), that body
+-- is callable by no one but its owner. No table is touched, a moment; the
+-- three names keep their grants and comments.
 
--- The retry and the cancel: their body stays queuer.operator_batch_action()
--- (0002), which only these two may call.
 CREATE OR REPLACE FUNCTION queuer.batch_retry(p_batch_id text, p_reason text DEFAULT NULL)
 RETURNS TABLE (outcome text, service_id text, from_state text, to_state text, message text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
@@ -37,69 +39,22 @@ BEGIN
 END
 $fn$;
 
--- The retry of an Invalid batch: 0005's body, the setting cleared first.
-CREATE OR REPLACE FUNCTION queuer.batch_retry_invalid(p_batch_id text, p_reason text)
+ALTER FUNCTION queuer.batch_retry_invalid(text, text) RENAME TO operator_retry_invalid;
+REVOKE ALL ON FUNCTION queuer.operator_retry_invalid(text, text) FROM queuer_operator;
+COMMENT ON FUNCTION queuer.operator_retry_invalid(text, text) IS
+    'The body of queuer.batch_retry_invalid(), which clears queuer.batches_counted first.';
+
+CREATE FUNCTION queuer.batch_retry_invalid(p_batch_id text, p_reason text)
 RETURNS TABLE (outcome text, service_id text, from_state text, to_state text, message text)
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, queuer, pg_temp
-SET lock_timeout = '5s' AS $fn$
-DECLARE
-    v_service text;
-    v_epoch   bigint;
-    b         record;
-    v_who     text := 'operator:' || session_user;
-    v_reason  text := nullif(btrim(coalesce(p_reason, '')), '');
-    v_later   bigint;
-    v_detail  text;
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
 BEGIN
     PERFORM set_config('queuer.batches_counted', '', true);  -- counted, whatever was set
-    IF v_reason IS NULL THEN
-        RAISE EXCEPTION 'retrying an Invalid batch needs a reason' USING ERRCODE = '22023';
-    END IF;
-    SELECT x.service_id INTO v_service FROM queuer.batches x WHERE x.batch_id = p_batch_id;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT 'not_found'::text, NULL::text, NULL::text, NULL::text,
-                            format('no batch %s', p_batch_id);
-        RETURN;
-    END IF;
-    -- Lock order: claim row, then batch row (as the workers take them).
-    SELECT c.claim_epoch INTO v_epoch
-      FROM queuer.service_id_claims c WHERE c.service_id = v_service FOR UPDATE;
-    SELECT x.status, x.attempts, x.last_error INTO b
-      FROM queuer.batches x WHERE x.batch_id = p_batch_id FOR UPDATE;
-    IF b.status IS DISTINCT FROM 'Invalid' THEN
-        RETURN QUERY SELECT 'not_needed'::text, v_service, coalesce(b.status, 'none'),
-                            coalesce(b.status, 'none'),
-                            format('batch is not Invalid (it is %s); use batch retry without '
-                                   '--invalid for Delayed, Unknown or parked batches',
-                                   coalesce(b.status, 'not yet final'));
-        RETURN;
-    END IF;
-    SELECT count(*) INTO v_later FROM queuer.batches x
-     WHERE x.service_id = v_service AND x.batch_id <> p_batch_id
-       AND x.created_at >= (SELECT y.created_at FROM queuer.batches y
-                             WHERE y.batch_id = p_batch_id)
-       AND (x.submitted OR x.status IS NOT NULL);
-    v_detail := format('operator retry of an Invalid batch (after %s attempts; was: %s): %s%s',
-                       b.attempts, coalesce(b.last_error, '-'), v_reason,
-                       CASE WHEN v_later > 0
-                            THEN format(' [%s later batches of the service were already '
-                                        'submitted: the ledger sees this one after them]',
-                                        v_later)
-                            ELSE '' END);
-    UPDATE queuer.batches x
-       SET status = NULL, submitted = false, retry_at = NULL, status_at = now()
-     WHERE x.batch_id = p_batch_id AND x.status = 'Invalid';
-    INSERT INTO queuer.batch_history
-           (batch_id, service_id, from_status, to_status, instance_id, claim_epoch, detail)
-    VALUES (p_batch_id, v_service, 'Invalid', 'Retrying', v_who, v_epoch, left(v_detail, 2000));
-    PERFORM pg_notify('queuer_work', v_service);
-    RETURN QUERY SELECT 'done'::text, v_service, 'Invalid'::text, 'waiting'::text,
-                        format('batch is queued again; it goes out when it is the oldest '
-                               'non-final batch of %s%s', v_service,
-                               CASE WHEN v_later > 0
-                                    THEN format(' (%s later batches were already submitted)',
-                                                v_later)
-                                    ELSE '' END);
+    RETURN QUERY SELECT * FROM queuer.operator_retry_invalid(p_batch_id, p_reason);
 END
 $fn$;
+COMMENT ON FUNCTION queuer.batch_retry_invalid(text, text) IS
+    'Operator action: a batch marked Invalid by mistake (e.g. a proxy''s 400) is queued again '
+    '(no status, not submitted). Needs a reason; recorded in the history as Retrying by '
+    'operator:<login role>.';
+REVOKE ALL ON FUNCTION queuer.batch_retry_invalid(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queuer.batch_retry_invalid(text, text) TO queuer_operator;

@@ -200,6 +200,16 @@ static int record(struct fixture *f, int k, const char *status, const char *subm
     return record_as(f, k, "posting", status, submitted, "", "t");
 }
 
+/* Runs operator function `fn` on batch `batch_id` (reason "test") and checks it was done. */
+static void act(struct fixture *f, const char *fn, const char *batch_id)
+{
+    char sql[300];
+    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.%s('%s', 'test')", fn, batch_id);
+    char *outcome = itest_string(f->pg.a, sql);
+    assert_string_equal(outcome, "done");
+    free(outcome);
+}
+
 static void test_counter_follows_every_write(void **state)
 {
     struct fixture *f = *state;
@@ -219,11 +229,8 @@ static void test_counter_follows_every_write(void **state)
     assert_counters_exact(f);
 
     /* an operator cancels the Delayed batch: it is final now */
+    act(f, "batch_cancel", f->ids[1]);
     char sql[256];
-    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_cancel('%s', 'test')", f->ids[1]);
-    char *outcome = itest_string(f->pg.a, sql);
-    assert_string_equal(outcome, "done");
-    free(outcome);
     assert_int_equal(n_open(f, S1), 2);
     assert_counters_exact(f);
 
@@ -298,14 +305,6 @@ static void test_counter_follows_every_outcome(void **state)
     assert_counters_exact(f);
 }
 
-/* Runs operator action `sql` (its first column the outcome) and checks the outcome. */
-static void act(struct fixture *f, const char *sql)
-{
-    char *outcome = itest_string(f->pg.a, sql);
-    assert_string_equal(outcome, "done");
-    free(outcome);
-}
-
 /*
  * An operator's action is counted whatever its session set: with
  * queuer.batches_counted 'on' (the workers' word that their statement keeps
@@ -324,18 +323,13 @@ static void test_operator_actions_counted_whatever_the_session_set(void **state)
     assert_counters_exact(f);
 
     itest_exec(f->pg.a, "SET queuer.batches_counted = 'on'");
-    char sql[300];
-    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_cancel('%s', 'test')", f->ids[3]);
-    act(f, sql);
+    act(f, "batch_cancel", f->ids[3]);
     assert_int_equal(n_open(f, S1), 2);
     assert_counters_exact(f);
-    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_retry_invalid('%s', 'test')",
-             f->ids[3]);
-    act(f, sql);
+    act(f, "batch_retry_invalid", f->ids[3]);
     assert_int_equal(n_open(f, S1), 3);
     assert_counters_exact(f);
-    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_retry('%s', 'test')", f->ids[0]);
-    act(f, sql);
+    act(f, "batch_retry", f->ids[0]);
     assert_int_equal(n_open(f, S1), 4);
     assert_counters_exact(f);
     char *seen = itest_string(f->pg.a, "SELECT current_setting('queuer.batches_counted')");
