@@ -10,6 +10,8 @@
 #                       otherwise a private PostgreSQL is started in a
 #                       temporary directory and removed afterwards
 #   QW_PG_FSYNC=on      durable private server (default off, like the tests)
+#   SETUP_SQL           statements run after the migrations, before the load
+#                       (e.g. other table settings or triggers to compare)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -39,6 +41,7 @@ if [ -z "${QUEUER_DATABASE_CONNINFO:-}" ]; then
     echo "server: private PostgreSQL 15 in $work/pg (fsync=${QW_PG_FSYNC:-off})"
 fi
 "$queuer" migrate >/dev/null
+[ -z "${SETUP_SQL:-}" ] || psql -X -q -v ON_ERROR_STOP=1 "$QUEUER_DATABASE_CONNINFO" -c "$SETUP_SQL" >/dev/null
 
 lines=$((services * batches))
 "$gen" --services "$services" --batches "$batches" --seed 1 >"$work/load.tsv"

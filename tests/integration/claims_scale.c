@@ -338,6 +338,61 @@ static void test_operator_actions_counted_whatever_the_session_set(void **state)
     itest_exec(f->pg.a, "RESET queuer.batches_counted");
 }
 
+/*
+ * An update by hand of many batches of several services in one statement
+ * is counted batch by batch (the trigger fires per row): work made final
+ * or parked, work put back, a turn ended and the next started by the same
+ * statement (the service still has a batch mid-submission, whichever row
+ * is counted first).
+ */
+static void test_update_of_many_batches_counted(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S1, "w1");
+    assert_int_equal(mark(f, 0), 1);
+    assert_counters_exact(f);
+
+    char sql[1024];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET "
+             "status = CASE WHEN batch_id = '%s' THEN 'Committed' "
+             "WHEN service_id = '" S2 "' THEN 'Invalid' ELSE 'Delayed' END, "
+             "retry_at = CASE WHEN service_id = '" S1 "' AND batch_id <> '%s' "
+             "THEN 'infinity'::timestamptz END "
+             "WHERE batch_id IN ('%s', '%s', '%s') OR service_id = '" S2 "'",
+             f->ids[0], f->ids[0], f->ids[0], f->ids[2], f->ids[3]);
+    itest_exec(f->pg.a, sql);
+    assert_int_equal(n_open(f, S1), 1);
+    assert_int_equal(n_open(f, S2), 0);
+    assert_counters_exact(f);
+
+    /* the two parked batches back, in one statement */
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET retry_at = now() WHERE batch_id IN ('%s', '%s')", f->ids[2],
+             f->ids[3]);
+    itest_exec(f->pg.a, sql);
+    assert_int_equal(n_open(f, S1), 3);
+    assert_counters_exact(f);
+
+    /* batch 1 posted and batch 2 sent with it; then batch 1's turn ends
+     * and batch 2's starts in one statement */
+    snprintf(sql, sizeof(sql), "UPDATE queuer.batches SET submitted = true WHERE batch_id = '%s'",
+             f->ids[1]);
+    itest_exec(f->pg.a, sql);
+    assert_counters_exact(f);
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET "
+             "status = CASE WHEN batch_id = '%s' THEN 'Committed' END, "
+             "submitted = true, retry_at = NULL WHERE batch_id IN ('%s', '%s')",
+             f->ids[1], f->ids[1], f->ids[2]);
+    itest_exec(f->pg.a, sql);
+    assert_int_equal(n_open(f, S1), 2);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT submitting::int FROM queuer.service_id_claims "
+                                           "WHERE service_id = '" S1 "'"),
+                     1);
+    assert_counters_exact(f);
+}
+
 /* Pickup as w1 runs it alone (slack 0, no cap), giving out at most `max`
  * in all and `each` to each instance; returns the services it gave w1
  * (rows with a service) and checks that it held the pickup lock. */
@@ -942,6 +997,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_counter_follows_every_outcome, setup, teardown),
         cmocka_unit_test_setup_teardown(test_operator_actions_counted_whatever_the_session_set,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_update_of_many_batches_counted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_takes_free_services_with_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_counts_a_full_read_as_all_it_may_give, setup,
                                         teardown),
