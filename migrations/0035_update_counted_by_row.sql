@@ -8,8 +8,9 @@
 -- them, but PostgreSQL fills a statement trigger's transition tables
 -- whatever its WHEN says: every row version a worker's update wrote was
 -- copied once more for nobody. Without that copy an outcome statement of
--- 30 outcomes takes 6-10 % less time, and one of a single outcome the same
--- (bench/pg_hot_path.sh; bench/PERFORMANCE.md, "PostgreSQL per batch").
+-- 30 outcomes takes 6-10 % less time; one of a single outcome costs what
+-- it did (bench/pg_hot_path.sh; bench/PERFORMANCE.md, "PostgreSQL per
+-- batch").
 --
 -- Updates are now followed by a row trigger with the same WHEN: a worker's
 -- update queues nothing, and every other update (an operator's retry,
@@ -35,22 +36,22 @@
 CREATE FUNCTION queuer.claims_wake(p_services text[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, queuer, pg_temp AS $fn$
 BEGIN
-        PERFORM pg_notify('queuer_i' || i.incarnation, x.payload)
-           FROM (SELECT p.claimant,
-                        CASE WHEN p.parts > 16 THEN '*'
-                             ELSE string_agg(p.item, ' ') END AS payload
-                   FROM (SELECT n.claimant, n.item, n.part,
-                                max(n.part) OVER (PARTITION BY n.claimant) + 1 AS parts
-                           FROM (SELECT c.claimant, c.service_id || ':' || c.claim_epoch AS item,
-                                        (sum(octet_length(c.service_id) + 2
-                                             + octet_length(c.claim_epoch::text))
-                                             OVER (PARTITION BY c.claimant ORDER BY c.service_id
-                                                   ROWS UNBOUNDED PRECEDING) - 1) / 7900 AS part
-                                   FROM queuer.service_id_claims c
-                                  WHERE c.service_id = ANY (p_services)
-                                    AND c.claimant IS NOT NULL) n) p
-                  GROUP BY p.claimant, p.parts, CASE WHEN p.parts > 16 THEN 0 ELSE p.part END) x
-           JOIN queuer.instances i ON i.instance_id = x.claimant;
+    PERFORM pg_notify('queuer_i' || i.incarnation, x.payload)
+       FROM (SELECT p.claimant,
+                    CASE WHEN p.parts > 16 THEN '*'
+                         ELSE string_agg(p.item, ' ') END AS payload
+               FROM (SELECT n.claimant, n.item, n.part,
+                            max(n.part) OVER (PARTITION BY n.claimant) + 1 AS parts
+                       FROM (SELECT c.claimant, c.service_id || ':' || c.claim_epoch AS item,
+                                    (sum(octet_length(c.service_id) + 2
+                                         + octet_length(c.claim_epoch::text))
+                                         OVER (PARTITION BY c.claimant ORDER BY c.service_id
+                                               ROWS UNBOUNDED PRECEDING) - 1) / 7900 AS part
+                               FROM queuer.service_id_claims c
+                              WHERE c.service_id = ANY (p_services)
+                                AND c.claimant IS NOT NULL) n) p
+              GROUP BY p.claimant, p.parts, CASE WHEN p.parts > 16 THEN 0 ELSE p.part END) x
+       JOIN queuer.instances i ON i.instance_id = x.claimant;
 END
 $fn$;
 REVOKE EXECUTE ON FUNCTION queuer.claims_wake(text[]) FROM PUBLIC;
