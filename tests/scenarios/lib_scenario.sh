@@ -221,14 +221,16 @@ sc_evidence() {
     sc_show "$1" | sed 's/^/    /' >&2
 }
 
-# sc_wait_log NAME SECS PATTERN: waits for an extended regex in a worker's log.
+# sc_wait_log NAME SECS PATTERN [COUNT]: waits until COUNT lines (1 unless
+# given) of a worker's log match an extended regex.
 sc_wait_log() {
-    local name=$1 secs=$2 pattern=$3 _
+    local name=$1 secs=$2 pattern=$3 count=${4:-1} _ n
     for _ in $(seq 1 $((secs * 20))); do
-        grep -Eq -- "$pattern" "$SC_DIR/$name.log" 2>/dev/null && return 0
+        n=$(grep -Ec -- "$pattern" "$SC_DIR/$name.log" 2>/dev/null)
+        [ "${n:-0}" -ge "$count" ] && return 0
         sleep 0.05
     done
-    sc_fail "timed out after ${secs}s waiting for /$pattern/ in $name.log"
+    sc_fail "timed out after ${secs}s waiting for $count lines /$pattern/ in $name.log"
 }
 
 # sc_helper_open NAME: a psql session (application_name NAME) that runs what

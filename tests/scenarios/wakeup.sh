@@ -60,8 +60,12 @@ sc_wait "everything final" 20 \
 # their names and must fetch its 300 at once.
 sc_worker_stop w2 20
 sc_gen "$SC_DIR/pick.tsv" 600 1 11 qwpik
-sc_worker_start w3 "${SC_SLOW_CYCLE[@]}"
+sc_worker_start w3 "${SC_SLOW_CYCLE[@]}" QUEUER_LOG_LEVEL=debug
 sc_wait_registered 10 w3
+# w3 registers, then runs its first claims cycle and a second one that its
+# own joining NOTIFY wakes; stopped before either has run, it would run it
+# on SIGCONT and pick the 600 up itself.
+sc_wait_log w3 10 'event=claims\.done' 2
 sc_worker_signal w3 STOP
 # (a statement w3 sent before it stopped, a lease renewal say, still runs
 # to its end: the lease is moved once none is running)
@@ -70,11 +74,11 @@ sc_wait "w3 stopped between statements" 10 \
                          WHERE application_name = 'w3' AND state = 'active')"
 qw_sql "UPDATE queuer.instances SET lease_1 = now() - interval '1 second' WHERE instance_id = 'w3'"
 sc_load_tsv "$SC_DIR/pick.tsv"
-qw_sql "UPDATE queuer.instances SET lease_1 = now() + interval '60 seconds' WHERE instance_id = 'w3'"
-sc_worker_signal w3 CONT
 sc_check_sql "the 600 services are free with work" 600 \
     "SELECT count(*) FROM queuer.service_id_claims WHERE claimant IS NULL AND has_work" \
     "SELECT claimant, has_work, count(*) FROM queuer.service_id_claims GROUP BY 1, 2"
+qw_sql "UPDATE queuer.instances SET lease_1 = now() + interval '60 seconds' WHERE instance_id = 'w3'"
+sc_worker_signal w3 CONT
 sc_worker_start w4 QUEUER_WORKER_CYCLE_MS=500
 sc_wait "every picked-up batch committed, w3's as well" 15 \
     "SELECT count(*) = 0 FROM queuer.batches WHERE status IS DISTINCT FROM 'Committed'"
