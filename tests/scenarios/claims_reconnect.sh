@@ -23,9 +23,12 @@ sc_pg_start
 sc_sim_start
 
 sc_worker_start w1 QUEUER_WORKER_CYCLE_MS=500 QUEUER_WORKER_LEASE_MS=30000 \
-    QUEUER_WORKER_HARD_EXPIRY_MS=60000
+    QUEUER_WORKER_HARD_EXPIRY_MS=60000 QUEUER_LOG_LEVEL=debug
 sc_wait_registered 15 w1
-sc_wait_log w1 10 'worker\.started|claims\.'
+# past its start-up cycles (its first reads every claim it holds, and its
+# own joining NOTIFY wakes a second): frozen before them, it would read
+# the claim below without the reconnect this is about
+sc_wait_log w1 10 'event=claims\.done' 2
 
 sc_gen "$SC_DIR/work.tsv" 1 1
 svc=$(cut -f1 "$SC_DIR/work.tsv")
