@@ -230,11 +230,11 @@ static void test_counter_follows_every_write(void **state)
 
     /* an operator cancels the Delayed batch: it is final now */
     act(f, "batch_cancel", f->ids[1]);
-    char sql[256];
     assert_int_equal(n_open(f, S1), 2);
     assert_counters_exact(f);
 
     /* a batch parked (it used up its attempts) is not work; handed back, it is again */
+    char sql[256];
     snprintf(sql, sizeof(sql),
              "UPDATE queuer.batches SET status = 'Delayed', retry_at = 'infinity' "
              "WHERE batch_id = '%s'",
