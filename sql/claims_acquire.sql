@@ -4,7 +4,7 @@
 -- advisory lock: a worker that does not get it leaves pickup to the one
 -- that has it). Free services with work are few where workers run: an
 -- enqueue gives a free service to a live instance itself
--- (claims_follow_batches), so pickup serves what was enqueued while no
+-- (claims_give_work, claims_follow_batch_insert), so pickup serves what was enqueued while no
 -- worker ran, what maintenance or a graceful stop could not hand over,
 -- and surplus given back with work.
 -- Runs in the SERIALIZABLE claims transaction. The index of free services

@@ -273,7 +273,7 @@ static void test_other_paths_stay_checked(void **state)
     expect_state(admin, one, "QU400");
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batches"), 0);
 
-    /* queuer_loader logs in nowhere and owns only the two enqueue functions. */
+    /* queuer_loader logs in nowhere and owns only the three enqueue functions. */
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM pg_roles "
                                          "WHERE rolname = 'queuer_loader' AND NOT rolcanlogin"),
                      1);
@@ -281,6 +281,7 @@ static void test_other_paths_stay_checked(void **state)
                                       "ORDER BY p.proname) FROM pg_proc p WHERE p.proowner = "
                                       "'queuer_loader'::regrole");
     assert_string_equal(owned, "queuer.enqueue_batch(text,text,bytea,integer),"
+                               "queuer.enqueue_rows_unchecked(queuer.enqueue_row[],boolean),"
                                "queuer.enqueue_staged(integer,integer,boolean)");
     free(owned);
     assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM pg_class c "

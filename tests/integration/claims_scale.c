@@ -28,6 +28,7 @@
 #define S2 "scale-aaaaa::0002"
 #define S3 "scale-aaaaa::0003"
 #define S4 "scale-aaaaa::0004"
+#define S5 "scale-aaaaa::0005"
 
 struct fixture {
     struct itest_pair pg; /* a: the worker w1, or an application; b: another session */
@@ -389,6 +390,116 @@ static void test_update_of_many_batches_counted(void **state)
     assert_int_equal(n_open(f, S1), 2);
     assert_int_equal(itest_scalar(f->pg.b, "SELECT submitting::int FROM queuer.service_id_claims "
                                            "WHERE service_id = '" S1 "'"),
+                     1);
+    assert_counters_exact(f);
+}
+
+/* "'<svc>', '<batch_id>', '\x<payload>'::bytea" of a new sample batch of `svc` (malloc'd). */
+static char *sample_values(struct fixture *f, const char *svc)
+{
+    char id[129];
+    char *hex = itest_sample_hex(f->seed++, id);
+    char *v = NULL;
+    assert_true(asprintf(&v, "'%s', '%s', '\\x%s'::bytea", svc, id, hex) > 0);
+    free(hex);
+    return v;
+}
+
+/* Stages two new sample batches of `svc` as seq `seq` (priority `pri1`) and seq + 1 (`pri2`). */
+static void stage_two(struct fixture *f, const char *svc, int seq, int pri1, int pri2)
+{
+    char *v1 = sample_values(f, svc), *v2 = sample_values(f, svc), *sql = NULL;
+    assert_true(asprintf(&sql, "INSERT INTO queuer_load VALUES (%d, %d, %s, %d), (%d, %d, %s, %d)",
+                         seq, seq + 1, v1, pri1, seq + 1, seq + 2, v2, pri2) > 0);
+    itest_exec(f->pg.a, sql);
+    free(sql);
+    free(v2);
+    free(v1);
+}
+
+static int has_claimant(struct fixture *f, const char *svc)
+{
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "SELECT (claimant IS NOT NULL)::int FROM queuer.service_id_claims "
+             "WHERE service_id = '%s'",
+             svc);
+    return (int)itest_scalar(f->pg.b, sql);
+}
+
+/*
+ * Every insert path counts what it stores and gives its free services out:
+ * queuer.enqueue_rows() and a staged load (queuer.enqueue_staged()), which
+ * count their own rows, with live instances and with none, and an insert
+ * by hand of several rows, counted row by row (one of them mid-submission).
+ */
+static void test_every_insert_path_counted(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S1, "w1");
+
+    /* two batches of a held service and one of a new one */
+    char *v1 = sample_values(f, S1), *v2 = sample_values(f, S1), *v3 = sample_values(f, S4);
+    char *sql = NULL;
+    assert_true(asprintf(&sql,
+                         "SELECT count(*) FROM queuer.enqueue_rows(ARRAY[ROW(1, %s)::"
+                         "queuer.enqueue_row, ROW(2, %s)::queuer.enqueue_row, ROW(3, %s)::"
+                         "queuer.enqueue_row], false)",
+                         v1, v2, v3) > 0);
+    assert_int_equal(itest_scalar(f->pg.a, sql), 0);
+    free(sql);
+    free(v3);
+    free(v2);
+    free(v1);
+    assert_int_equal(n_open(f, S1), 6);
+    assert_int_equal(n_open(f, S4), 1);
+    assert_int_equal(has_claimant(f, S4), 1);
+    assert_counters_exact(f);
+
+    /* a staged load of two batches of a free service without work */
+    itest_exec(f->pg.a, "CREATE TEMP TABLE queuer_load (seq integer, line_no integer, "
+                        "service_id text, batch_id text, payload bytea, priority integer); "
+                        "GRANT SELECT ON queuer_load TO queuer_loader");
+    stage_two(f, S3, 0, 0, 0);
+    assert_int_equal(
+        itest_scalar(f->pg.a, "SELECT count(*) FROM queuer.enqueue_staged(0, 2, false)"), 0);
+    assert_int_equal(n_open(f, S3), 2);
+    assert_int_equal(has_claimant(f, S3), 1);
+    assert_counters_exact(f);
+
+    /* one of a new service while no instance is live: free with work, at
+     * the priority of its first batch */
+    itest_exec(f->pg.a, "BEGIN");
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = lease_1 - interval '1 day'");
+    stage_two(f, S5, 2, 7, 2);
+    assert_int_equal(
+        itest_scalar(f->pg.a, "SELECT count(*) FROM queuer.enqueue_staged(2, 4, false)"), 0);
+    itest_exec(f->pg.a, "UPDATE queuer.instances SET lease_1 = lease_1 + interval '1 day'");
+    itest_exec(f->pg.a, "COMMIT");
+    assert_int_equal(n_open(f, S5), 2);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id = '" S5 "' AND claimant IS NULL "
+                                           "AND has_work AND head_priority = 7"),
+                     1);
+    assert_counters_exact(f);
+
+    /* by hand, in one statement: a free service with work (S2) gets two
+     * batches, the second mid-submission, and is given out */
+    v1 = sample_values(f, S2);
+    v2 = sample_values(f, S2);
+    assert_true(asprintf(&sql,
+                         "INSERT INTO queuer.batches (service_id, batch_id, payload, created_at, "
+                         "submitted) VALUES (%s, now(), false), "
+                         "(%s, now() + interval '1 microsecond', true)",
+                         v1, v2) > 0);
+    itest_exec(f->pg.a, sql);
+    free(sql);
+    free(v2);
+    free(v1);
+    assert_int_equal(n_open(f, S2), 3);
+    assert_int_equal(has_claimant(f, S2), 1);
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT submitting::int FROM queuer.service_id_claims "
+                                           "WHERE service_id = '" S2 "'"),
                      1);
     assert_counters_exact(f);
 }
@@ -998,6 +1109,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_operator_actions_counted_whatever_the_session_set,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_update_of_many_batches_counted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_insert_path_counted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_takes_free_services_with_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pickup_counts_a_full_read_as_all_it_may_give, setup,
                                         teardown),
