@@ -1,4 +1,4 @@
--- 0036: the enqueue functions count their own rows; other inserts into
+-- 0036: the load functions count their own rows; other inserts into
 -- queuer.batches are counted row by row.
 --
 -- The counters trigger on inserts (0008, 0028, 0035) was a statement
@@ -6,7 +6,7 @@
 -- the trigger's WHEN says, so every row a load inserted was copied once
 -- more, payload and all, although the load only needed each row's service
 -- counted: about a tenth of a 100,000-line `queuer enqueue --tsv`
--- (bench/PERFORMANCE.md, "Enqueue").
+-- (bench/PERFORMANCE.md, "PostgreSQL per batch").
 --
 -- queuer.enqueue_staged() and queuer.enqueue_rows_unchecked() (behind
 -- queuer.enqueue_rows()) now count their inserted rows in the statement
@@ -279,7 +279,7 @@ BEGIN
                 WINDOW w AS (PARTITION BY k.batch_id COLLATE "C" ORDER BY k.ord)
             ), facts AS (
                 -- back pressure: the service's state and backlog, looked up on its first row
-                -- (the backlog is n_in - n_out, kept by the batches triggers:
+                -- (the backlog is n_in - n_out, kept by the enqueues and triggers:
                 -- the same count of non-final batches, read in two rows)
                 SELECT c.*, g.blocked,
                        CASE WHEN s_high > 0 THEN g.n_in - q.n_out ELSE 0 END AS backlog
