@@ -27,12 +27,31 @@
 -- transition table either. The delete trigger keeps its statement form
 -- (the prune's deletes).
 
+-- The live instances that may be given free services, p_new of them
+-- (lease running, below their worker.max_claims): those holding less than
+-- an even share counting the new ones; all of them when none does; NULL
+-- when none is live. The enqueues' choice; pickup and maintenance make
+-- their own in the workers' statements.
+CREATE FUNCTION queuer.claims_receivers(p_new bigint) RETURNS text[]
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, queuer, pg_temp AS $fn$
+BEGIN
+    RETURN (SELECT coalesce(array_agg(l.instance_id ORDER BY l.instance_id)
+                                FILTER (WHERE l.claims_held < l.even),
+                            array_agg(l.instance_id ORDER BY l.instance_id))
+              FROM (SELECT i.instance_id, i.claims_held,
+                           ceil((sum(i.claims_held) OVER () + p_new) / count(*) OVER ()) AS even
+                      FROM queuer.instances i
+                     WHERE i.lease_1 > now() AND i.stopped_at IS NULL
+                       AND (i.max_claims = 0 OR i.claims_held < i.max_claims)) l);
+END
+$fn$;
+REVOKE EXECUTE ON FUNCTION queuer.claims_receivers(bigint) FROM PUBLIC;
+
 -- Gives out the services a load has just given work to, p_services
 -- (distinct, in "C" order; their ingest rows counted and held by the
 -- enqueue), with the priority of each one's first new batch: creates a
--- missing claim row, gives each free service to a live instance (lease
--- running, below its worker.max_claims, holding less than an even share
--- counting these services; any of those when none does) or, when none is
+-- missing claim row, gives each free service to one of
+-- queuer.claims_receivers() (by a hash of the service) or, when none is
 -- live, marks it free with work at that priority for pickup, then wakes
 -- each holder. Held claim rows are read, not written.
 CREATE FUNCTION queuer.claims_give_work(p_services text[], p_priorities integer[])
@@ -46,16 +65,7 @@ BEGIN
     ON CONFLICT DO NOTHING;
     IF EXISTS (SELECT 1 FROM queuer.service_id_claims c
                 WHERE c.service_id = ANY (p_services) AND c.claimant IS NULL) THEN
-        SELECT coalesce(array_agg(l.instance_id ORDER BY l.instance_id)
-                            FILTER (WHERE l.claims_held < l.even),
-                        array_agg(l.instance_id ORDER BY l.instance_id))
-          INTO ids
-          FROM (SELECT i.instance_id, i.claims_held,
-                       ceil((sum(i.claims_held) OVER () + cardinality(p_services)::bigint)
-                            / count(*) OVER ()) AS even
-                  FROM queuer.instances i
-                 WHERE i.lease_1 > now() AND i.stopped_at IS NULL
-                   AND (i.max_claims = 0 OR i.claims_held < i.max_claims)) l;
+        ids := queuer.claims_receivers(cardinality(p_services));
         IF ids IS NOT NULL THEN
             UPDATE queuer.service_id_claims c
                SET claimant = ids[1 + abs(hashtext(c.service_id)::bigint) % cardinality(ids)],
@@ -77,9 +87,10 @@ GRANT EXECUTE ON FUNCTION queuer.claims_give_work(text[], integer[]) TO queuer_l
 -- Follows the insert of one batch that its enqueue did not count (row
 -- trigger): as queuer.claims_give_work() for its one service, after n_in
 -- on the service's ingest row, and `submitting` on its claim row for a
--- batch inserted mid-submission. Plain statements on that one service,
--- whose plans the function keeps (queuer.enqueue_batch() of a free
--- service comes here; statements over arrays are planned on every call).
+-- batch inserted mid-submission. Plain statements on that one service
+-- (queuer.enqueue_batch() of a free service comes here; through
+-- queuer.claims_give_work()'s statements over arrays such a call cost
+-- about a fourth more: bench/PERFORMANCE.md, "PostgreSQL per batch").
 CREATE FUNCTION queuer.claims_follow_batch_insert() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
 DECLARE
@@ -94,15 +105,7 @@ BEGIN
     ON CONFLICT DO NOTHING;
     IF EXISTS (SELECT 1 FROM queuer.service_id_claims c
                 WHERE c.service_id = NEW.service_id AND c.claimant IS NULL) THEN
-        SELECT coalesce(array_agg(l.instance_id ORDER BY l.instance_id)
-                            FILTER (WHERE l.claims_held < l.even),
-                        array_agg(l.instance_id ORDER BY l.instance_id))
-          INTO ids
-          FROM (SELECT i.instance_id, i.claims_held,
-                       ceil((sum(i.claims_held) OVER () + 1::bigint) / count(*) OVER ()) AS even
-                  FROM queuer.instances i
-                 WHERE i.lease_1 > now() AND i.stopped_at IS NULL
-                   AND (i.max_claims = 0 OR i.claims_held < i.max_claims)) l;
+        ids := queuer.claims_receivers(1);
         UPDATE queuer.service_id_claims c
            SET claimant = ids[1 + abs(hashtext(c.service_id)::bigint) % cardinality(ids)],
                claim_epoch = c.claim_epoch + 1, expiry_1 = now(), expiry_2 = now()
