@@ -2,7 +2,10 @@
 # Bulk enqueue benchmark: 100,000 batches (1,000 services x 100 batches) made
 # by queuer-gen, loaded with one `queuer enqueue --tsv FILE`, back pressure
 # off for the run (QUEUER_INGEST_HIGH=0). Prints lines/s over the wall time
-# of the enqueue command only (generation and setup are not timed).
+# of the enqueue command only (generation and setup are not timed) and,
+# with the private server, the CPU every PostgreSQL process spent meanwhile
+# (the load's backend, autovacuum, the WAL writer): on a shared host the
+# CPU moves less than the wall time with the neighbours' load.
 #
 # usage: bench/bulk_enqueue.sh [BUILD_DIR]        (default: build)
 #   SERVICES, BATCHES   workload shape (default 1000 x 100)
@@ -23,6 +26,7 @@ batches=${BATCHES:-100}
 for bin in "$queuer" "$gen"; do
     [ -x "$bin" ] || { echo "bulk_enqueue: $bin not built (meson compile -C $build)" >&2; exit 1; }
 done
+. "$here/lib.sh"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/qwbench.XXXXXX")
 started_pg=0
@@ -49,6 +53,9 @@ echo "workload: $lines lines, $services services x $batches batches," \
      "$(($(stat -c %s "$work/load.tsv") / 1048576)) MiB of TSV"
 
 echo "host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
+pg_data=
+[ "$started_pg" = 0 ] || pg_data=$work/pg/data
+c0=$([ -z "$pg_data" ] || bench_pg_cpu_ticks "$pg_data")
 t0=$(date +%s.%N)
 QUEUER_INGEST_HIGH=0 "$queuer" enqueue --tsv "$work/load.tsv" >"$work/out" 2>"$work/err" || {
     echo "bulk_enqueue: enqueue failed:" >&2
@@ -56,6 +63,12 @@ QUEUER_INGEST_HIGH=0 "$queuer" enqueue --tsv "$work/load.tsv" >"$work/out" 2>"$w
     exit 1
 }
 t1=$(date +%s.%N)
+if [ -n "$pg_data" ]; then
+    # the load's backend has exited and been reaped (its CPU is then the postmaster's)
+    bench_db_idle "$QW_PG_CONNINFO" bench 10 || echo "bulk_enqueue: a backend stayed on" >&2
+    sleep 0.2
+fi
+c1=$([ -z "$pg_data" ] || bench_pg_cpu_ticks "$pg_data")
 cat "$work/out"
 case "$(cat "$work/out")" in
     "$lines of $lines batch lines enqueued;"*) ;;
@@ -63,3 +76,5 @@ case "$(cat "$work/out")" in
 esac
 awk -v a="$t0" -v b="$t1" -v n="$lines" \
     'BEGIN { s = b - a; printf "bulk enqueue: %d lines in %.2f s = %.0f lines/s\n", n, s, n / s }'
+[ -z "$pg_data" ] || awk -v t="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" -v n="$lines" \
+    'BEGIN { s = t / hz; printf "server CPU: %.2f s = %.1f us per line\n", s, s * 1e6 / n }'
