@@ -3,7 +3,8 @@
  * Valid, Invalid) that became final longer ago than DURATION, with their
  * history rows, in short transactions of --batch-size batches
  * (sql/ops_prune_chunk.sql: SKIP LOCKED, an index range on the time a batch
- * became final). Safe while workers run: workers never touch final
+ * became final), then the enqueue log's rows older than DURATION
+ * (sql/ops_prune_log.sql). Safe while workers run: workers never touch final
  * batches, and no transaction holds locks for longer than one chunk.
  */
 #include "cli/cli.h"
@@ -21,7 +22,7 @@
 #define MAX_PAUSE_MS 60000 /* largest --pause-ms */
 #define PRUNE_ROLE                                                                                 \
     "the schema owner, the role of queuer migrate: DELETE on queuer.batches and "                  \
-    "queuer.batch_history" /* named when permission is denied */
+    "queuer.batch_history, queuer.enqueue_log" /* named when permission is denied */
 
 static void usage(FILE *out)
 {
@@ -121,6 +122,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 struct totals {
     int64_t committed, valid, invalid; /* batches deleted by status */
     int64_t history;                   /* history rows deleted */
+    int64_t log;                       /* enqueue log rows deleted */
     int64_t chunks;                    /* transactions committed */
 };
 
@@ -146,10 +148,18 @@ static int run_chunks(struct qw_db *db, const struct args *a, const char *cutoff
         t->history += h;
         t->chunks++;
         if (c + v + i < a->chunk)
-            return QW_OK; /* fewer than asked for: nothing older is left (or it is locked) */
+            break; /* fewer than asked for: nothing older is left (or it is locked) */
         if (a->pause_ms > 0)
             qw_clock_sleep_ms(a->pause_ms);
     }
+    const char *params[] = {cutoff};
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "ops_prune_log", 1, params, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    t->log = qw_db_res_int(res, 0, 0);
+    qw_db_res_free(res);
+    return QW_OK;
 }
 
 static void print_result(const struct args *a, const struct totals *t, const char *cutoff,
@@ -165,6 +175,7 @@ static void print_result(const struct args *a, const struct totals *t, const cha
                               "invalid", (json_int_t)t->invalid);
         if (o && !a->dry_run) {
             json_object_set_new(o, "history_rows", json_integer(t->history));
+            json_object_set_new(o, "enqueue_log_rows", json_integer(t->log));
             json_object_set_new(o, "transactions", json_integer(t->chunks));
             json_object_set_new(o, "ms", json_integer(ms));
         }

@@ -174,9 +174,10 @@ enqueue_one() {
     ENQ_ID=$id
 }
 
-# Enqueue commit -> POST: from the commit of the batch's 'Enqueued' history
-# row (its transaction's commit timestamp) to the first POST of it in the
-# simulator's event log (wall-clock microseconds on the same host).
+# Enqueue commit -> POST: from the commit of the enqueue (the commit
+# timestamp of its line in queuer.enqueue_log; each service here gets one
+# batch, so one line) to the first POST of it in the simulator's event log
+# (wall-clock microseconds on the same host).
 N_LAT=20
 sc_gen "$SC_DIR/lat.tsv" $N_LAT 1 7 wakeu
 ids=()
@@ -193,9 +194,10 @@ read -r lat_n lat_p50 lat_p90 lat_max <<<"$(qw_sql "
       FROM (SELECT (min((l.ev->>'t')::bigint)
                      - extract(epoch FROM pg_xact_commit_timestamp(e.xmin)) * 1e6) / 1000.0 AS ms
               FROM scenario.simlog l
-              JOIN queuer.batch_history e ON e.batch_id = l.ev->>'batch' AND e.to_status = 'Enqueued'
-             WHERE l.ev->>'ev' = 'post' AND e.batch_id IN ($id_list)
-             GROUP BY e.batch_id, e.xmin) x" | tr '|' ' ')"
+              JOIN queuer.batches b ON b.batch_id = l.ev->>'batch'
+              JOIN queuer.enqueue_log e ON e.service_id = b.service_id
+             WHERE l.ev->>'ev' = 'post' AND b.batch_id IN ($id_list)
+             GROUP BY b.batch_id, e.xmin) x" | tr '|' ' ')"
 sc_log "enqueue commit -> POST through the pool with a direct listener: n=$lat_n p50=${lat_p50} ms p90=${lat_p90} ms max=${lat_max} ms (cycle 1000 ms; load average $(cut -d' ' -f1-3 /proc/loadavg))"
 sc_show "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY m.run_ms)::numeric, 1) AS enqueue_statement_p50_ms,
                 round(percentile_cont(0.5) WITHIN GROUP (ORDER BY m.mark_ms)::numeric, 1) AS commit_to_mark_p50_ms,
@@ -204,10 +206,11 @@ sc_show "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY m.run_ms)::num
                         extract(epoch FROM s.at - pg_xact_commit_timestamp(e.xmin)) * 1000 AS mark_ms,
                         (min((l.ev->>'t')::bigint) - extract(epoch FROM s.at) * 1e6) / 1000.0 AS post_ms
                    FROM scenario.simlog l
-                   JOIN queuer.batch_history e ON e.batch_id = l.ev->>'batch' AND e.to_status = 'Enqueued'
-                   JOIN queuer.batch_history s ON s.batch_id = e.batch_id AND s.to_status = 'Submitting'
-                  WHERE l.ev->>'ev' = 'post' AND e.batch_id IN ($id_list)
-                  GROUP BY e.batch_id, e.at, e.xmin, s.at) m"
+                   JOIN queuer.batches b ON b.batch_id = l.ev->>'batch'
+                   JOIN queuer.enqueue_log e ON e.service_id = b.service_id
+                   JOIN queuer.batch_history s ON s.batch_id = b.batch_id AND s.to_status = 'Submitting'
+                  WHERE l.ev->>'ev' = 'post' AND b.batch_id IN ($id_list)
+                  GROUP BY b.batch_id, e.at, e.xmin, s.at) m"
 sc_check "batches measured" $N_LAT "$lat_n"
 sc_check_num "enqueue commit -> POST p50 (ms)" "$lat_p50" "<=" 10
 

@@ -231,17 +231,24 @@ static void test_single_happy_path(void **state)
     qw_db_res_free(res);
     free(hex);
 
-    /* a new service gets its (unclaimed) claims row and an Enqueued history row */
+    /* a new service gets its (unclaimed) claims row; the batch's Enqueued transition is its
+     * row (queuer.history) and its count a line of the enqueue log */
     assert_int_equal(count_where(db,
                                  "SELECT count(*) FROM queuer.service_id_claims WHERE "
                                  "service_id = $1 AND claimant IS NULL AND claim_epoch = 0",
                                  SVC_A),
                      1);
     assert_int_equal(count_where(db,
-                                 "SELECT count(*) FROM queuer.batch_history WHERE batch_id = $1 "
+                                 "SELECT count(*) FROM queuer.history WHERE batch_id = $1 "
                                  "AND to_status = 'Enqueued' AND from_status IS NULL",
                                  id),
                      1);
+    assert_int_equal(count_where(db,
+                                 "SELECT sum(batches) FROM queuer.enqueue_log WHERE "
+                                 "service_id = $1",
+                                 SVC_A),
+                     1);
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batch_history"), 0);
 
     /* the identical batch again: exit 0 with a note, nothing new stored */
     rc = cli_one(conninfo, NULL, SVC_A, id, payload, len, &out, &err);
@@ -251,7 +258,8 @@ static void test_single_happy_path(void **state)
     free(out);
     free(err);
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batches"), 1);
-    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batch_history"), 1);
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.history"), 1);
+    assert_int_equal(itest_scalar(db, "SELECT sum(batches) FROM queuer.enqueue_log"), 1);
 
     /* the payload from stdin ("-") */
     char id2[129];
@@ -434,9 +442,8 @@ static void test_bulk_order_and_rows(void **state)
 
     struct qw_db *db = itest_connect(conninfo);
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batches"), 30);
-    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batch_history "
-                                      "WHERE to_status = 'Enqueued'"),
-                     30);
+    assert_int_equal(itest_scalar(db, "SELECT sum(batches) FROM queuer.enqueue_log"), 30);
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batch_history"), 0);
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.service_id_claims"), 3);
     /* per service, created_at order is line order and strictly increasing */
     for (int s = 0; s < 3; s++) {
@@ -1048,7 +1055,8 @@ static void test_concurrent_enqueuers(void **state)
         assert_int_equal(counts[c].enqueued, 3 * PER);
     }
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batches"), PROCS * 3 * PER);
-    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batch_history"),
+    /* every stored batch counted once in the enqueue log */
+    assert_int_equal(itest_scalar(db, "SELECT sum(batches) FROM queuer.enqueue_log"),
                      PROCS * 3 * PER);
     /* created_at is unique within a service ... */
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM (SELECT service_id, created_at FROM "

@@ -155,7 +155,7 @@ static void expect_contains(const char *text, const char *needle)
 
 static int64_t history_rows(const struct env *e, const char *id)
 {
-    return scalarf(e, "SELECT count(*) FROM queuer.batch_history WHERE batch_id = '%s'", id);
+    return scalarf(e, "SELECT count(*) FROM queuer.history WHERE batch_id = '%s'", id);
 }
 
 static void test_batch_retry(void **state)
@@ -924,7 +924,7 @@ static void test_prune(void **state)
          "UPDATE queuer.batches SET status = 'Committed', submitted = true, attempts = 1, "
          "status_at = now() - interval '9 days' WHERE batch_id = '%s'",
          other);
-    /* two more history rows for each old final batch */
+    /* two stored history rows for each old final batch (its Enqueued is its row) */
     sqlf(&e, "INSERT INTO queuer.batch_history (batch_id, service_id, to_status) SELECT "
              "batch_id, service_id, t FROM queuer.batches, (VALUES ('Submitting'), ('Pending')) "
              "v(t) WHERE status_at < now() - interval '7 days'");
@@ -953,7 +953,7 @@ static void test_prune(void **state)
         run_queuer(&e, NULL, &out, &err, "prune", "--older-than", "1w", "--batch-size", "2", NULL);
     if (rc != 0)
         fail_msg("prune: %d %s", rc, err);
-    expect_contains(out, "removed 3 batches (Committed 1, Valid 1, Invalid 1) and 9 history "
+    expect_contains(out, "removed 3 batches (Committed 1, Valid 1, Invalid 1) and 6 history "
                          "rows");
     expect_contains(out, "in 2 transactions");
     free(out);
@@ -961,7 +961,7 @@ static void test_prune(void **state)
     itest_exec(w, "ROLLBACK");
     qw_db_close(w);
     assert_int_equal(run_queuer(&e, NULL, &out, NULL, "prune", "--older-than", "7d", NULL), 0);
-    expect_contains(out, "removed 1 batch (Committed 1, Valid 0, Invalid 0) and 3 history "
+    expect_contains(out, "removed 1 batch (Committed 1, Valid 0, Invalid 0) and 2 history "
                          "rows");
     free(out);
 

@@ -137,9 +137,9 @@ sc_check_sql "no batch ended other than Committed" 0 \
     "SELECT count(*) FROM queuer.batches WHERE status <> 'Committed'"
 sc_check_num "batches pruned meanwhile" \
     "$(awk '{ for (i = 1; i < NF; i++) if ($i == "removed") n += $(i + 1) } END { print n + 0 }' "$SC_DIR/prune.out")" ">" 0
-sc_check_sql "every remaining batch kept its Enqueued history row" 0 \
+sc_check_sql "every remaining batch kept its Submitting history row" 0 \
     "SELECT count(*) FROM queuer.batches b WHERE NOT EXISTS (SELECT 1 FROM queuer.batch_history h
-       WHERE h.batch_id = b.batch_id AND h.to_status = 'Enqueued')"
+       WHERE h.batch_id = b.batch_id AND h.to_status = 'Submitting')"
 sc_check "worker errors while prune ran" 0 "$(grep -c 'level=error' "$SC_DIR/w1.log" || true)"
 
 # the database goes away and comes back

@@ -2,8 +2,8 @@
 # Scenario: wake-ups. An idle worker whose cycle is long (5 s) submits a
 # newly enqueued batch within milliseconds because enqueue NOTIFYs; with
 # worker.listen = false (transaction poolers) it still submits it, but on
-# its next cycle. Latency = history 'Submitting' time - 'Enqueued' time,
-# both on the database clock. And a worker that pickup gives hundreds of
+# its next cycle. Latency = history 'Submitting' time - the batch's
+# created_at (its Enqueued in queuer.history), both on the database clock. And a worker that pickup gives hundreds of
 # claims (named in its notifications) fetches them at once, not at its
 # next full fetch five long cycles later.
 . "$(dirname "$0")/lib_scenario.sh"
@@ -23,7 +23,7 @@ enqueue_and_measure() {
     sc_wait "batch $line submitted" "$secs" \
         "SELECT count(*) = 1 FROM queuer.batch_history WHERE batch_id = '$id' AND to_status = 'Submitting'"
     qw_sql "SELECT round(extract(epoch FROM s.at - e.at) * 1000)::int
-              FROM queuer.batch_history s JOIN queuer.batch_history e USING (batch_id)
+              FROM queuer.batch_history s JOIN queuer.history e USING (batch_id)
              WHERE s.batch_id = '$id' AND s.to_status = 'Submitting' AND e.to_status = 'Enqueued'"
 }
 
