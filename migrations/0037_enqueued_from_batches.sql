@@ -229,8 +229,9 @@ BEGIN
     END IF;
 
     -- 5. the batch and its line in the enqueue log; a batch_id already
-    -- stored (before or by a concurrent enqueue) inserts neither. A held service's batch
-    -- is counted and its holder woken here (step 6), and the insert sets
+    -- stored (before or by a concurrent enqueue) inserts neither. A held
+    -- service's batch is counted and its holder woken here (step 6), and
+    -- the insert sets
     -- queuer.enqueue_counted to 'on' (every other insert: '', whatever the
     -- caller set) so that the counters trigger does not fire for it; a
     -- free service's batch is the trigger's (it may give the service to a
