@@ -31,9 +31,10 @@ static void usage(FILE *out)
             "                    [--dry-run] [--json] [-c FILE] [--database CONNINFO]\n"
             "\n"
             "Deletes final batches (Committed, Valid, Invalid) that reached their final\n"
-            "status more than DURATION ago, and their history rows. Unfinished batches and\n"
-            "their history are never touched, nor are service claims (their epochs must\n"
-            "keep counting up). A pruned batch id can be enqueued again as a new batch.\n"
+            "status more than DURATION ago, and their history rows, then the enqueue log's\n"
+            "rows (queuer.enqueue_log) older than DURATION. Unfinished batches and their\n"
+            "history are never touched, nor are service claims (their epochs must keep\n"
+            "counting up). A pruned batch id can be enqueued again as a new batch.\n"
             "\n"
             "  --older-than DURATION  e.g. 30d, 12h, 90m, 1d12h (units w d h m s)\n"
             "  --batch-size N         batches per transaction (default 1000, 1..100000)\n"
@@ -41,12 +42,14 @@ static void usage(FILE *out)
             "  --dry-run              only count what would be deleted\n"
             "  --json                 print the result as one JSON object: {\"dry_run\",\n"
             "                         \"older_than\", \"cutoff\", \"batches\", \"committed\",\n"
-            "                         \"valid\", \"invalid\", \"history_rows\", \"transactions\",\n"
-            "                         \"ms\"} (no history_rows/transactions with --dry-run)\n"
+            "                         \"valid\", \"invalid\", \"history_rows\",\n"
+            "                         \"enqueue_log_rows\", \"transactions\", \"ms\"} (none of\n"
+            "                         the last four with --dry-run)\n"
             "\n"
             "Each transaction deletes at most N batches, skipping rows someone else has\n"
-            "locked, so it is safe while workers run. Needs DELETE on queuer.batches and\n"
-            "queuer.batch_history: run it as the schema owner (the role of queuer migrate).\n");
+            "locked, so it is safe while workers run. Needs DELETE on queuer.batches,\n"
+            "queuer.batch_history and queuer.enqueue_log: run it as the schema owner (the\n"
+            "role of queuer migrate).\n");
     qw_cli_help_common(out);
     fprintf(out, "\nexit status: 0 done; 1 failed part-way (what was removed stays removed; run\n"
                  "it again); 64 usage; 69 database unreachable; 78 bad configuration.\n");
