@@ -1,4 +1,5 @@
-/* Integration: `queuer migrate` idempotence and concurrency, schema checks. */
+/* Integration: `queuer migrate` idempotence and concurrency, schema checks, data moved by
+ * a migration. */
 #include "itest.h"
 #include "common/embedded.h"
 #include "db/migrate.h"
@@ -115,6 +116,79 @@ static void test_check_reports_missing_and_old_schema(void **state)
     free(conninfo);
 }
 
+/*
+ * A database at 0036 with stored 'Enqueued' history rows: 0037 moves them
+ * into the enqueue log (one row per time and service) and deletes them;
+ * the other history rows stay, and queuer.history still shows each
+ * batch's Enqueued transition, now from the batch's row.
+ */
+static void test_enqueued_rows_move_to_the_log(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("migrate_0037", 0);
+    struct qw_db *db = itest_connect(conninfo);
+    itest_exec(db, "CREATE SCHEMA queuer; CREATE TABLE queuer.schema_migrations ("
+                   " version integer PRIMARY KEY, name text NOT NULL,"
+                   " applied_at timestamptz NOT NULL DEFAULT now())");
+    for (const struct qw_embedded *m = qw_migrations; m->name && atoi(m->name) < 37; m++) {
+        itest_exec(db, "BEGIN");
+        itest_exec(db, m->text);
+        char sql[256];
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO queuer.schema_migrations (version, name) VALUES (%d, '%s')",
+                 atoi(m->name), m->name);
+        itest_exec(db, sql);
+        itest_exec(db, "COMMIT");
+    }
+    /* three batches of two services, two of them enqueued in one statement (same at) */
+    itest_exec(db, "SET session_replication_role = replica;"
+                   "INSERT INTO queuer.batches (batch_id, service_id, payload, created_at) "
+                   "SELECT repeat(to_hex(n), 128), s, '\\x0a00', now() - n * interval '1 minute' "
+                   "  FROM (VALUES (1, 'migra-aaaaa::0001'), (2, 'migra-aaaaa::0001'),"
+                   "               (3, 'migra-aaaaa::0002')) AS v(n, s);"
+                   "INSERT INTO queuer.batch_history (batch_id, service_id, to_status, at) "
+                   "SELECT batch_id, service_id, 'Enqueued', "
+                   "       CASE WHEN service_id LIKE '%1' THEN now() - interval '1 hour' "
+                   "            ELSE now() - interval '2 hours' END "
+                   "  FROM queuer.batches;"
+                   "INSERT INTO queuer.batch_history (batch_id, service_id, to_status) "
+                   "SELECT batch_id, service_id, 'Submitting' FROM queuer.batches "
+                   " WHERE service_id LIKE '%2';"
+                   "RESET session_replication_role");
+    struct qw_error e;
+    qw_error_clear(&e);
+    int applied = 0;
+    assert_int_equal(qw_migrate_apply(db, NULL, &applied, &e), QW_OK);
+    assert_int_equal(applied, embedded_migrations() - 36);
+
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batch_history "
+                                      "WHERE to_status = 'Enqueued'"),
+                     0);
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batch_history"), 1);
+    /* service 1's two rows shared their time: one line of 2 batches an hour old;
+     * service 2: one line of 1, two hours old (batches * 1000 + minutes) */
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.enqueue_log"), 2);
+    assert_int_equal(itest_scalar(db, "SELECT batches * 1000 + extract(epoch FROM now() - at)::int "
+                                      "/ 60 FROM queuer.enqueue_log "
+                                      "WHERE service_id = 'migra-aaaaa::0001'"),
+                     2060);
+    assert_int_equal(itest_scalar(db, "SELECT batches * 1000 + extract(epoch FROM now() - at)::int "
+                                      "/ 60 FROM queuer.enqueue_log "
+                                      "WHERE service_id = 'migra-aaaaa::0002'"),
+                     1120);
+    /* the audit still starts with Enqueued for every batch, at its created_at */
+    assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.history h "
+                                      "JOIN queuer.batches b USING (batch_id) "
+                                      "WHERE h.to_status = 'Enqueued' AND h.id = 0 "
+                                      "AND h.at = b.created_at"),
+                     3);
+    assert_int_equal(itest_scalar(db, "SELECT sum(last_24h) FROM queuer.status_counts "
+                                      "WHERE status = 'Enqueued'"),
+                     3);
+    qw_db_close(db);
+    free(conninfo);
+}
+
 static void test_unreachable_database_exit_code(void **state)
 {
     (void)state;
@@ -132,6 +206,7 @@ int main(void)
         cmocka_unit_test(test_migrate_twice_is_noop),
         cmocka_unit_test(test_concurrent_migrations),
         cmocka_unit_test(test_check_reports_missing_and_old_schema),
+        cmocka_unit_test(test_enqueued_rows_move_to_the_log),
         cmocka_unit_test(test_unreachable_database_exit_code),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
