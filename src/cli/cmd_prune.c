@@ -151,10 +151,15 @@ static int run_chunks(struct qw_db *db, const struct args *a, const char *cutoff
         t->history += h;
         t->chunks++;
         if (c + v + i < a->chunk)
-            break; /* fewer than asked for: nothing older is left (or it is locked) */
+            return QW_OK; /* fewer than asked for: nothing older is left (or it is locked) */
         if (a->pause_ms > 0)
             qw_clock_sleep_ms(a->pause_ms);
     }
+}
+
+/* The enqueue log's rows older than the cutoff, in one statement. */
+static int prune_log(struct qw_db *db, const char *cutoff, struct totals *t, struct qw_error *err)
+{
     const char *params[] = {cutoff};
     struct qw_db_res *res = NULL;
     int rc = qw_db_query(db, "ops_prune_log", 1, params, &res, err);
@@ -240,6 +245,8 @@ int qw_cmd_prune(int argc, char **argv)
         }
     } else if (rc == QW_OK) {
         rc = run_chunks(db, &a, cutoff, &t, &err);
+        if (rc == QW_OK)
+            rc = prune_log(db, cutoff, &t, &err);
     }
     qw_db_close(db);
     if (rc == QW_OK || t.chunks > 0)

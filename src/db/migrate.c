@@ -95,6 +95,12 @@ static int check_roles(struct qw_db *db, struct qw_error *err)
 
 int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_error *err)
 {
+    return qw_migrate_apply_to(db, qw_migrate_latest(), report, applied, err);
+}
+
+int qw_migrate_apply_to(struct qw_db *db, int target, FILE *report, int *applied,
+                        struct qw_error *err)
+{
     int count = 0;
     int rc = qw_db_exec(db, "SELECT pg_advisory_lock(" QW_MIGRATE_LOCK_KEY ")", err);
     if (rc != QW_OK)
@@ -118,7 +124,7 @@ int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_err
                           version, qw_migrate_latest());
     }
     for (const struct qw_embedded *m = qw_migrations; rc == QW_OK && m->name; m++) {
-        if (migration_version(m->name) <= version)
+        if (migration_version(m->name) <= version || migration_version(m->name) > target)
             continue;
         rc = apply_one(db, m, err);
         if (rc == QW_OK) {
@@ -130,7 +136,7 @@ int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied, struct qw_err
     if (rc == QW_OK && report)
         fprintf(report,
                 count ? "schema is now at version %d\n" : "schema is up to date (version %d)\n",
-                qw_migrate_latest());
+                target);
     if (qw_db_ok(db)) {
         struct qw_error ignored;
         int unlocked =

@@ -22,6 +22,14 @@ int qw_migrate_latest(void);
 QW_MUST_CHECK int qw_migrate_apply(struct qw_db *db, FILE *report, int *applied,
                                    struct qw_error *err);
 
+/**
+ * qw_migrate_apply() up to migration `target` only (a version this binary
+ * holds): to bring a database to an older schema, e.g. to check what a
+ * later migration does to the data it finds.
+ */
+QW_MUST_CHECK int qw_migrate_apply_to(struct qw_db *db, int target, FILE *report, int *applied,
+                                      struct qw_error *err);
+
 /** One migration as `queuer migrate --status` shows it. */
 struct qw_migration_info {
     int version;         /* its number */

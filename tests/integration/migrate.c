@@ -127,19 +127,9 @@ static void test_enqueued_rows_move_to_the_log(void **state)
     (void)state;
     char *conninfo = itest_db_create("migrate_0037", 0);
     struct qw_db *db = itest_connect(conninfo);
-    itest_exec(db, "CREATE SCHEMA queuer; CREATE TABLE queuer.schema_migrations ("
-                   " version integer PRIMARY KEY, name text NOT NULL,"
-                   " applied_at timestamptz NOT NULL DEFAULT now())");
-    for (const struct qw_embedded *m = qw_migrations; m->name && atoi(m->name) < 37; m++) {
-        itest_exec(db, "BEGIN");
-        itest_exec(db, m->text);
-        char sql[256];
-        snprintf(sql, sizeof(sql),
-                 "INSERT INTO queuer.schema_migrations (version, name) VALUES (%d, '%s')",
-                 atoi(m->name), m->name);
-        itest_exec(db, sql);
-        itest_exec(db, "COMMIT");
-    }
+    struct qw_error e;
+    qw_error_clear(&e);
+    assert_int_equal(qw_migrate_apply_to(db, 36, NULL, NULL, &e), QW_OK);
     /* three batches of two services, two of them enqueued in one statement (same at) */
     itest_exec(db, "SET session_replication_role = replica;"
                    "INSERT INTO queuer.batches (batch_id, service_id, payload, created_at) "
@@ -155,8 +145,6 @@ static void test_enqueued_rows_move_to_the_log(void **state)
                    "SELECT batch_id, service_id, 'Submitting' FROM queuer.batches "
                    " WHERE service_id LIKE '%2';"
                    "RESET session_replication_role");
-    struct qw_error e;
-    qw_error_clear(&e);
     int applied = 0;
     assert_int_equal(qw_migrate_apply(db, NULL, &applied, &e), QW_OK);
     assert_int_equal(applied, embedded_migrations() - 36);
