@@ -68,12 +68,17 @@ WITH o AS (
     -- outcomes whose claim is ours at their epoch (as the statement's
     -- snapshot shows it) but was not locked above: another transaction
     -- holds the row (the claim rows are found by key, as in `fence`: a
-    -- join on o alone lets a generic plan walk the whole primary key)
+    -- join on o alone lets a generic plan walk the whole primary key).
+    -- When every service of the group is in `fence` (fence has one row per
+    -- service, each one of o's), none was skipped, and the first condition,
+    -- evaluated once, spares the join: the plan made for a few outcomes
+    -- compares every outcome with every locked claim.
     SELECT o.ord
       FROM o JOIN queuer.service_id_claims c
                   ON c.service_id = o.service_id AND c.claim_epoch = o.epoch
                  AND c.claimant IS NOT DISTINCT FROM $1
-     WHERE c.service_id = ANY (ARRAY(SELECT o.service_id FROM o))
+     WHERE (SELECT count(*) FROM fence) < (SELECT count(DISTINCT o.service_id) FROM o)
+       AND c.service_id = ANY (ARRAY(SELECT o.service_id FROM o))
        AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.service_id = o.service_id)
        AND greatest(c.expiry_1,
                     (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
@@ -202,4 +207,8 @@ SELECT 's', NULL, NULL, NULL, NULL, NULL, NULL, s.ord, NULL
 UNION ALL
 SELECT 'm', nxt.batch_id, NULL, NULL, NULL, NULL, NULL, nxt.ord, NULL
   FROM nxt
- WHERE NOT EXISTS (SELECT 1 FROM go WHERE go.batch_id = nxt.batch_id)
+ -- (`go` marks each of nxt's batches at most once, so when it marked as
+ -- many as nxt found, it marked them all: the first condition, evaluated
+ -- once, spares comparing every batch found with every batch marked)
+ WHERE (SELECT count(*) FROM go) < (SELECT count(*) FROM nxt)
+   AND NOT EXISTS (SELECT 1 FROM go WHERE go.batch_id = nxt.batch_id)
