@@ -247,6 +247,62 @@ static void test_next_delayed_only_when_due(void **state)
                      1);
 }
 
+/*
+ * In one group, one outcome's next batch is marked and another's is not
+ * due: the group reports the first as 'n' and the second as 'm', each with
+ * its own outcome's ord, and nothing for a service with no batch left.
+ */
+static void test_group_reports_each_next_not_marked(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const svcs[2] = {"fastp-ddddd::0004", "fastp-eeeee::0005"};
+    char other[3][129]; /* two batches of the first service, one of the second */
+    itest_enqueue_sample(f->db, svcs[0], 4000, other[0]);
+    itest_enqueue_sample(f->db, svcs[0], 4001, other[1]);
+    itest_enqueue_sample(f->db, svcs[1], 5000, other[2]);
+    itest_exec(f->db, "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 7, "
+                      "expiry_1 = now() + interval '1 min', expiry_2 = now() + interval '2 min'");
+    char sql[768];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET submitted = true, status = 'Pending', attempts = 1 "
+             "WHERE batch_id IN ('%s', '%s'); "
+             "UPDATE queuer.batches SET status = 'Delayed', retry_at = now() + interval '1 h' "
+             "WHERE batch_id = '%s'",
+             other[0], other[2], other[1]);
+    itest_exec(f->db, sql);
+    char outcomes[1024];
+    snprintf(outcomes, sizeof(outcomes),
+             "{\"(%s," SVC ",7,pending,Committed,t,0,,,,f,t)\","
+             "\"(%s,%s,7,pending,Committed,t,0,,,,f,t)\","
+             "\"(%s,%s,7,pending,Committed,t,0,,,,f,t)\"}",
+             f->ids[0], other[0], svcs[0], other[2], svcs[1]);
+    const char *params[] = {"w1", outcomes, f->inc};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->db, "outcomes_record", 3, params, &res, &err) != QW_OK)
+        fail_msg("outcomes_record: %s", err.msg);
+    int written = 0, next = -1, more = -1;
+    for (int r = 0; r < qw_db_res_rows(res); r++) {
+        char kind = qw_db_res_get(res, r, 0)[0];
+        if (kind == 'w')
+            written++;
+        else if (kind == 'n' && next < 0)
+            next = r;
+        else if (kind == 'm' && more < 0)
+            more = r;
+        else
+            fail_msg("unexpected row of kind %c", kind);
+    }
+    assert_int_equal(written, 3);
+    assert_true(next >= 0 && more >= 0);
+    assert_string_equal(qw_db_res_get(res, next, 1), f->ids[1]);
+    assert_int_equal(qw_db_res_int(res, next, 7), 1);
+    assert_string_equal(qw_db_res_get(res, more, 1), other[1]);
+    assert_int_equal(qw_db_res_int(res, more, 7), 2);
+    qw_db_res_free(res);
+}
+
 static void test_next_delayed_due_is_retried(void **state)
 {
     struct fixture *f = *state;
@@ -615,6 +671,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_next_without_go_on, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next_delayed_only_when_due, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next_delayed_due_is_retried, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group_reports_each_next_not_marked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_final_marks_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_epoch_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_round_trips_text, setup, teardown),
