@@ -69,15 +69,15 @@ WITH o AS (
     -- snapshot shows it) but was not locked above: another transaction
     -- holds the row (the claim rows are found by key, as in `fence`: a
     -- join on o alone lets a generic plan walk the whole primary key).
-    -- When every service of the group is in `fence` (fence has one row per
-    -- service, each one of o's), none was skipped, and the first condition,
-    -- evaluated once, spares the join: the plan made for a few outcomes
-    -- compares every outcome with every locked claim.
+    -- When `fence` locked as many claims as the group has outcomes (it has
+    -- one row per service, each one of o's), none was skipped, and the
+    -- first condition, evaluated once, spares the join: the plan made for a
+    -- few outcomes compares every outcome with every locked claim.
     SELECT o.ord
       FROM o JOIN queuer.service_id_claims c
                   ON c.service_id = o.service_id AND c.claim_epoch = o.epoch
                  AND c.claimant IS NOT DISTINCT FROM $1
-     WHERE (SELECT count(*) FROM fence) < (SELECT count(DISTINCT o.service_id) FROM o)
+     WHERE (SELECT count(*) FROM fence) < cardinality($2::queuer.outcome[])
        AND c.service_id = ANY (ARRAY(SELECT o.service_id FROM o))
        AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.service_id = o.service_id)
        AND greatest(c.expiry_1,
