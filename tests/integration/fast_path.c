@@ -63,6 +63,18 @@ static int teardown(void **state)
     return 0;
 }
 
+/* Sends `outcomes`, a queuer.outcome[] literal, as w1; returns the result. */
+static struct qw_db_res *record_group(struct fixture *f, const char *outcomes)
+{
+    const char *params[] = {"w1", outcomes, f->inc};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->db, "outcomes_record", 3, params, &res, &err) != QW_OK)
+        fail_msg("outcomes_record: %s", err.msg);
+    return res;
+}
+
 /* Records `status` for ids[0], expecting it in state `expect`, at `epoch`. */
 static struct qw_db_res *record_expecting(struct fixture *f, const char *expect, const char *status,
                                           long epoch, int go_on)
@@ -72,13 +84,7 @@ static struct qw_db_res *record_expecting(struct fixture *f, const char *expect,
     char outcomes[512];
     snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",%ld,%s,%s,t,0,,,\\\"by test\\\",f,%s)\"}",
              f->ids[0], epoch, expect, status, go_on ? "t" : "f");
-    const char *params[] = {"w1", outcomes, f->inc};
-    struct qw_db_res *res = NULL;
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query(f->db, "outcomes_record", 3, params, &res, &err) != QW_OK)
-        fail_msg("outcomes_record: %s", err.msg);
-    return res;
+    return record_group(f, outcomes);
 }
 
 /* Records `status` for ids[0] (expect pending) at `epoch`; returns the result. */
@@ -276,12 +282,7 @@ static void test_group_reports_each_next_not_marked(void **state)
              "\"(%s,%s,7,pending,Committed,t,0,,,,f,t)\","
              "\"(%s,%s,7,pending,Committed,t,0,,,,f,t)\"}",
              f->ids[0], other[0], svcs[0], other[2], svcs[1]);
-    const char *params[] = {"w1", outcomes, f->inc};
-    struct qw_db_res *res = NULL;
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query(f->db, "outcomes_record", 3, params, &res, &err) != QW_OK)
-        fail_msg("outcomes_record: %s", err.msg);
+    struct qw_db_res *res = record_group(f, outcomes);
     int written = 0, next = -1, more = -1;
     for (int r = 0; r < qw_db_res_rows(res); r++) {
         char kind = qw_db_res_get(res, r, 0)[0];
