@@ -162,6 +162,57 @@ static void test_worker_cannot_forge(void **state)
 #undef HIST
 }
 
+/* The check of a worker's history rows probes the claims by key, row by
+ * row: a statement of 40 rows among 3,000 claims reads no claim it does not
+ * name (a hashed plan would read them all once per statement). */
+static void test_worker_history_checked_by_key(void **state)
+{
+    (void)state;
+    char *conninfo = itest_db_create("hostile_history_key", 1);
+    struct qw_db *admin = itest_connect(conninfo);
+    create_roles(admin);
+    itest_exec(admin, "INSERT INTO queuer.service_id_claims (service_id, claimant, claim_epoch, "
+                      "expiry_1, expiry_2) "
+                      "SELECT format('hkey-%s::0001', i), 'w1', 1, now() + interval '1 hour', "
+                      "now() + interval '2 hours' FROM generate_series(1, 3000) i");
+    itest_exec(admin, "ANALYZE queuer.service_id_claims");
+    struct qw_db *w = itest_connect_as(conninfo, "itest_hworker");
+    const char *seq = "SELECT seq_scan FROM pg_stat_xact_user_tables "
+                      "WHERE relname = 'service_id_claims'";
+    const char *idx = "SELECT idx_scan FROM pg_stat_xact_user_tables "
+                      "WHERE relname = 'service_id_claims'";
+    /* a statement's plan is made at its first call: twice, so that both
+     * the first plan and the one kept are seen */
+    for (int round = 0; round < 2; round++) {
+        itest_exec(w, "BEGIN");
+        long long seq0 = itest_scalar(w, seq);
+        long long idx0 = itest_scalar(w, idx);
+        expect(w,
+               "INSERT INTO queuer.batch_history (batch_id, service_id, to_status, "
+               "instance_id, claim_epoch) "
+               "SELECT format('hkey-batch-%s', i), format('hkey-%s::0001', i), 'Committed', "
+               "'w1', 1 FROM generate_series(1, 40) i",
+               "");
+        long long seq1 = itest_scalar(w, seq);
+        long long idx1 = itest_scalar(w, idx);
+        itest_exec(w, "COMMIT");
+        if (seq1 != seq0 || idx1 - idx0 != 40)
+            fail_msg("round %d: 40 history rows read the claims by %lld sequential scans "
+                     "and %lld index probes",
+                     round, seq1 - seq0, idx1 - idx0);
+    }
+    /* and a row naming a claim that is not the writer's is still refused */
+    expect(w,
+           "INSERT INTO queuer.batch_history (batch_id, service_id, to_status, instance_id, "
+           "claim_epoch) SELECT format('hkey-batch-%s', i), format('hkey-%s::0001', i), "
+           "'Committed', 'w1', CASE WHEN i = 40 THEN 2 ELSE 1 END FROM generate_series(1, 40) i",
+           "42501");
+    assert_int_equal(itest_scalar(admin, "SELECT count(*) FROM queuer.batch_history"), 80);
+    qw_db_close(w);
+    qw_db_close(admin);
+    free(conninfo);
+}
+
 static void test_enqueuer_limits(void **state)
 {
     (void)state;
@@ -278,6 +329,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worker_cannot_forge),
+        cmocka_unit_test(test_worker_history_checked_by_key),
         cmocka_unit_test(test_enqueuer_limits),
         cmocka_unit_test(test_enqueuer_cannot_skip_the_count),
     };
