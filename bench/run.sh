@@ -53,8 +53,9 @@
 # queuer.enqueue_rows() call per 5 ms tick, several batches at high rates);
 # BENCH_W5_TICK_MS (5): the tick, for applications that enqueue a few dozen
 # batches per call (50 ms at 1,500/s: 75 a call);
-# BENCH_WORKER_ROLE=1: workers log in as a member of queuer_worker (as in
-# production) instead of the superuser that owns the schema.
+# BENCH_WORKER_ROLE (1): workers log in as a member of queuer_worker, as in
+# production, whose history rows the database checks; 0: as the superuser
+# that owns the schema, which skips those checks.
 # BENCH_PG_CONF: extra postgresql.conf lines for the benchmark clusters
 # (e.g. "max_pred_locks_per_transaction = 4096", see docs/CLAIMS.md).
 # BENCH_SETUP_SQL: statements run in each queuer run's database after the
@@ -657,7 +658,7 @@ run_queuer() {
     RUN_LOAD1=$(cut -d' ' -f1 /proc/loadavg)
     snap_before
     local worker_conninfo=$DB_CONNINFO
-    if [ "${BENCH_WORKER_ROLE:-0}" = 1 ]; then
+    if [ "${BENCH_WORKER_ROLE:-1}" = 1 ]; then
         psql -X -q "$PG_ADMIN" -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'qw_bench_worker') THEN CREATE ROLE qw_bench_worker LOGIN IN ROLE queuer_worker; END IF; END \$\$" >>"$LOG" 2>&1 ||
             die "cannot create the worker role"
         worker_conninfo=${DB_CONNINFO/user=postgres/user=qw_bench_worker}
@@ -869,7 +870,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "## queuer benchmark $(date -u +%Y-%m-%dT%H:%MZ)$([ "$QUICK" = 1 ] && echo " (--quick: reduced sizes, not comparable to the full table)")"
     echo
     echo "$MACHINE_BEFORE; after the runs: load average $LOAD_AFTER; took $(($(date +%s) - START_S)) s"
-    echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off)${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}${BENCH_PG_CONF:+; PostgreSQL settings: $(echo "$BENCH_PG_CONF" | paste -sd';' -)}${BENCH_SETUP_SQL:+; after the migrations: $BENCH_SETUP_SQL}"
+    echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off); workers log in as $([ "${BENCH_WORKER_ROLE:-1}" = 1 ] && echo "a member of queuer_worker" || echo "the schema owner")${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}${BENCH_PG_CONF:+; PostgreSQL settings: $(echo "$BENCH_PG_CONF" | paste -sd';' -)}${BENCH_SETUP_SQL:+; after the migrations: $BENCH_SETUP_SQL}"
     echo
     echo "| run | services x batches | workers | batches/s | turnaround p50 / p99 ms | DB commits/batch | ledger requests/batch | worker RSS peak MB | CPU s/1k batches: workers / PostgreSQL / sim (total) |"
     echo "|---|---|---|---|---|---|---|---|---|"
