@@ -127,6 +127,7 @@ GW_PROCS=${BENCH_GW_PROCS:-1}
 GW_CONCURRENCY=${BENCH_GW_CONCURRENCY:-32}
 GW_LOCAL_QUEUE=${BENCH_GW_LOCAL_QUEUE:-64}
 GW_COMPLETE_BATCH_MS=${BENCH_GW_COMPLETE_BATCH_MS:-0}
+WORKER_ROLE=${BENCH_WORKER_ROLE:-1}
 if [ "$QUICK" = 1 ]; then
     W5_RATE=${BENCH_W5_RATE:-300}
     W5_SECONDS=${BENCH_W5_SECONDS:-10}
@@ -658,7 +659,7 @@ run_queuer() {
     RUN_LOAD1=$(cut -d' ' -f1 /proc/loadavg)
     snap_before
     local worker_conninfo=$DB_CONNINFO
-    if [ "${BENCH_WORKER_ROLE:-1}" = 1 ]; then
+    if [ "$WORKER_ROLE" = 1 ]; then
         psql -X -q "$PG_ADMIN" -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'qw_bench_worker') THEN CREATE ROLE qw_bench_worker LOGIN IN ROLE queuer_worker; END IF; END \$\$" >>"$LOG" 2>&1 ||
             die "cannot create the worker role"
         worker_conninfo=${DB_CONNINFO/user=postgres/user=qw_bench_worker}
@@ -870,7 +871,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "## queuer benchmark $(date -u +%Y-%m-%dT%H:%MZ)$([ "$QUICK" = 1 ] && echo " (--quick: reduced sizes, not comparable to the full table)")"
     echo
     echo "$MACHINE_BEFORE; after the runs: load average $LOAD_AFTER; took $(($(date +%s) - START_S)) s"
-    echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off); workers log in as $([ "${BENCH_WORKER_ROLE:-1}" = 1 ] && echo "a member of queuer_worker" || echo "the schema owner")${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}${BENCH_PG_CONF:+; PostgreSQL settings: $(echo "$BENCH_PG_CONF" | paste -sd';' -)}${BENCH_SETUP_SQL:+; after the migrations: $BENCH_SETUP_SQL}"
+    echo "queuer binary sha256 $(sha256sum "$QUEUER_BIN" | cut -c1-12); sim commit delay ${SIM_DELAY_MS} ms; PostgreSQL fsync, synchronous_commit and full_page_writes on (W1F: off); workers log in as $([ "$WORKER_ROLE" = 1 ] && echo "a member of queuer_worker" || echo "the schema owner")${BENCH_WORKER_ENV:+; worker settings: $BENCH_WORKER_ENV}${BENCH_PG_CONF:+; PostgreSQL settings: $(echo "$BENCH_PG_CONF" | paste -sd';' -)}${BENCH_SETUP_SQL:+; after the migrations: $BENCH_SETUP_SQL}"
     echo
     echo "| run | services x batches | workers | batches/s | turnaround p50 / p99 ms | DB commits/batch | ledger requests/batch | worker RSS peak MB | CPU s/1k batches: workers / PostgreSQL / sim (total) |"
     echo "|---|---|---|---|---|---|---|---|---|"

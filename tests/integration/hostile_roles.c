@@ -182,8 +182,7 @@ static void test_worker_history_checked_by_key(void **state)
                "UPDATE queuer.service_id_claims SET claimant = 'w1', claim_epoch = 1, "
                "expiry_1 = now() + interval '1 hour', expiry_2 = now() + interval '2 hours'");
     struct qw_db *w = itest_connect_as(conninfo, "itest_hworker");
-    const char *seq = "SELECT seq_scan FROM pg_stat_xact_user_tables "
-                      "WHERE relname = 'service_id_claims'";
+    const char *seq = "SELECT pg_stat_get_xact_numscans('queuer.service_id_claims'::regclass)";
     const char *idx = "SELECT pg_stat_get_xact_numscans('queuer.service_id_claims_pkey'::regclass)";
     /* a statement's plan is made at its first call: twice, so that both
      * the first plan and the one kept are seen */
