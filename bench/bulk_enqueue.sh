@@ -7,6 +7,15 @@
 # (the load's backend, autovacuum, the WAL writer): on a shared host the
 # CPU moves less than the wall time with the neighbours' load.
 #
+# The private server is new: its shared memory has never been touched and
+# it has no WAL segment to recycle, so a first load also pays for the
+# kernel's zeroing of the shared buffers' pages and of every new WAL
+# segment. A server that has been running has paid for both. The script
+# loads twice and prints both figures: first into a scratch database
+# (dropped afterwards, then a checkpoint), which is the first load on a new
+# server; then the timed load into a new database, which is a load on a
+# running server. With QUEUER_DATABASE_CONNINFO there is one load.
+#
 # usage: bench/bulk_enqueue.sh [BUILD_DIR]        (default: build)
 #   SERVICES, BATCHES   workload shape (default 1000 x 100)
 #   QUEUER_DATABASE_CONNINFO  use this (empty, migrated or not) database;
@@ -40,41 +49,55 @@ if [ -z "${QUEUER_DATABASE_CONNINFO:-}" ]; then
     . "$root/tests/lib/cluster.sh"
     qw_pg_start "$work/pg" >/dev/null
     started_pg=1
-    qw_psql -c "CREATE DATABASE bench" >/dev/null
-    export QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO dbname=bench"
     echo "server: private PostgreSQL 15 in $work/pg (fsync=${QW_PG_FSYNC:-off})"
 fi
-"$queuer" migrate >/dev/null
-[ -z "${SETUP_SQL:-}" ] || psql -X -q -v ON_ERROR_STOP=1 "$QUEUER_DATABASE_CONNINFO" -c "$SETUP_SQL" >/dev/null
 
 lines=$((services * batches))
 "$gen" --services "$services" --batches "$batches" --seed 1 >"$work/load.tsv"
 echo "workload: $lines lines, $services services x $batches batches," \
      "$(($(stat -c %s "$work/load.tsv") / 1048576)) MiB of TSV"
 
-echo "host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
-pg_data=
-[ "$started_pg" = 0 ] || pg_data=$work/pg/data
-c0=$([ -z "$pg_data" ] || bench_pg_cpu_ticks "$pg_data")
-t0=$(date +%s.%N)
-QUEUER_INGEST_HIGH=0 "$queuer" enqueue --tsv "$work/load.tsv" >"$work/out" 2>"$work/err" || {
-    echo "bulk_enqueue: enqueue failed:" >&2
-    cat "$work/out" "$work/err" >&2
-    exit 1
+# Migrates the database of $QUEUER_DATABASE_CONNINFO, loads the workload
+# into it and prints the figures, labelled $1.
+load_once() {
+    local label=$1 pg_data='' c0 c1 t0 t1
+    "$queuer" migrate >/dev/null
+    [ -z "${SETUP_SQL:-}" ] ||
+        psql -X -q -v ON_ERROR_STOP=1 "$QUEUER_DATABASE_CONNINFO" -c "$SETUP_SQL" >/dev/null
+    echo "host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) before the load"
+    [ "$started_pg" = 0 ] || pg_data=$work/pg/data
+    c0=$([ -z "$pg_data" ] || bench_pg_cpu_ticks "$pg_data")
+    t0=$(date +%s.%N)
+    QUEUER_INGEST_HIGH=0 "$queuer" enqueue --tsv "$work/load.tsv" >"$work/out" 2>"$work/err" || {
+        echo "bulk_enqueue: enqueue failed:" >&2
+        cat "$work/out" "$work/err" >&2
+        exit 1
+    }
+    t1=$(date +%s.%N)
+    if [ -n "$pg_data" ]; then
+        # the load's backend has exited and been reaped (its CPU is then the postmaster's)
+        bench_db_idle "$QW_PG_CONNINFO" "$2" 10 || echo "bulk_enqueue: a backend stayed on" >&2
+        sleep 0.2
+    fi
+    c1=$([ -z "$pg_data" ] || bench_pg_cpu_ticks "$pg_data")
+    cat "$work/out"
+    case "$(cat "$work/out")" in
+        "$lines of $lines batch lines enqueued;"*) ;;
+        *) echo "bulk_enqueue: expected $lines enqueued" >&2; exit 1 ;;
+    esac
+    awk -v a="$t0" -v b="$t1" -v n="$lines" -v l="$label" \
+        'BEGIN { s = b - a; printf "bulk enqueue (%s): %d lines in %.2f s = %.0f lines/s\n", l, n, s, n / s }'
+    [ -z "$pg_data" ] || awk -v t="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" -v n="$lines" \
+        'BEGIN { s = t / hz; printf "server CPU: %.2f s = %.1f us per line\n", s, s * 1e6 / n }'
 }
-t1=$(date +%s.%N)
-if [ -n "$pg_data" ]; then
-    # the load's backend has exited and been reaped (its CPU is then the postmaster's)
-    bench_db_idle "$QW_PG_CONNINFO" bench 10 || echo "bulk_enqueue: a backend stayed on" >&2
-    sleep 0.2
+
+if [ "$started_pg" = 1 ]; then
+    qw_psql -c "CREATE DATABASE warmup" >/dev/null
+    QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO dbname=warmup" load_once "first load on a new server" warmup
+    qw_psql -c "DROP DATABASE warmup" -c "CHECKPOINT" >/dev/null
+    qw_psql -c "CREATE DATABASE bench" >/dev/null
+    export QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO dbname=bench"
+    load_once "on a running server" bench
+else
+    load_once "this database" ""
 fi
-c1=$([ -z "$pg_data" ] || bench_pg_cpu_ticks "$pg_data")
-cat "$work/out"
-case "$(cat "$work/out")" in
-    "$lines of $lines batch lines enqueued;"*) ;;
-    *) echo "bulk_enqueue: expected $lines enqueued" >&2; exit 1 ;;
-esac
-awk -v a="$t0" -v b="$t1" -v n="$lines" \
-    'BEGIN { s = b - a; printf "bulk enqueue: %d lines in %.2f s = %.0f lines/s\n", n, s, n / s }'
-[ -z "$pg_data" ] || awk -v t="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" -v n="$lines" \
-    'BEGIN { s = t / hz; printf "server CPU: %.2f s = %.1f us per line\n", s, s * 1e6 / n }'
