@@ -13,8 +13,8 @@
 # segment. A server that has been running has paid for both. The script
 # loads twice and prints both figures: first into a scratch database
 # (dropped afterwards, then a checkpoint), which is the first load on a new
-# server; then the timed load into a new database, which is a load on a
-# running server. With QUEUER_DATABASE_CONNINFO there is one load.
+# server; then into a new database, which is a load on a running server.
+# With QUEUER_DATABASE_CONNINFO there is one load.
 #
 # usage: bench/bulk_enqueue.sh [BUILD_DIR]        (default: build)
 #   SERVICES, BATCHES   workload shape (default 1000 x 100)
@@ -58,7 +58,8 @@ echo "workload: $lines lines, $services services x $batches batches," \
      "$(($(stat -c %s "$work/load.tsv") / 1048576)) MiB of TSV"
 
 # Migrates the database of $QUEUER_DATABASE_CONNINFO, loads the workload
-# into it and prints the figures, labelled $1.
+# into it and prints the figures, labelled $1; on the private server, $2
+# names that database (its backend must be gone before the CPU is read).
 load_once() {
     local label=$1 pg_data='' c0 c1 t0 t1
     "$queuer" migrate >/dev/null
