@@ -57,16 +57,20 @@ lines=$((services * batches))
 echo "workload: $lines lines, $services services x $batches batches," \
      "$(($(stat -c %s "$work/load.tsv") / 1048576)) MiB of TSV"
 
-# Migrates the database of $QUEUER_DATABASE_CONNINFO, loads the workload
-# into it and prints the figures, labelled $1; on the private server, $2
-# names that database (its backend must be gone before the CPU is read).
+# Loads the workload and prints the figures, labelled $1: into a new
+# database $2 of the private server (whose CPU is then read too), or
+# without $2 into the database of $QUEUER_DATABASE_CONNINFO.
 load_once() {
-    local label=$1 pg_data='' c0 c1 t0 t1
+    local label=$1 db=${2:-} pg_data='' c0 c1 t0 t1
+    if [ -n "$db" ]; then
+        qw_psql -c "CREATE DATABASE $db" >/dev/null
+        export QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO dbname=$db"
+        pg_data=$work/pg/data
+    fi
     "$queuer" migrate >/dev/null
     [ -z "${SETUP_SQL:-}" ] ||
         psql -X -q -v ON_ERROR_STOP=1 "$QUEUER_DATABASE_CONNINFO" -c "$SETUP_SQL" >/dev/null
     echo "host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) before the load"
-    [ "$started_pg" = 0 ] || pg_data=$work/pg/data
     c0=$([ -z "$pg_data" ] || bench_pg_cpu_ticks "$pg_data")
     t0=$(date +%s.%N)
     QUEUER_INGEST_HIGH=0 "$queuer" enqueue --tsv "$work/load.tsv" >"$work/out" 2>"$work/err" || {
@@ -77,7 +81,7 @@ load_once() {
     t1=$(date +%s.%N)
     if [ -n "$pg_data" ]; then
         # the load's backend has exited and been reaped (its CPU is then the postmaster's)
-        bench_db_idle "$QW_PG_CONNINFO" "$2" 10 || echo "bulk_enqueue: a backend stayed on" >&2
+        bench_db_idle "$QW_PG_CONNINFO" "$db" 10 || echo "bulk_enqueue: a backend stayed on" >&2
         sleep 0.2
     fi
     c1=$([ -z "$pg_data" ] || bench_pg_cpu_ticks "$pg_data")
@@ -93,12 +97,9 @@ load_once() {
 }
 
 if [ "$started_pg" = 1 ]; then
-    qw_psql -c "CREATE DATABASE warmup" >/dev/null
-    QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO dbname=warmup" load_once "first load on a new server" warmup
+    load_once "first load on a new server" warmup
     qw_psql -c "DROP DATABASE warmup" -c "CHECKPOINT" >/dev/null
-    qw_psql -c "CREATE DATABASE bench" >/dev/null
-    export QUEUER_DATABASE_CONNINFO="$QW_PG_CONNINFO dbname=bench"
     load_once "on a running server" bench
 else
-    load_once "this database" ""
+    load_once "this database"
 fi
