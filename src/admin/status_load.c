@@ -178,6 +178,27 @@ static int load_nodes(struct qw_db *db, int max, struct qw_status_report *r, str
     return QW_OK;
 }
 
+static int load_snapshot(struct qw_db *db, struct qw_status_report *r, struct qw_error *err)
+{
+    struct qw_db_res *res = NULL;
+    int rc = qw_db_query(db, "ops_status_snapshot", 0, NULL, &res, err);
+    if (rc != QW_OK)
+        return rc;
+    if (qw_db_res_rows(res) == 1) {
+        struct qw_status_snapshot *s = &r->snapshot;
+        s->holders = qw_db_res_int(res, 0, 0);
+        copy(s->kind, sizeof(s->kind), qw_db_res_get(res, 0, 1));
+        s->pid = qw_db_res_int(res, 0, 2);
+        copy(s->role, sizeof(s->role), qw_db_res_get(res, 0, 3));
+        copy(s->application, sizeof(s->application), qw_db_res_get(res, 0, 4));
+        copy(s->state, sizeof(s->state), qw_db_res_get(res, 0, 5));
+        s->xids_behind = qw_db_res_int(res, 0, 6);
+        s->open_s = qw_db_res_isnull(res, 0, 7) ? -1 : qw_db_res_int(res, 0, 7);
+    }
+    qw_db_res_free(res);
+    return QW_OK;
+}
+
 int qw_status_load(struct qw_db *db, int max_instances, int max_stuck, struct qw_status_report *r,
                    struct qw_error *err)
 {
@@ -191,6 +212,8 @@ int qw_status_load(struct qw_db *db, int max_instances, int max_stuck, struct qw
         rc = load_stuck(db, max_stuck, r, err);
     if (rc == QW_OK)
         rc = load_nodes(db, max_instances * 16, r, err);
+    if (rc == QW_OK)
+        rc = load_snapshot(db, r, err);
     if (rc != QW_OK)
         qw_status_free(r);
     return rc;

@@ -3,6 +3,7 @@
 #include "common/duration.h"
 #include "common/strbuf.h"
 #include "common/table.h"
+#include "common/termtext.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +179,44 @@ static void render_stuck(struct qw_strbuf *b, const struct qw_status_report *r)
                         "a unique id prefix of 16+ characters is enough)\n");
 }
 
+void qw_status_snapshot_text(const struct qw_status_snapshot *s, char *out, size_t len)
+{
+    /* role, application and state come from other sessions: written out safely */
+    char who[32] = "", open[64] = "open for an unknown time (not visible to this role)";
+    char role[96], app[96], state[96];
+    qw_termtext_escape(role, sizeof(role), s->role[0] ? s->role : "-");
+    qw_termtext_escape(app, sizeof(app), s->application[0] ? s->application : "-");
+    qw_termtext_escape(state, sizeof(state), s->state[0] ? s->state : "state not visible");
+    if (s->pid > 0)
+        snprintf(who, sizeof(who), " pid %lld", (long long)s->pid);
+    if (s->open_s >= 0) {
+        char age[32];
+        qw_duration_format(s->open_s, age, sizeof(age));
+        snprintf(open, sizeof(open), "open %s", age);
+    }
+    snprintf(out, len, "%s%s (role %s, %s %s, %s): %s, %lld transactions behind", s->kind, who,
+             role, strcmp(s->kind, "replication slot") == 0 ? "slot" : "application", app, state,
+             open, (long long)s->xids_behind);
+}
+
+/* The oldest snapshot that holds back vacuum, when one does. */
+static void render_snapshot(struct qw_strbuf *b, const struct qw_status_report *r)
+{
+    const struct qw_status_snapshot *s = &r->snapshot;
+    if (s->holders == 0) {
+        qw_strbuf_printf(b, "\nsnapshots holding back vacuum: none\n");
+        return;
+    }
+    char line[512];
+    qw_status_snapshot_text(s, line, sizeof(line));
+    qw_strbuf_printf(b,
+                     "\nsnapshots holding back vacuum: %lld; the oldest:\n  %s\n"
+                     "  (while it stays open no row version written since can be removed, and "
+                     "the workers slow down minute by minute: end it; see queuer.snapshot_holders "
+                     "and docs/OPERATIONS.md, \"Table growth and long transactions\")\n",
+                     (long long)s->holders, line);
+}
+
 char *qw_status_render_text(const struct qw_status_report *r)
 {
     const struct qw_status_counts *c = &r->counts;
@@ -220,6 +259,7 @@ char *qw_status_render_text(const struct qw_status_report *r)
     render_instances(&b, r);
     render_nodes(&b, r);
     render_stuck(&b, r);
+    render_snapshot(&b, r);
     return qw_strbuf_take(&b, NULL);
 }
 
@@ -236,8 +276,19 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
     json_t *batches = json_object(), *hour = json_object(), *five = json_object();
     json_t *services = json_object(), *instances = json_array(), *claims = json_object();
     json_t *stuck = json_object(), *stuck_list = json_array(), *nodes = json_array();
+    const struct qw_status_snapshot *sn = &r->snapshot;
+    json_t *snapshot =
+        sn->holders == 0
+            ? json_null()
+            : json_pack("{s:I, s:s, s:o, s:s?, s:s?, s:s?, s:I, s:o}", "holders",
+                        (json_int_t)sn->holders, "kind", sn->kind, "pid",
+                        sn->pid > 0 ? json_integer(sn->pid) : json_null(), "role",
+                        sn->role[0] ? sn->role : NULL, "application",
+                        sn->application[0] ? sn->application : NULL, "state",
+                        sn->state[0] ? sn->state : NULL, "xids_behind", (json_int_t)sn->xids_behind,
+                        "open_s", sn->open_s >= 0 ? json_integer(sn->open_s) : json_null());
     int bad = !root || !batches || !hour || !five || !services || !instances || !claims || !stuck ||
-              !stuck_list || !nodes;
+              !stuck_list || !nodes || !snapshot;
     if (!bad) {
         bad |= put(batches, "waiting", json_integer(c->waiting));
         bad |= put(batches, "submitting", json_integer(c->submitting));
@@ -328,6 +379,7 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
         bad |= json_object_set(root, "claims_per_instance", claims);
         bad |= json_object_set(root, "stuck", stuck);
         bad |= json_object_set(root, "ledger_nodes", nodes);
+        bad |= json_object_set(root, "snapshot_holding_back_vacuum", snapshot);
     }
     json_decref(batches);
     json_decref(hour);
@@ -338,6 +390,7 @@ json_t *qw_status_render_json(const struct qw_status_report *r)
     json_decref(stuck);
     json_decref(stuck_list);
     json_decref(nodes);
+    json_decref(snapshot);
     if (bad) {
         json_decref(root);
         return NULL;

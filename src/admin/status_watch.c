@@ -1,7 +1,8 @@
 /*
  * The screen of `queuer status --watch`: one status report fitted to a
  * terminal of rows x cols (pure; the command redraws it once a second).
- * Fixed lines first (in flight, waiting, throughput, services), then the
+ * Fixed lines first (in flight, waiting, throughput, services, and a
+ * snapshot holding back vacuum when one does), then the
  * instances and the stuck batches share what is left; whatever does not
  * fit is summarised as "... N more", and no line is wider than the screen.
  */
@@ -169,6 +170,11 @@ char *qw_status_render_watch(const struct qw_status_report *r, const struct qw_s
     putf(&s, "services   %9lld   with work %lld, claimed %lld, unclaimed %lld, refusing %lld",
          (long long)c->services, (long long)c->services_with_work, (long long)c->services_claimed,
          (long long)c->services_unclaimed, (long long)c->services_blocked);
+    if (r->snapshot.holders > 0) {
+        char held[512];
+        qw_status_snapshot_text(&r->snapshot, held, sizeof(held));
+        putf(&s, "! vacuum held back by %s", held);
+    }
     put_line(&s, "", 0);
 
     /* Instances and stuck batches share the rest: each gets what it needs

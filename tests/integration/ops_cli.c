@@ -897,6 +897,110 @@ static void test_status(void **state)
     teardown_env(&e);
 }
 
+/* Parses `queuer status --json` as `user` and returns its snapshot entry (a new reference). */
+static json_t *status_snapshot(const struct env *e, const char *user)
+{
+    char *out = NULL;
+    assert_int_equal(run_queuer(e, user, &out, NULL, "status", "--json", NULL), 0);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    if (!j)
+        fail_msg("not JSON: %s\n%s", jerr.text, out);
+    free(out);
+    json_t *sn = json_object_get(j, "snapshot_holding_back_vacuum");
+    assert_non_null(sn);
+    json_incref(sn);
+    json_decref(j);
+    return sn;
+}
+
+/* A REPEATABLE READ transaction left open: queuer.snapshot_holders lists
+ * it, `queuer status` names it once it is past a threshold (its age where
+ * the reading role may see it, how far behind it is otherwise), and not
+ * after it ends. */
+static void test_status_names_a_snapshot_held_open(void **state)
+{
+    (void)state;
+    struct env e;
+    setup_env(&e, "ops_snapshot");
+    char conn[1024];
+    snprintf(conn, sizeof(conn), "%s application_name=held_report", e.conninfo);
+    struct qw_db *held = itest_connect(conn);
+    int64_t pid = itest_scalar(held, "SELECT pg_backend_pid()");
+    itest_exec(held, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    assert_int_equal(itest_scalar(held, "SELECT count(*) FROM queuer.batches"), SERVICES * BATCHES);
+    for (int i = 0; i < 5; i++)
+        itest_exec(e.db, "SELECT txid_current()"); /* five transactions begin after it */
+    char want[128];
+    snprintf(want, sizeof(want), "session|%lld|held_report|idle in transaction|t|f",
+             (long long)pid);
+    char *row = stringf(&e,
+                        "SELECT concat_ws('|', kind, pid, application, state, "
+                        "xids_behind >= 5, holds_back) FROM queuer.snapshot_holders "
+                        "WHERE pid = %lld",
+                        (long long)pid);
+    assert_string_equal(row, want);
+    free(row);
+
+    /* under the thresholds (5 minutes; 100,000 transactions): not reported */
+    char *out = NULL;
+    assert_int_equal(run_queuer(&e, NULL, &out, NULL, "status", NULL), 0);
+    expect_contains(out, "snapshots holding back vacuum: none\n");
+    free(out);
+    json_t *sn = status_snapshot(&e, NULL);
+    assert_true(json_is_null(sn));
+    json_decref(sn);
+
+    /* past the age threshold: the superuser sees the session's age */
+    sqlf(&e, "UPDATE queuer.settings SET snapshot_held_after = '1 millisecond'");
+    assert_int_equal(run_queuer(&e, NULL, &out, NULL, "status", NULL), 0);
+    expect_contains(out, "snapshots holding back vacuum: ");
+    snprintf(want, sizeof(want), "  session pid %lld (role ", (long long)pid);
+    expect_contains(out, want);
+    expect_contains(out, ", application held_report, idle in transaction): open ");
+    free(out);
+    sn = status_snapshot(&e, NULL);
+    assert_string_equal(json_string_value(json_object_get(sn, "kind")), "session");
+    assert_int_equal(json_integer_value(json_object_get(sn, "pid")), pid);
+    assert_string_equal(json_string_value(json_object_get(sn, "application")), "held_report");
+    assert_true(json_integer_value(json_object_get(sn, "xids_behind")) >= 5);
+    assert_true(json_is_integer(json_object_get(sn, "open_s")));
+    json_decref(sn);
+
+    /* an operator without pg_read_all_stats cannot see another role's age:
+     * the number of transactions behind decides */
+    sqlf(&e, "SET ROLE ops_cli_op");
+    assert_int_equal(scalarf(&e,
+                             "SELECT count(*) FROM queuer.snapshot_holders WHERE pid = %lld "
+                             "AND open_for IS NULL AND NOT holds_back",
+                             (long long)pid),
+                     1);
+    sqlf(&e, "RESET ROLE");
+    sn = status_snapshot(&e, "ops_cli_op");
+    assert_true(json_is_null(sn));
+    json_decref(sn);
+    sqlf(&e, "UPDATE queuer.settings SET snapshot_held_xids = 3");
+    sn = status_snapshot(&e, "ops_cli_op");
+    assert_int_equal(json_integer_value(json_object_get(sn, "pid")), pid);
+    assert_true(json_is_null(json_object_get(sn, "open_s")));
+    assert_true(json_is_null(json_object_get(sn, "state")));
+    json_decref(sn);
+    assert_int_equal(run_queuer(&e, "ops_cli_op", &out, NULL, "status", NULL), 0);
+    expect_contains(out, "open for an unknown time (not visible to this role)");
+    free(out);
+
+    /* once it ends, nothing is reported */
+    itest_exec(held, "ROLLBACK");
+    assert_int_equal(scalarf(&e, "SELECT count(*) FROM queuer.snapshot_holders WHERE pid = %lld",
+                             (long long)pid),
+                     0);
+    assert_int_equal(run_queuer(&e, NULL, &out, NULL, "status", NULL), 0);
+    expect_contains(out, "snapshots holding back vacuum: none\n");
+    free(out);
+    qw_db_close(held);
+    teardown_env(&e);
+}
+
 /* ---- prune ---- */
 
 static void test_prune(void **state)
@@ -1022,6 +1126,7 @@ int main(void)
         cmocka_unit_test(test_worker_write_after_cancel_matches_nothing),
         cmocka_unit_test(test_action_gives_up_on_a_long_lock),
         cmocka_unit_test(test_status),
+        cmocka_unit_test(test_status_names_a_snapshot_held_open),
         cmocka_unit_test(test_prune),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

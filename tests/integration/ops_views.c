@@ -236,7 +236,7 @@ static void test_instances_and_counts(void **state)
 
 static const char *const VIEWS[] = {
     "service_overview", "stuck_batches", "instance_overview",   "batch_counts",
-    "status_counts",    "throughput",    "operator_thresholds",
+    "status_counts",    "throughput",    "operator_thresholds", "snapshot_holders",
 };
 #define N_VIEWS (sizeof(VIEWS) / sizeof(VIEWS[0]))
 

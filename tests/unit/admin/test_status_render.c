@@ -134,6 +134,7 @@ static void test_text_empty_system(void **state)
     assert_true(has_line(text, "  parked              0"));
     assert_true(has_line(text, "instances: 0 alive, 0 dead, 0 stopped (last day)"));
     assert_true(has_line(text, "stuck batches: none"));
+    assert_true(has_line(text, "snapshots holding back vacuum: none"));
     assert_null(strstr(text, "oldest"));
     assert_null(strstr(text, "INSTANCE"));
     assert_null(strstr(text, "wake-ups"));
@@ -206,7 +207,75 @@ static void test_json_empty_system(void **state)
     assert_true(json_is_null(json_object_get(json_object_get(j, "batches"), "oldest_age_s")));
     assert_int_equal(json_array_size(json_object_get(j, "instances")), 0);
     assert_int_equal(json_array_size(json_object_get(json_object_get(j, "stuck"), "longest")), 0);
+    assert_true(json_is_null(json_object_get(j, "snapshot_holding_back_vacuum")));
     json_decref(j);
+}
+
+/* A session held open: the text names it, its age and how far behind it is; a
+ * hostile application_name is written out, not sent to the terminal. */
+static void test_snapshot_holding_back(void **state)
+{
+    (void)state;
+    struct qw_status_report r = sample_report();
+    r.snapshot = (struct qw_status_snapshot){.holders = 2,
+                                             .kind = "session",
+                                             .pid = 4209,
+                                             .role = "app",
+                                             .application = "report\x1b[2J",
+                                             .state = "idle in transaction",
+                                             .xids_behind = 45678,
+                                             .open_s = 723};
+    char *text = qw_status_render_text(&r);
+    assert_non_null(text);
+    assert_true(has_line(text, "snapshots holding back vacuum: 2; the oldest:"));
+    assert_true(has_line(text, "  session pid 4209 (role app, application report\\x1b[2J, idle "
+                               "in transaction): open 12m3s, 45678 transactions behind"));
+    assert_null(strchr(text, '\x1b'));
+    free(text);
+    json_t *j = qw_status_render_json(&r);
+    assert_non_null(j);
+    json_t *sn = json_object_get(j, "snapshot_holding_back_vacuum");
+    assert_int_equal(json_integer_value(json_object_get(sn, "holders")), 2);
+    assert_string_equal(json_string_value(json_object_get(sn, "kind")), "session");
+    assert_int_equal(json_integer_value(json_object_get(sn, "pid")), 4209);
+    assert_string_equal(json_string_value(json_object_get(sn, "application")), "report\x1b[2J");
+    assert_int_equal(json_integer_value(json_object_get(sn, "xids_behind")), 45678);
+    assert_int_equal(json_integer_value(json_object_get(sn, "open_s")), 723);
+    json_decref(j);
+
+    /* another role's session without pg_read_all_stats: no age, no state */
+    r.snapshot = (struct qw_status_snapshot){.holders = 1,
+                                             .kind = "session",
+                                             .pid = 77,
+                                             .role = "app",
+                                             .xids_behind = 200000,
+                                             .open_s = -1};
+    text = qw_status_render_text(&r);
+    assert_non_null(text);
+    assert_true(has_line(text, "  session pid 77 (role app, application -, state not visible): "
+                               "open for an unknown time (not visible to this role), 200000 "
+                               "transactions behind"));
+    free(text);
+    j = qw_status_render_json(&r);
+    assert_non_null(j);
+    sn = json_object_get(j, "snapshot_holding_back_vacuum");
+    assert_true(json_is_null(json_object_get(sn, "open_s")));
+    assert_true(json_is_null(json_object_get(sn, "state")));
+    json_decref(j);
+
+    /* a standby's slot */
+    r.snapshot = (struct qw_status_snapshot){.holders = 1,
+                                             .kind = "replication slot",
+                                             .application = "standby1",
+                                             .state = "inactive",
+                                             .xids_behind = 9000000,
+                                             .open_s = -1};
+    text = qw_status_render_text(&r);
+    assert_non_null(text);
+    assert_true(has_line(text, "  replication slot (role -, slot standby1, inactive): open for an "
+                               "unknown time (not visible to this role), 9000000 transactions "
+                               "behind"));
+    free(text);
 }
 
 static void test_table_truncates_and_pads(void **state)
@@ -295,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_text_empty_system),
         cmocka_unit_test(test_json),
         cmocka_unit_test(test_json_empty_system),
+        cmocka_unit_test(test_snapshot_holding_back),
         cmocka_unit_test(test_table_truncates_and_pads),
         cmocka_unit_test(test_table_escapes_controls),
         cmocka_unit_test(test_strbuf_cap_fails_sticky),

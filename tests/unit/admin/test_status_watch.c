@@ -118,6 +118,19 @@ static void test_small_report_shows_everything(void **state)
     assert_non_null(strstr(screen, "abcde-00001::zz01"));
     assert_null(strstr(screen, "more"));
     assert_non_null(strstr(screen, "committed          -")); /* no rate before a second report */
+    assert_null(strstr(screen, "vacuum"));
+    free(screen);
+    r.snapshot = (struct qw_status_snapshot){.holders = 1,
+                                             .kind = "prepared",
+                                             .role = "app",
+                                             .application = "tx-17",
+                                             .state = "prepared",
+                                             .xids_behind = 123456,
+                                             .open_s = 3600};
+    screen = qw_status_render_watch(&r, &rates, NULL, 24, 200);
+    assert_non_null(screen);
+    assert_non_null(strstr(screen, "! vacuum held back by prepared (role app, application tx-17, "
+                                   "prepared): open 1h, 123456 transactions behind\n"));
     free(screen);
     qw_status_free(&r);
 }
