@@ -143,7 +143,7 @@ json_t *qw_status_render_json(const struct qw_status_report *r);
 /**
  * Describes the snapshot `s` (holders > 0) in one line: what holds it, for
  * how long, how far behind, e.g. "session pid 4209 (role app, application
- * psql, idle in transaction): open 12m 3s, 45678 transactions behind".
+ * psql, idle in transaction): open 12m3s, 45678 transactions behind".
  * Writes at most `len` bytes to `out`. Pure.
  */
 void qw_status_snapshot_text(const struct qw_status_snapshot *s, char *out, size_t len);

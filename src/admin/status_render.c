@@ -211,9 +211,10 @@ static void render_snapshot(struct qw_strbuf *b, const struct qw_status_report *
     qw_status_snapshot_text(s, line, sizeof(line));
     qw_strbuf_printf(b,
                      "\nsnapshots holding back vacuum: %lld; the oldest:\n  %s\n"
-                     "  (while it stays open no row version written since can be removed, and "
-                     "the workers slow down minute by minute: end it; see queuer.snapshot_holders "
-                     "and docs/OPERATIONS.md, \"Table growth and long transactions\")\n",
+                     "  (while it stays open vacuum removes no row version updated or deleted "
+                     "after it began, and the workers slow down minute by minute: end it; see "
+                     "queuer.snapshot_holders and docs/OPERATIONS.md, \"Table growth and long "
+                     "transactions\")\n",
                      (long long)s->holders, line);
 }
 
