@@ -61,9 +61,7 @@ CREATE VIEW queuer.snapshot_holders AS
               FROM pg_stat_activity a
              WHERE a.backend_xmin IS NOT NULL
                AND a.pid <> pg_backend_pid()
-               AND (a.datid = (SELECT d.oid FROM pg_database d
-                                WHERE d.datname = current_database())
-                    OR a.backend_type = 'walsender')
+               AND (a.datname = current_database() OR a.backend_type = 'walsender')
             UNION ALL
             SELECT 'prepared', NULL, p.owner::text, p.gid, 'prepared',
                    age(p.transaction)::bigint, now() - p.prepared

@@ -211,6 +211,16 @@ static void test_json_empty_system(void **state)
     json_decref(j);
 }
 
+/* The text of report `r` has `line`. */
+static void expect_text_line(const struct qw_status_report *r, const char *line)
+{
+    char *text = qw_status_render_text(r);
+    assert_non_null(text);
+    if (!has_line(text, line))
+        fail_msg("missing line:\n[%s]\n--- output ---\n%s", line, text);
+    free(text);
+}
+
 /* A session held open: the text names it, its age and how far behind it is; a
  * hostile application_name is written out, not sent to the terminal. */
 static void test_snapshot_holding_back(void **state)
@@ -250,12 +260,9 @@ static void test_snapshot_holding_back(void **state)
                                              .role = "app",
                                              .xids_behind = 200000,
                                              .open_s = -1};
-    text = qw_status_render_text(&r);
-    assert_non_null(text);
-    assert_true(has_line(text, "  session pid 77 (role app, application -, state not visible): "
-                               "open for an unknown time (not visible to this role), 200000 "
-                               "transactions behind"));
-    free(text);
+    expect_text_line(&r, "  session pid 77 (role app, application -, state not visible): "
+                         "open for an unknown time (not visible to this role), 200000 "
+                         "transactions behind");
     j = qw_status_render_json(&r);
     assert_non_null(j);
     sn = json_object_get(j, "snapshot_holding_back_vacuum");
@@ -270,12 +277,8 @@ static void test_snapshot_holding_back(void **state)
                                              .state = "inactive",
                                              .xids_behind = 9000000,
                                              .open_s = -1};
-    text = qw_status_render_text(&r);
-    assert_non_null(text);
-    assert_true(has_line(text, "  replication slot (role -, slot standby1, inactive): open for an "
-                               "unknown time (not visible to this role), 9000000 transactions "
-                               "behind"));
-    free(text);
+    expect_text_line(&r, "  replication slot (role -, slot standby1, inactive): open for an "
+                         "unknown time (not visible to this role), 9000000 transactions behind");
 }
 
 static void test_table_truncates_and_pads(void **state)
