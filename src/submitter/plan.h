@@ -177,6 +177,20 @@ void qw_plan_textf(char *dst, size_t cap, const char *fmt, ...)
  */
 int64_t qw_plan_lease_deadline(int64_t sent_ms, int64_t lease_left_ms, int lease_ms);
 
+/**
+ * The long-poll wait (s) of a status poll started from the timers:
+ * `status_wait_s` (dlt.status_wait_s) for a batch the ledger took, none
+ * where the ledger may never have seen the batch (an Unknown being
+ * confirmed, a POST whose answer was lost), and a short one before an
+ * accepted batch's Pending is written. An adopted batch the database shows
+ * mid-submission is asked about without a wait when its service has one
+ * ledger node (`route_nodes`), the node any earlier POST went to: a node
+ * holds a wait on an id it does not know for the whole wait. With several,
+ * the earlier POST's node is not known and another node learns the batch
+ * only once it commits, so the wait stays.
+ */
+int qw_plan_poll_wait_s(const struct qw_job *job, int status_wait_s, int route_nodes);
+
 /** Whether a job whose batch ends may go on with its service's next batch (fast path). */
 bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx);
 

@@ -99,6 +99,15 @@ static void retry_overflow(struct submitter *s)
     }
 }
 
+/* How many of the ledger's nodes the job's service may be posted to. */
+static int route_nodes(const struct submitter *s, const struct qw_job *job)
+{
+    int n = 0;
+    for (size_t i = 0; i < s->nodes.n && i < 32; i++)
+        n += (job->sub->route >> i) & 1;
+    return n;
+}
+
 /* Starts what is due on the timers; returns the next timer (ms) or INT64_MAX. */
 static int64_t run_timers(struct submitter *s, int64_t t)
 {
@@ -125,10 +134,8 @@ static int64_t run_timers(struct submitter *s, int64_t t)
         else if (s->stopping)
             qw_submitter_hand_back(s, job, QW_JOB_END_ABANDONED);
         else
-            qw_submitter_start_poll(s, job,
-                                    job->sub->unknown_since_ms || job->sub->post_uncertain ? 0
-                                    : job->sub->accepted_unrecorded ? QW_OUTCOME_FIRST_POLL_WAIT_S
-                                                                    : s->cfg->dlt_status_wait_s);
+            qw_submitter_start_poll(
+                s, job, qw_plan_poll_wait_s(job, s->cfg->dlt_status_wait_s, route_nodes(s, job)));
     }
     return next;
 }

@@ -93,6 +93,26 @@ sc_check_sql "(b) no service with a batch mid-submission was taken before its ex
     "SELECT count(*) FROM scenario.watch w WHERE w.tag = 'submitting' AND $TAKEN <= w.old_expiry_2" \
     "$EVIDENCE"
 
+# (b) w2 adopts the hanging services' batches and asks for their status
+# without a long-poll wait: a node holds a wait on an id it does not know
+# for the whole wait (dlt.status_wait_s, 10 s). The ledger took some of the
+# hanging POSTs (Pending is recorded) and never saw the others (Unknown is
+# confirmed after dlt.unknown_confirm_ms, 300 ms, and the batch goes out
+# again); either answer is recorded within seconds of the takeover.
+ANSWERED="h.to_status IN ('Pending', 'Unknown') AND h.instance_id = 'w2'"
+sc_wait "w2 recorded the ledger's answer for every hanging service's batch" 20 \
+    "SELECT count(DISTINCT h.service_id) = 8 FROM queuer.batch_history h
+      WHERE h.service_id IN ($HANG) AND $ANSWERED"
+ADOPTED="SELECT w.service_id, (array_agg(h.to_status ORDER BY h.id))[1] AS answer,
+                $(sc_ms "min(h.at) - $TAKEN") AS answered_after_takeover_ms
+           FROM scenario.watch w
+           JOIN queuer.batch_history h ON h.service_id = w.service_id AND $ANSWERED
+          WHERE w.tag = 'submitting'
+          GROUP BY w.service_id, w.new_expiry_1 ORDER BY 1"
+sc_show "$ADOPTED"
+sc_check_sql "(b) every adopted batch's status was recorded within 5 s of its takeover" 0 \
+    "SELECT count(*) FROM ($ADOPTED) a WHERE a.answered_after_takeover_ms > 5000" "$ADOPTED"
+
 sc_log "resuming the ledger's commits"
 # Recovery: the ledger commits again; w2 follows the adopted batches (or
 # resubmits those the ledger never accepted) and drains everything in order.
