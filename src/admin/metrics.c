@@ -239,6 +239,18 @@ char *qw_metrics_render(const struct qw_metrics_snapshot *s, size_t *len)
     scalar(&b, "submit_waiting", "gauge",
            "Batches whose POST waits for ledger capacity (a free channel, the end of a pause).",
            s->submit_waiting);
+    scalar(&b, "vacuum_held_back", "gauge",
+           "Snapshots holding back vacuum past the thresholds of queuer.snapshot_holders, as of "
+           "this worker's last look (every 10 s).",
+           s->vacuum_holders);
+    scalar(&b, "vacuum_held_back_xids", "gauge",
+           "Transactions begun since the oldest snapshot holding back vacuum (0 when none).",
+           s->vacuum_xids_behind);
+    if (s->vacuum_holders > 0 && s->vacuum_open_s >= 0)
+        scalar(&b, "vacuum_held_back_seconds", "gauge",
+               "How long the oldest snapshot holding back vacuum has been open (absent when "
+               "none, or when this worker's role may not see it).",
+               s->vacuum_open_s);
     render_nodes(&b, s);
     scalar(&b, "cycles_total", "counter", "Claims cycles run (successful or not).", s->cycles);
     scalar(&b, "serialization_retries_total", "counter",

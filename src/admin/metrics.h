@@ -31,6 +31,12 @@
  *   last_cycle_age_seconds                    gauge (absent before the first cycle)
  *   submit_waiting                            gauge: batches whose POST waits for ledger
  *                                             capacity (channels, pause)
+ *   vacuum_held_back                          gauge: snapshots holding back vacuum past
+ *                                             the thresholds of queuer.snapshot_holders
+ *   vacuum_held_back_xids                     gauge: transactions begun since the oldest
+ *                                             one's snapshot (0 when none)
+ *   vacuum_held_back_seconds                  gauge: how long the oldest one has been open
+ *                                             (absent when none, or not visible)
  *   ledger_node_up{node,url}                  gauge 1 up, 0 suspect or down
  *   ledger_node_state{node,state}             gauge 0/1 per state (up, suspect, down)
  *   ledger_node_latency_seconds{node}         gauge: moving average of answered requests
@@ -115,7 +121,10 @@ struct qw_metrics_snapshot {
     size_t n_failures;                                           /* entries in failures */
     struct qw_histogram_snapshot cycle_duration;                 /* claims cycle durations */
     struct qw_histogram_snapshot ledger_latency;                 /* ledger POST latencies */
-    int64_t submit_waiting;                             /* gauge: POSTs waiting for capacity */
+    int64_t submit_waiting;     /* gauge: POSTs waiting for capacity */
+    int64_t vacuum_holders;     /* gauge: snapshots holding back vacuum past the thresholds */
+    int64_t vacuum_xids_behind; /* gauge: transactions begun since the oldest one; 0 = none */
+    int64_t vacuum_open_s;      /* how long it has been open, s; -1 = none or not visible */
     struct qw_metrics_node nodes[QW_METRICS_NODES_MAX]; /* ledger nodes, in dlt.url order */
     size_t n_nodes;                                     /* entries in nodes */
 };

@@ -6,6 +6,7 @@
 #ifndef QW_ADMIN_STATUS_H
 #define QW_ADMIN_STATUS_H
 
+#include "admin/snapshot.h"
 #include "common/err.h"
 
 #include <jansson.h>
@@ -86,21 +87,6 @@ struct qw_status_node {
     int64_t window_used;     /* batches the worker has at it (posted, not final); -1 = unknown */
 };
 
-/**
- * The oldest snapshot that holds back vacuum (sql/ops_status_snapshot.sql:
- * queuer.snapshot_holders past its thresholds); strings truncated to fit.
- */
-struct qw_status_snapshot {
-    int64_t holders;      /* snapshots past the thresholds; 0 = none (the rest is unset) */
-    char kind[24];        /* session | prepared | replication slot */
-    int64_t pid;          /* its process (a session, an active slot's user); 0 = none */
-    char role[64];        /* its role, "" = not known (a slot) */
-    char application[64]; /* application_name, a prepared transaction's gid or a slot's name */
-    char state[32];       /* a session's state, "" = not visible to the reading role */
-    int64_t xids_behind;  /* transactions begun since its snapshot */
-    int64_t open_s;       /* seconds its transaction has been open; -1 = not visible */
-};
-
 struct qw_status_report {
     char at[32];                          /* database time of the report, UTC ISO 8601 */
     struct qw_status_counts counts;       /* headline numbers */
@@ -139,14 +125,6 @@ char *qw_status_render_text(const struct qw_status_report *r);
  * of memory. Pure.
  */
 json_t *qw_status_render_json(const struct qw_status_report *r);
-
-/**
- * Describes the snapshot `s` (holders > 0) in one line: what holds it, for
- * how long, how far behind, e.g. "session pid 4209 (role app, application
- * psql, idle in transaction): open 12m3s, 45678 transactions behind".
- * Writes at most `len` bytes to `out`. Pure.
- */
-void qw_status_snapshot_text(const struct qw_status_snapshot *s, char *out, size_t len);
 
 /** Rates between two reports, for the --watch screen. */
 struct qw_status_rates {

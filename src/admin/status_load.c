@@ -178,14 +178,14 @@ static int load_nodes(struct qw_db *db, int max, struct qw_status_report *r, str
     return QW_OK;
 }
 
-static int load_snapshot(struct qw_db *db, struct qw_status_report *r, struct qw_error *err)
+int qw_status_load_snapshot(struct qw_db *db, struct qw_status_snapshot *s, struct qw_error *err)
 {
+    memset(s, 0, sizeof(*s));
     struct qw_db_res *res = NULL;
     int rc = qw_db_query(db, "ops_status_snapshot", 0, NULL, &res, err);
     if (rc != QW_OK)
         return rc;
     if (qw_db_res_rows(res) == 1) {
-        struct qw_status_snapshot *s = &r->snapshot;
         s->holders = qw_db_res_int(res, 0, 0);
         copy(s->kind, sizeof(s->kind), qw_db_res_get(res, 0, 1));
         s->pid = qw_db_res_int(res, 0, 2);
@@ -213,7 +213,7 @@ int qw_status_load(struct qw_db *db, int max_instances, int max_stuck, struct qw
     if (rc == QW_OK)
         rc = load_nodes(db, max_instances * 16, r, err);
     if (rc == QW_OK)
-        rc = load_snapshot(db, r, err);
+        rc = qw_status_load_snapshot(db, &r->snapshot, err);
     if (rc != QW_OK)
         qw_status_free(r);
     return rc;

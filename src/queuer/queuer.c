@@ -21,6 +21,7 @@
 #include "shared/job.h"
 #include "queuer/queue_txn.h"
 #include "queuer/svcmap.h"
+#include "queuer/vacuum_watch.h"
 
 #include <poll.h>
 #include <stdbool.h>
@@ -128,6 +129,7 @@ struct queuer {
     int cycles_since_full;             /* claims cycles since the last full fetch */
     int cycles_since_housekeeping;     /* claims cycles since the last housekeeping */
     struct claims_tally *tally;        /* for the summary; NULL if it could not be allocated */
+    struct qw_vacuum_watch vacuum;     /* what holds back vacuum, looked at every 10 s */
 };
 
 /* No notification can be trusted: worker.listen is off, or the self-test
@@ -1107,6 +1109,7 @@ static void queuer_loop(struct queuer *q)
                 atomic_store_explicit(&q->w->stats.ops.last_cycle_ok_ms,
                                       (long long)qw_clock_mono_ms(), memory_order_relaxed);
                 qw_outage_note_success(&q->outage, qw_clock_mono_ms());
+                qw_vacuum_watch_step(&q->vacuum, q->db, &q->w->stats.ops, qw_clock_mono_ms());
             } else if (note_failure(q, "cycle.failed", &err)) {
                 /* The reconnect is paced instead; the cycle runs once it succeeds. */
                 next_cycle = t;

@@ -92,6 +92,9 @@ static void worker_snapshot(void *ctx, struct qw_metrics_snapshot *out)
     out->outcomes_failing_ms = failing_since > 0 ? qw_clock_mono_ms() - failing_since : 0;
     if (a->ops) {
         out->delayed = load(&a->ops->delayed);
+        out->vacuum_holders = load(&a->ops->vacuum_holders);
+        out->vacuum_xids_behind = load(&a->ops->vacuum_xids_behind);
+        out->vacuum_open_s = load(&a->ops->vacuum_open_s);
         int64_t last = load(&a->ops->last_cycle_ok_ms);
         if (last > 0) {
             int64_t age = qw_clock_mono_ms() - last;

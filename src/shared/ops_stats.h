@@ -20,6 +20,12 @@ struct qw_ops_stats {
                                            ended; 0 = none yet */
     atomic_llong delayed;               /* gauge: held services whose oldest batch is Delayed
                                            (parked included), as of the last full fetch */
+    atomic_llong vacuum_holders;        /* gauge: snapshots holding back vacuum past the
+                                           thresholds, as of the last look (vacuum_watch.h) */
+    atomic_llong vacuum_xids_behind;    /* gauge: transactions begun since the oldest one's
+                                           snapshot; 0 = none */
+    atomic_llong vacuum_open_s;         /* gauge: how long its transaction has been open, s;
+                                           -1 = not visible (0 with no holder: none) */
 };
 
 #endif

@@ -78,6 +78,8 @@ static void test_worker_and_operator(void **state)
            "");
     expect(worker, "SELECT count(*) FROM queuer.batches", "");
     expect(worker, "SELECT count(*) FROM queuer.settings", "");
+    /* and what holds back vacuum, which it reports on /metrics and in its log */
+    expect(worker, "SELECT * FROM queuer.snapshot_holders", "");
     expect(worker, "DELETE FROM queuer.batches", "42501");
     expect(worker,
            "INSERT INTO queuer.batches (batch_id, service_id, payload, created_at) "

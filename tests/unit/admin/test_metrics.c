@@ -121,6 +121,9 @@ static struct qw_metrics_snapshot sample_snapshot(void)
     s.ledger_latency.count = 1;
     s.ledger_latency.sum_us = 31000000;
     s.submit_waiting = 17;
+    s.vacuum_holders = 2;
+    s.vacuum_xids_behind = 45678;
+    s.vacuum_open_s = 723;
     s.n_nodes = 2;
     s.nodes[0] = (struct qw_metrics_node){"http://a:8008", 0, 2500, 3, 900, 950, 1, 0};
     s.nodes[1] = (struct qw_metrics_node){"http://b\"x:8008", 2, 152000, 0, 12, 40, 7, 2};
@@ -184,6 +187,10 @@ static const char *const expected_lines[] = {
     "queuer_ledger_request_duration_seconds_sum 31",
     "queuer_ledger_request_duration_seconds_count 1",
     "queuer_submit_waiting 17",
+    "# TYPE queuer_vacuum_held_back gauge",
+    "queuer_vacuum_held_back 2",
+    "queuer_vacuum_held_back_xids 45678",
+    "queuer_vacuum_held_back_seconds 723",
     "# TYPE queuer_ledger_node_up gauge",
     "queuer_ledger_node_up{node=\"0\",url=\"http://a:8008\"} 1",
     "queuer_ledger_node_up{node=\"1\",url=\"http://b\\\"x:8008\"} 0",
@@ -315,6 +322,10 @@ static void test_render_escapes_labels_and_omits_unknown_age(void **state)
         has_line(text, "queuer_build_info{version=\"\",instance_id=\"a\\\"b\\\\c\\nd\"} 1"));
     assert_null(strstr(text, "last_cycle_age"));
     assert_null(strstr(text, "yield_below")); /* no other worker waits */
+    /* nothing holds back vacuum: zero gauges, no age */
+    assert_true(has_line(text, "queuer_vacuum_held_back 0"));
+    assert_true(has_line(text, "queuer_vacuum_held_back_xids 0"));
+    assert_null(strstr(text, "vacuum_held_back_seconds"));
     /* an empty histogram still has all buckets, zero sum and count */
     assert_true(has_line(text, "queuer_cycle_duration_seconds_bucket{le=\"+Inf\"} 0"));
     assert_true(has_line(text, "queuer_cycle_duration_seconds_sum 0"));
