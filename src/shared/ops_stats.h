@@ -25,7 +25,7 @@ struct qw_ops_stats {
     atomic_llong vacuum_xids_behind;    /* gauge: transactions begun since the oldest one's
                                            snapshot; 0 = none */
     atomic_llong vacuum_open_s;         /* gauge: how long its transaction has been open, s;
-                                           -1 = not visible (0 with no holder: none) */
+                                           -1 = not visible; not read while there is no holder */
 };
 
 #endif
