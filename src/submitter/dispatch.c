@@ -239,7 +239,7 @@ void qw_submitter_dispatch(struct submitter *s, int64_t t)
     if (s->stopping || t >= s->ready_deadline_ms)
         qw_submitter_sweep_ready(s, t);
     int cap = qw_submitter_window_cap(s);
-    uint32_t every = s->nodes.n >= 32 ? UINT32_MAX : (UINT32_C(1) << s->nodes.n) - 1;
+    uint32_t every = qw_nodes_all_mask(&s->nodes);
     if (!paused(s, t)) {
         if (atomic_load_explicit(&s->w->stats.paused, memory_order_relaxed))
             atomic_store(&s->w->stats.paused, 0);

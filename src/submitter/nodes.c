@@ -228,6 +228,11 @@ int qw_nodes_pick_poll(const struct qw_nodes *set, uint32_t mask, int avoid, int
     return pick(set, mask, avoid, 0, now_ms, false);
 }
 
+uint32_t qw_nodes_all_mask(const struct qw_nodes *set)
+{
+    return set->n >= 32 ? UINT32_MAX : (UINT32_C(1) << set->n) - 1;
+}
+
 uint32_t qw_nodes_up_mask(const struct qw_nodes *set)
 {
     uint32_t up = 0;

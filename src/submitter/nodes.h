@@ -164,6 +164,9 @@ bool qw_nodes_pushing_back(const struct qw_nodes *set, uint32_t mask, int cap);
  * when none is up. */
 int qw_nodes_pick_poll(const struct qw_nodes *set, uint32_t mask, int avoid, int64_t now_ms);
 
+/** Every node of the set, as a mask (bit i = node i). */
+uint32_t qw_nodes_all_mask(const struct qw_nodes *set);
+
 /** The nodes that are up, as a mask (bit i = node i). */
 uint32_t qw_nodes_up_mask(const struct qw_nodes *set);
 

@@ -64,10 +64,10 @@ int64_t qw_plan_lease_deadline(int64_t sent_ms, int64_t lease_left_ms, int lease
     return sent_ms + lease_left_ms - lease_ms / 10;
 }
 
-int qw_plan_poll_wait_s(const struct qw_job *job, int status_wait_s, int route_nodes)
+int qw_plan_poll_wait_s(const struct qw_job *job, int status_wait_s, bool one_node)
 {
     if (job->sub->unknown_since_ms || job->sub->post_uncertain ||
-        (job->kind == QW_JOB_ADOPT && job->adopted_submitting && route_nodes == 1))
+        (job->kind == QW_JOB_ADOPT && job->adopted_submitting && one_node))
         return 0;
     return job->sub->accepted_unrecorded ? QW_OUTCOME_FIRST_POLL_WAIT_S : status_wait_s;
 }

@@ -184,12 +184,12 @@ int64_t qw_plan_lease_deadline(int64_t sent_ms, int64_t lease_left_ms, int lease
  * confirmed, a POST whose answer was lost), and a short one before an
  * accepted batch's Pending is written. An adopted batch the database shows
  * mid-submission is asked about without a wait when its service has one
- * ledger node (`route_nodes`), the node any earlier POST went to: a node
+ * ledger node (`one_node`), the node any earlier POST went to: a node
  * holds a wait on an id it does not know for the whole wait. With several,
  * the earlier POST's node is not known and another node learns the batch
  * only once it commits, so the wait stays.
  */
-int qw_plan_poll_wait_s(const struct qw_job *job, int status_wait_s, int route_nodes);
+int qw_plan_poll_wait_s(const struct qw_job *job, int status_wait_s, bool one_node);
 
 /** Whether a job whose batch ends may go on with its service's next batch (fast path). */
 bool qw_plan_may_go_on(const struct qw_job *job, const struct qw_plan_ctx *ctx);

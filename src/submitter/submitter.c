@@ -99,13 +99,11 @@ static void retry_overflow(struct submitter *s)
     }
 }
 
-/* How many of the ledger's nodes the job's service may be posted to. */
-static int route_nodes(const struct submitter *s, const struct qw_job *job)
+/* Whether the job's service may be posted to one of the ledger's nodes only. */
+static bool one_node(const struct submitter *s, const struct qw_job *job)
 {
-    int n = 0;
-    for (size_t i = 0; i < s->nodes.n && i < 32; i++)
-        n += (job->sub->route >> i) & 1;
-    return n;
+    uint32_t route = job->sub->route & qw_nodes_all_mask(&s->nodes);
+    return route != 0 && (route & (route - 1)) == 0;
 }
 
 /* Starts what is due on the timers; returns the next timer (ms) or INT64_MAX. */
@@ -135,7 +133,7 @@ static int64_t run_timers(struct submitter *s, int64_t t)
             qw_submitter_hand_back(s, job, QW_JOB_END_ABANDONED);
         else
             qw_submitter_start_poll(
-                s, job, qw_plan_poll_wait_s(job, s->cfg->dlt_status_wait_s, route_nodes(s, job)));
+                s, job, qw_plan_poll_wait_s(job, s->cfg->dlt_status_wait_s, one_node(s, job)));
     }
     return next;
 }

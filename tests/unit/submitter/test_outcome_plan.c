@@ -883,25 +883,25 @@ static void test_poll_wait(void **state)
     (void)state;
     struct qw_submission sub = {0};
     struct qw_job job = {.kind = QW_JOB_SUBMIT, .sub = &sub};
-    assert_int_equal(qw_plan_poll_wait_s(&job, 10, 1), 10); /* Pending recorded: long-poll */
+    assert_int_equal(qw_plan_poll_wait_s(&job, 10, true), 10); /* Pending recorded: long-poll */
     sub.accepted_unrecorded = true;
-    assert_int_equal(qw_plan_poll_wait_s(&job, 10, 1), QW_OUTCOME_FIRST_POLL_WAIT_S);
+    assert_int_equal(qw_plan_poll_wait_s(&job, 10, true), QW_OUTCOME_FIRST_POLL_WAIT_S);
     sub.accepted_unrecorded = false;
     sub.post_uncertain = true;
-    assert_int_equal(qw_plan_poll_wait_s(&job, 10, 3), 0);
+    assert_int_equal(qw_plan_poll_wait_s(&job, 10, false), 0);
     sub.post_uncertain = false;
     sub.unknown_since_ms = 55;
-    assert_int_equal(qw_plan_poll_wait_s(&job, 10, 3), 0);
+    assert_int_equal(qw_plan_poll_wait_s(&job, 10, false), 0);
     sub.unknown_since_ms = 0;
     /* adopted and already Pending in the database: long-poll */
     job.kind = QW_JOB_ADOPT;
-    assert_int_equal(qw_plan_poll_wait_s(&job, 10, 1), 10);
+    assert_int_equal(qw_plan_poll_wait_s(&job, 10, true), 10);
     /* adopted mid-submission (the earlier POST may never have been sent):
      * no wait on its one node; with several, the earlier POST's node is
      * not known and the others learn the batch only when it commits */
     job.adopted_submitting = true;
-    assert_int_equal(qw_plan_poll_wait_s(&job, 10, 1), 0);
-    assert_int_equal(qw_plan_poll_wait_s(&job, 10, 2), 10);
+    assert_int_equal(qw_plan_poll_wait_s(&job, 10, true), 0);
+    assert_int_equal(qw_plan_poll_wait_s(&job, 10, false), 10);
 }
 
 /* True when `s` is well-formed UTF-8 (what PostgreSQL accepts as text). */
