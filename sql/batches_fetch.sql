@@ -8,7 +8,10 @@
 -- the tie-break by id among the batches with that created_at (normally one).
 -- Ordering by (created_at, batch_id) in one step lets a plan made with few
 -- rows in the table sort every open batch of the service instead: ~4 ms a
--- probe at 2,000 open batches, which grows with the queue.
+-- probe at 2,000 open batches, which grows with the queue. The first probe
+-- starts at the claim row's open_from (migration 0041): the index entries
+-- of the batches the service finished before it are not read, however
+-- many a held snapshot keeps.
 -- Times are microseconds since the epoch on the database clock.
 SELECT c.service_id, c.claim_epoch, b.batch_id,
        (extract(epoch FROM b.created_at) * 1000000)::bigint AS created_us,
@@ -30,6 +33,8 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
                                 WHERE h.service_id = c.service_id
                                   AND (h.status IS NULL
                                        OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                                  AND h.created_at >= coalesce(c.open_from,
+                                                               '-infinity'::timestamptz)
                                 ORDER BY h.created_at
                                 LIMIT 1)
          ORDER BY o.batch_id

@@ -22,6 +22,8 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
                                 WHERE h.service_id = c.service_id
                                   AND (h.status IS NULL
                                        OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                                  AND h.created_at >= coalesce(c.open_from,
+                                                               '-infinity'::timestamptz)
                                 ORDER BY h.created_at
                                 LIMIT 1)
          ORDER BY o.batch_id

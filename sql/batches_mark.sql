@@ -58,9 +58,15 @@ WITH q AS (
        -- without a fetch, and these checks are what make that safe. Each
        -- is one probe of an index's range for the service (OFFSET 0 keeps
        -- them per-row probes whatever the table held when the plan was made).
+       -- (the first starts at the service's open_from, migration 0041, as
+       -- this statement's snapshot has it, consistent with the batches)
        AND NOT EXISTS (SELECT 1 FROM queuer.batches h
                         WHERE h.service_id = b.service_id
                           AND (h.status IS NULL OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                          AND h.created_at >= coalesce((SELECT sc.open_from
+                                                          FROM queuer.service_id_claims sc
+                                                         WHERE sc.service_id = b.service_id),
+                                                        '-infinity'::timestamptz)
                           AND h.created_at <= b.created_at
                           AND (h.created_at < b.created_at OR h.batch_id < b.batch_id)
                        OFFSET 0)

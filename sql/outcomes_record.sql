@@ -51,7 +51,7 @@ WITH o AS (
     -- not touched; its outcome simply matches nothing below. (IS NOT
     -- DISTINCT FROM means = here but is not indexable: the primary key
     -- drives the scan.)
-    SELECT c.service_id, c.claim_epoch, c.claimant,
+    SELECT c.service_id, c.claim_epoch, c.claimant, c.open_from,
            greatest(c.expiry_1,
                     (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) AS expiry_1
       FROM queuer.service_id_claims c
@@ -105,7 +105,8 @@ WITH o AS (
                WHEN 'inflight' THEN (b.submitted AND b.status IS NULL) OR b.status = 'Pending'
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
-              f.expiry_1, o.ord, o.expect, b.submitted, b.retry_at
+              f.expiry_1, o.ord, o.expect, b.submitted, b.retry_at, b.created_at,
+              f.open_from
 ), hist AS (
     -- The state the row left is the one the compare-and-set above matched
     -- (posting: submitted without a status; pending: Pending), so only an
@@ -123,12 +124,22 @@ WITH o AS (
            coalesce(upd.to_status, 'Requeued'), $1, upd.epoch, upd.detail
       FROM upd
 ), nxt AS (
-    SELECT n.tid, n.batch_id, n.service_id, upd.epoch, n.status AS seen, n.submitted,
-           n.retry_at, n.attempts, n.last_error, upd.expiry_1, upd.ord
+    -- One row per outcome that goes on, with the next batch found (n.*
+    -- NULL when its service has no other open batch). The look starts at
+    -- the service's open_from (migration 0041) as this statement's
+    -- snapshot has it, consistent with the batches it sees; `cnt` moves
+    -- open_from to what the look found, unless the row locked in `fence`
+    -- shows it changed since the snapshot (a final batch made open again).
+    SELECT n.tid, n.batch_id, upd.service_id, upd.epoch, n.status AS seen, n.submitted,
+           n.retry_at, n.attempts, n.last_error, upd.expiry_1, upd.ord,
+           coalesce(n.created_at, upd.created_at) AS open_from,
+           s.open_from IS DISTINCT FROM upd.open_from AS open_from_moved
       FROM upd
-     CROSS JOIN LATERAL (
-           SELECT x.ctid AS tid, x.batch_id, x.service_id, x.status, x.submitted, x.retry_at,
-                  x.attempts, x.last_error
+     CROSS JOIN LATERAL (SELECT sc.open_from FROM queuer.service_id_claims sc
+                          WHERE sc.service_id = upd.service_id) s
+      LEFT JOIN LATERAL (
+           SELECT x.ctid AS tid, x.batch_id, x.status, x.submitted, x.retry_at,
+                  x.attempts, x.last_error, x.created_at
              FROM queuer.batches x
             WHERE x.service_id = upd.service_id
               AND x.batch_id <> upd.batch_id
@@ -140,10 +151,12 @@ WITH o AS (
                                      AND h.batch_id <> upd.batch_id
                                      AND (h.status IS NULL
                                           OR h.status IN ('Pending', 'Unknown', 'Delayed'))
+                                     AND h.created_at >= coalesce(s.open_from,
+                                                                  '-infinity'::timestamptz)
                                    ORDER BY h.created_at
                                    LIMIT 1)
             ORDER BY x.batch_id
-            LIMIT 1) n
+            LIMIT 1) n ON true
      WHERE upd.go_on
        AND upd.to_status IN ('Committed', 'Valid', 'Invalid')
 ), go AS (
@@ -177,18 +190,27 @@ WITH o AS (
     -- flight (batches_one_in_flight), so the service has a batch
     -- mid-submission exactly when this statement leaves one so: the
     -- outcome's batch (still being posted) or the next one marked in `go`.
-    -- (one pass over both, grouped: a group of many outcomes is not
+    -- open_from moves to where `nxt` found the service's open batches
+    -- begin (a look is made only for a final outcome: one counted out).
+    -- (one pass over all three, grouped: a group of many outcomes is not
     -- matched against `go` outcome by outcome)
     UPDATE queuer.service_id_claims c
        SET n_out = c.n_out + x.n_done,
-           submitting = x.mid
-      FROM (SELECT s.service_id, sum(s.done) AS n_done, bool_or(s.mid) AS mid
+           submitting = x.mid,
+           open_from = CASE WHEN x.open_from IS NULL OR x.open_from_moved THEN c.open_from
+                            ELSE x.open_from END
+      FROM (SELECT s.service_id, sum(s.done) AS n_done, bool_or(s.mid) AS mid,
+                   min(s.open_from) AS open_from, bool_or(s.open_from_moved) AS open_from_moved
               FROM (SELECT upd.service_id,
                            (NOT queuer.batch_is_work(upd.to_status, upd.retry_at))::int AS done,
-                           upd.submitted AND upd.to_status IS NULL AS mid
+                           upd.submitted AND upd.to_status IS NULL AS mid,
+                           NULL::timestamptz AS open_from, false AS open_from_moved
                       FROM upd
                     UNION ALL
-                    SELECT go.service_id, 0, true FROM go) s
+                    SELECT go.service_id, 0, true, NULL, false FROM go
+                    UNION ALL
+                    SELECT nxt.service_id, 0, false, nxt.open_from, nxt.open_from_moved
+                      FROM nxt) s
              GROUP BY s.service_id) x
      WHERE c.service_id = x.service_id
        AND (x.n_done <> 0 OR c.submitting <> x.mid)
@@ -210,5 +232,6 @@ SELECT 'm', nxt.batch_id, NULL, NULL, NULL, NULL, NULL, nxt.ord, NULL
  -- (`go` marks each of nxt's batches at most once, so when it marked as
  -- many as nxt found, it marked them all: the first condition, evaluated
  -- once, spares comparing every batch found with every batch marked)
- WHERE (SELECT count(*) FROM go) < (SELECT count(*) FROM nxt)
+ WHERE (SELECT count(*) FROM go) < (SELECT count(nxt.batch_id) FROM nxt)
+   AND nxt.batch_id IS NOT NULL
    AND NOT EXISTS (SELECT 1 FROM go WHERE go.batch_id = nxt.batch_id)

@@ -663,6 +663,77 @@ static void test_unknown_expectation_is_refused(void **state)
     qw_outcome_writer_free(&w);
 }
 
+/* Whether the claim row's open_from is the created_at of `id`. */
+static int open_from_is(struct fixture *f, const char *id)
+{
+    return (int)COUNT(f,
+                      "SELECT count(*) FROM queuer.service_id_claims c JOIN queuer.batches b "
+                      "ON b.service_id = c.service_id WHERE b.batch_id = '%s' "
+                      "AND c.open_from = b.created_at",
+                      id);
+}
+
+/* Records Committed for ids[i], marked for submission by the fast path (expect posting). */
+static struct qw_db_res *record_committed(struct fixture *f, int i)
+{
+    char outcomes[512];
+    snprintf(outcomes, sizeof(outcomes),
+             "{\"(%s," SVC ",7,posting,Committed,t,0,,,\\\"by test\\\",f,t)\"}", f->ids[i]);
+    return record_group(f, outcomes);
+}
+
+/*
+ * A turn that ends moves the service's open_from to the next open batch
+ * it found, and to the batch that ended when none is left; the next look
+ * starts there.
+ */
+static void test_open_from_follows_the_turns(void **state)
+{
+    struct fixture *f = *state;
+    assert_int_equal(itest_scalar(f->db, "SELECT count(*) FROM queuer.service_id_claims "
+                                         "WHERE open_from IS NULL"),
+                     1);
+    qw_db_res_free(record(f, "Committed", 7, 1));
+    assert_int_equal(open_from_is(f, f->ids[1]), 1);
+    qw_db_res_free(record_committed(f, 1));
+    assert_int_equal(open_from_is(f, f->ids[2]), 1);
+    struct qw_db_res *res = record_committed(f, 2);
+    assert_int_equal(qw_db_res_rows(res), 1); /* written; no next batch */
+    qw_db_res_free(res);
+    assert_int_equal(open_from_is(f, f->ids[2]), 1);
+}
+
+/*
+ * A final batch made open again (an operator's retry of an Invalid batch)
+ * moves open_from back to it in the same transaction, so the next turn
+ * that ends finds it as its service's oldest open batch and marks it, not
+ * the younger one behind it.
+ */
+static void test_reopened_batch_is_found(void **state)
+{
+    struct fixture *f = *state;
+    qw_db_res_free(record(f, "Invalid", 7, 1));
+    assert_int_equal(open_from_is(f, f->ids[1]), 1);
+    char sql[512];
+    snprintf(sql, sizeof(sql), "SELECT outcome FROM queuer.batch_retry_invalid('%s', 'by test')",
+             f->ids[0]);
+    char *outcome = itest_string(f->db, sql);
+    assert_string_equal(outcome, "done");
+    free(outcome);
+    assert_int_equal(open_from_is(f, f->ids[0]), 1);
+    struct qw_db_res *res = record_committed(f, 1);
+    int next = row_of_kind(res, 'n');
+    assert_string_equal(qw_db_res_get(res, next, 0), "n");
+    assert_string_equal(qw_db_res_get(res, next, 1), f->ids[0]);
+    qw_db_res_free(res);
+    assert_int_equal(open_from_is(f, f->ids[0]), 1);
+    /* and the younger one still waits for its turn */
+    assert_int_equal(
+        COUNT(f, "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s' AND NOT submitted",
+              f->ids[2]),
+        1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -682,6 +753,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_foreign_locked_claim_does_not_fail_the_group, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_locked_own_claim_is_skipped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_from_follows_the_turns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reopened_batch_is_found, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
