@@ -75,16 +75,23 @@ static struct qw_db_res *record_group(struct fixture *f, const char *outcomes)
     return res;
 }
 
-/* Records `status` for ids[0], expecting it in state `expect`, at `epoch`. */
-static struct qw_db_res *record_expecting(struct fixture *f, const char *expect, const char *status,
-                                          long epoch, int go_on)
+/* Records `status` for ids[i], expecting it in state `expect`, at `epoch`. */
+static struct qw_db_res *record_batch(struct fixture *f, int i, const char *expect,
+                                      const char *status, long epoch, int go_on)
 {
     /* one queuer.outcome: batch, service, epoch, expect, status, submitted,
      * attempts_add, retry_ms, last_error, detail, posted, go_on */
     char outcomes[512];
     snprintf(outcomes, sizeof(outcomes), "{\"(%s," SVC ",%ld,%s,%s,t,0,,,\\\"by test\\\",f,%s)\"}",
-             f->ids[0], epoch, expect, status, go_on ? "t" : "f");
+             f->ids[i], epoch, expect, status, go_on ? "t" : "f");
     return record_group(f, outcomes);
+}
+
+/* Records `status` for ids[0], expecting it in state `expect`, at `epoch`. */
+static struct qw_db_res *record_expecting(struct fixture *f, const char *expect, const char *status,
+                                          long epoch, int go_on)
+{
+    return record_batch(f, 0, expect, status, epoch, go_on);
 }
 
 /* Records `status` for ids[0] (expect pending) at `epoch`; returns the result. */
@@ -676,10 +683,7 @@ static int open_from_is(struct fixture *f, const char *id)
 /* Records Committed for ids[i], marked for submission by the fast path (expect posting). */
 static struct qw_db_res *record_committed(struct fixture *f, int i)
 {
-    char outcomes[512];
-    snprintf(outcomes, sizeof(outcomes),
-             "{\"(%s," SVC ",7,posting,Committed,t,0,,,\\\"by test\\\",f,t)\"}", f->ids[i]);
-    return record_group(f, outcomes);
+    return record_batch(f, i, "posting", "Committed", 7, 1);
 }
 
 /*
