@@ -30,7 +30,7 @@ WITH q AS (
     -- service again. FOR NO KEY UPDATE, as `cnt` below writes `submitting`. (IS NOT
     -- DISTINCT FROM means = here, as both sides are set, but is not
     -- indexable: the primary key drives the scan.)
-    SELECT c.service_id, c.claim_epoch
+    SELECT c.service_id, c.claim_epoch, c.open_from
       FROM queuer.service_id_claims c
      WHERE c.service_id = ANY ($3::text[])
        AND c.claimant IS NOT DISTINCT FROM $1
@@ -58,15 +58,13 @@ WITH q AS (
        -- without a fetch, and these checks are what make that safe. Each
        -- is one probe of an index's range for the service (OFFSET 0 keeps
        -- them per-row probes whatever the table held when the plan was made).
-       -- (the first starts at the service's open_from, migration 0041, as
-       -- this statement's snapshot has it, consistent with the batches)
+       -- (the first starts at the service's open_from, migrations 0041 and
+       -- 0042, as the locked claim row has it: no batch below it is open
+       -- now, whatever this statement's snapshot still shows open there)
        AND NOT EXISTS (SELECT 1 FROM queuer.batches h
                         WHERE h.service_id = b.service_id
                           AND (h.status IS NULL OR h.status IN ('Pending', 'Unknown', 'Delayed'))
-                          AND h.created_at >= coalesce((SELECT sc.open_from
-                                                          FROM queuer.service_id_claims sc
-                                                         WHERE sc.service_id = b.service_id),
-                                                        '-infinity'::timestamptz)
+                          AND h.created_at >= coalesce(f.open_from, '-infinity'::timestamptz)
                           AND h.created_at <= b.created_at
                           AND (h.created_at < b.created_at OR h.batch_id < b.batch_id)
                        OFFSET 0)

@@ -51,7 +51,7 @@ WITH o AS (
     -- not touched; its outcome simply matches nothing below. (IS NOT
     -- DISTINCT FROM means = here but is not indexable: the primary key
     -- drives the scan.)
-    SELECT c.service_id, c.claim_epoch, c.claimant, c.open_from,
+    SELECT c.service_id, c.claim_epoch, c.claimant, c.open_from, c.xmin AS claim_xmin,
            greatest(c.expiry_1,
                     (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) AS expiry_1
       FROM queuer.service_id_claims c
@@ -106,7 +106,7 @@ WITH o AS (
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
               f.expiry_1, o.ord, o.expect, b.submitted, b.retry_at, b.created_at,
-              f.open_from
+              f.open_from, f.claim_xmin
 ), hist AS (
     -- The state the row left is the one the compare-and-set above matched
     -- (posting: submitted without a status; pending: Pending), so only an
@@ -126,17 +126,25 @@ WITH o AS (
 ), nxt AS (
     -- One row per outcome that goes on, with the next batch found (n.*
     -- NULL when its service has no other open batch). The look starts at
-    -- the service's open_from (migration 0041) as this statement's
-    -- snapshot has it, consistent with the batches it sees; `cnt` moves
-    -- open_from to what the look found, unless the row locked in `fence`
-    -- shows it changed since the snapshot (a final batch made open again).
+    -- the service's open_from (migrations 0041, 0042) as the row locked in
+    -- `fence` has it; `cnt` moves open_from to what the look found. A bound
+    -- is raised only by outcome statements like this one, which the claim
+    -- row's lock puts one after another, and a final batch made open again
+    -- clears it (NULL), so a locked bound is the one this statement's
+    -- snapshot has. A NULL one may be newer: the look then starts at the
+    -- first batch, and its result is kept only if the locked row is the
+    -- version the snapshot has (the same xmin), so a reopening that
+    -- commits between the snapshot and the lock is never passed over; the
+    -- row is read in the snapshot only then.
     SELECT n.tid, n.batch_id, upd.service_id, upd.epoch, n.status AS seen, n.submitted,
            n.retry_at, n.attempts, n.last_error, upd.expiry_1, upd.ord,
            coalesce(n.created_at, upd.created_at) AS open_from,
-           s.open_from IS DISTINCT FROM upd.open_from AS open_from_moved
+           CASE WHEN upd.open_from IS NULL
+                THEN (SELECT sc.xmin FROM queuer.service_id_claims sc
+                       WHERE sc.service_id = upd.service_id) IS DISTINCT FROM upd.claim_xmin
+                ELSE false
+           END AS open_from_moved
       FROM upd
-     CROSS JOIN LATERAL (SELECT sc.open_from FROM queuer.service_id_claims sc
-                          WHERE sc.service_id = upd.service_id) s
       LEFT JOIN LATERAL (
            SELECT x.ctid AS tid, x.batch_id, x.status, x.submitted, x.retry_at,
                   x.attempts, x.last_error, x.created_at
@@ -151,7 +159,7 @@ WITH o AS (
                                      AND h.batch_id <> upd.batch_id
                                      AND (h.status IS NULL
                                           OR h.status IN ('Pending', 'Unknown', 'Delayed'))
-                                     AND h.created_at >= coalesce(s.open_from,
+                                     AND h.created_at >= coalesce(upd.open_from,
                                                                   '-infinity'::timestamptz)
                                    ORDER BY h.created_at
                                    LIMIT 1)
