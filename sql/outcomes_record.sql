@@ -143,7 +143,7 @@ WITH o AS (
                 THEN (SELECT sc.xmin FROM queuer.service_id_claims sc
                        WHERE sc.service_id = upd.service_id) IS DISTINCT FROM upd.claim_xmin
                 ELSE false
-           END AS open_from_moved
+           END AS look_stale
       FROM upd
       LEFT JOIN LATERAL (
            SELECT x.ctid AS tid, x.batch_id, x.status, x.submitted, x.retry_at,
@@ -205,19 +205,19 @@ WITH o AS (
     UPDATE queuer.service_id_claims c
        SET n_out = c.n_out + x.n_done,
            submitting = x.mid,
-           open_from = CASE WHEN x.open_from IS NULL OR x.open_from_moved THEN c.open_from
+           open_from = CASE WHEN x.open_from IS NULL OR x.look_stale THEN c.open_from
                             ELSE x.open_from END
       FROM (SELECT s.service_id, sum(s.done) AS n_done, bool_or(s.mid) AS mid,
-                   min(s.open_from) AS open_from, bool_or(s.open_from_moved) AS open_from_moved
+                   min(s.open_from) AS open_from, bool_or(s.look_stale) AS look_stale
               FROM (SELECT upd.service_id,
                            (NOT queuer.batch_is_work(upd.to_status, upd.retry_at))::int AS done,
                            upd.submitted AND upd.to_status IS NULL AS mid,
-                           NULL::timestamptz AS open_from, false AS open_from_moved
+                           NULL::timestamptz AS open_from, false AS look_stale
                       FROM upd
                     UNION ALL
                     SELECT go.service_id, 0, true, NULL, false FROM go
                     UNION ALL
-                    SELECT nxt.service_id, 0, false, nxt.open_from, nxt.open_from_moved
+                    SELECT nxt.service_id, 0, false, nxt.open_from, nxt.look_stale
                       FROM nxt) s
              GROUP BY s.service_id) x
      WHERE c.service_id = x.service_id

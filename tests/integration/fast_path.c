@@ -680,6 +680,13 @@ static int open_from_is(struct fixture *f, const char *id)
                       id);
 }
 
+/* Whether the claim row has no open_from (no bound: the looks start at the first batch). */
+static int open_from_is_null(struct fixture *f)
+{
+    return (int)itest_scalar(
+        f->db, "SELECT count(*) FROM queuer.service_id_claims WHERE open_from IS NULL");
+}
+
 /* Records Committed for ids[i], marked for submission by the fast path (expect posting). */
 static struct qw_db_res *record_committed(struct fixture *f, int i)
 {
@@ -694,9 +701,7 @@ static struct qw_db_res *record_committed(struct fixture *f, int i)
 static void test_open_from_follows_the_turns(void **state)
 {
     struct fixture *f = *state;
-    assert_int_equal(itest_scalar(f->db, "SELECT count(*) FROM queuer.service_id_claims "
-                                         "WHERE open_from IS NULL"),
-                     1);
+    assert_int_equal(open_from_is_null(f), 1);
     qw_db_res_free(record(f, "Committed", 7, 1));
     assert_int_equal(open_from_is(f, f->ids[1]), 1);
     qw_db_res_free(record_committed(f, 1));
@@ -725,9 +730,7 @@ static void test_reopened_batch_is_found(void **state)
     char *outcome = itest_string(f->db, sql);
     assert_string_equal(outcome, "done");
     free(outcome);
-    assert_int_equal(itest_scalar(f->db, "SELECT count(*) FROM queuer.service_id_claims "
-                                         "WHERE open_from IS NULL"),
-                     1);
+    assert_int_equal(open_from_is_null(f), 1);
     struct qw_db_res *res = record_committed(f, 1);
     int next = row_of_kind(res, 'n');
     assert_string_equal(qw_db_res_get(res, next, 0), "n");
