@@ -11,7 +11,9 @@
 -- probe at 2,000 open batches, which grows with the queue. The first probe
 -- starts at the claim row's open_from (migration 0041): the index entries
 -- of the batches the service finished before it are not read, however
--- many a held snapshot keeps.
+-- many a held snapshot keeps. The batch in flight is the one the claim
+-- row names (in_flight, migration 0043): a primary-key lookup, and none
+-- when the row names no batch.
 -- Times are microseconds since the epoch on the database clock.
 SELECT c.service_id, c.claim_epoch, b.batch_id,
        (extract(epoch FROM b.created_at) * 1000000)::bigint AS created_us,
@@ -43,7 +45,8 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
        (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts,
                f.priority
           FROM queuer.batches f
-         WHERE f.service_id = c.service_id
+         WHERE f.batch_id = c.in_flight
+           AND f.service_id = c.service_id
            AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending'))
      ) b
  WHERE c.claimant = $1

@@ -32,7 +32,8 @@ SELECT c.service_id, c.claim_epoch, b.batch_id,
        (SELECT f.batch_id, f.created_at, f.submitted, f.status, f.retry_at, f.attempts,
                f.priority
           FROM queuer.batches f
-         WHERE f.service_id = c.service_id
+         WHERE f.batch_id = c.in_flight
+           AND f.service_id = c.service_id
            AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending'))
      ) b
  WHERE c.service_id = ANY ($2::text[])

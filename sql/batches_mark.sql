@@ -3,12 +3,14 @@
 -- row locked; the claim is held while its own expiry_1 or our instance
 -- lease is in the future) and by the state the queuer saw
 -- (compare-and-set), and by the service's state (the batch is its oldest
--- open one and none is in flight), so it is safe at READ COMMITTED and
--- needs no fetch before it; a parked batch
+-- open one, and the locked claim row names no batch in flight: migration
+-- 0043), so it is safe at READ COMMITTED and needs no fetch before it; a
+-- parked batch
 -- (Delayed with retry_at = infinity: it waits for an operator) is never
 -- marked. The statement sets the claim row's `submitting` itself
--- (maintenance decides soft expiry from it): a marked batch was work and
--- stays work, so nothing else on the row changes; it sets
+-- (maintenance decides soft expiry from it) and names the marked batch in
+-- its `in_flight`: a marked batch was work and stays work, so nothing else
+-- on the row changes; it sets
 -- queuer.batches_counted for its transaction so that the counters trigger
 -- on batches does not do it again (migration 0032; the mark is its
 -- transaction's last statement). Appends a 'Submitting' history row with
@@ -27,10 +29,11 @@ WITH q AS (
     -- its services are left alone; a claim row another transaction has
     -- locked (a takeover in progress, an operator action) is skipped, not
     -- waited for: its batch is not marked now and the worker fetches the
-    -- service again. FOR NO KEY UPDATE, as `cnt` below writes `submitting`. (IS NOT
+    -- service again. FOR NO KEY UPDATE, as `cnt` below writes `submitting`
+    -- and `in_flight`. (IS NOT
     -- DISTINCT FROM means = here, as both sides are set, but is not
     -- indexable: the primary key drives the scan.)
-    SELECT c.service_id, c.claim_epoch, c.open_from
+    SELECT c.service_id, c.claim_epoch, c.open_from, c.in_flight
       FROM queuer.service_id_claims c
      WHERE c.service_id = ANY ($3::text[])
        AND c.claimant IS NOT DISTINCT FROM $1
@@ -46,31 +49,31 @@ WITH q AS (
       FROM q JOIN fence f ON f.service_id = q.service_id AND f.claim_epoch = q.epoch
      WHERE b.batch_id = q.batch_id
        AND b.service_id = q.service_id
+       -- no batch of the service in flight, as the locked claim row has it
+       -- (the newest committed value, whatever the snapshot below shows)
+       AND f.in_flight IS NULL
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nullif(q.seen, '')
        AND queuer.batch_is_work(b.status, b.retry_at) -- (not parked)
-       -- The service's oldest open batch, with no batch of it in flight:
-       -- the one-round serial choice's pick from a fetch of the service
-       -- now. A choice made from the fetch before it passes them unless the
-       -- service changed since (an operator's retry of an older Invalid
-       -- batch committed in between: the younger one is then left alone,
-       -- where it used to be marked); a batch named by a wake-up is marked
-       -- without a fetch, and these checks are what make that safe. Each
-       -- is one probe of an index's range for the service (OFFSET 0 keeps
-       -- them per-row probes whatever the table held when the plan was made).
-       -- (the first starts at the service's open_from, migrations 0041 and
-       -- 0042, as the locked claim row has it: no batch below it is open
-       -- now, whatever this statement's snapshot still shows open there)
+       -- The service's oldest open batch: the one-round serial choice's
+       -- pick from a fetch of the service now. A choice made from the
+       -- fetch before it passes this check and the one on in_flight above
+       -- unless the service changed since (an operator's retry of an older
+       -- Invalid batch committed in between: the younger one is then left
+       -- alone, where it used to be marked); a batch named by a wake-up is
+       -- marked without a fetch, and the two checks are what make that
+       -- safe. This one is one probe of batches_open's range for the
+       -- service (OFFSET 0 keeps it a per-row probe whatever the table held
+       -- when the plan was made), starting at the service's open_from
+       -- (migrations 0041 and 0042) as the locked claim row has it: no
+       -- batch below it is open now, whatever this statement's snapshot
+       -- still shows open there.
        AND NOT EXISTS (SELECT 1 FROM queuer.batches h
                         WHERE h.service_id = b.service_id
                           AND (h.status IS NULL OR h.status IN ('Pending', 'Unknown', 'Delayed'))
                           AND h.created_at >= coalesce(f.open_from, '-infinity'::timestamptz)
                           AND h.created_at <= b.created_at
                           AND (h.created_at < b.created_at OR h.batch_id < b.batch_id)
-                       OFFSET 0)
-       AND NOT EXISTS (SELECT 1 FROM queuer.batches f
-                        WHERE f.service_id = b.service_id
-                          AND ((f.submitted AND f.status IS NULL) OR f.status = 'Pending')
                        OFFSET 0)
     RETURNING b.batch_id, b.service_id, b.payload, b.attempts, q.epoch, q.seen, b.last_error,
               b.priority
@@ -81,10 +84,11 @@ WITH q AS (
            queuer.submit_reason(nullif(upd.seen, ''), upd.attempts, upd.last_error)
       FROM upd
 ), cnt AS (
+    -- (one batch a service at most: two of one service cannot both be its
+    -- oldest open batch in the statement's snapshot)
     UPDATE queuer.service_id_claims c
-       SET submitting = true
-      FROM (SELECT DISTINCT upd.service_id FROM upd) u
-     WHERE c.service_id = u.service_id
-       AND NOT c.submitting
+       SET submitting = true, in_flight = upd.batch_id
+      FROM upd
+     WHERE c.service_id = upd.service_id
 )
 SELECT upd.batch_id, upd.service_id, upd.epoch, upd.attempts, upd.payload, upd.priority FROM upd

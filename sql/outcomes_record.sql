@@ -52,6 +52,7 @@ WITH o AS (
     -- DISTINCT FROM means = here but is not indexable: the primary key
     -- drives the scan.)
     SELECT c.service_id, c.claim_epoch, c.claimant, c.open_from, c.xmin AS claim_xmin,
+           c.in_flight,
            greatest(c.expiry_1,
                     (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) AS expiry_1
       FROM queuer.service_id_claims c
@@ -106,7 +107,7 @@ WITH o AS (
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
               f.expiry_1, o.ord, o.expect, b.submitted, b.retry_at, b.created_at,
-              f.open_from, f.claim_xmin
+              f.open_from, f.claim_xmin, f.in_flight
 ), hist AS (
     -- The state the row left is the one the compare-and-set above matched
     -- (posting: submitted without a status; pending: Pending), so only an
@@ -138,6 +139,7 @@ WITH o AS (
     -- row is read in the snapshot only then.
     SELECT n.tid, n.batch_id, upd.service_id, upd.epoch, n.status AS seen, n.submitted,
            n.retry_at, n.attempts, n.last_error, upd.expiry_1, upd.ord,
+           upd.batch_id AS ended, upd.in_flight,
            coalesce(n.created_at, upd.created_at) AS open_from,
            CASE WHEN upd.open_from IS NULL
                 THEN (SELECT sc.xmin FROM queuer.service_id_claims sc
@@ -182,6 +184,9 @@ WITH o AS (
                 AND coalesce(nxt.retry_at, '-infinity'::timestamptz) <= now()))
        AND NOT b.submitted
        AND b.status IS NOT DISTINCT FROM nxt.seen
+       -- the locked claim row names no other batch in flight (migration
+       -- 0043): none, or the one whose turn just ended
+       AND (nxt.in_flight IS NULL OR nxt.in_flight = nxt.ended)
     RETURNING b.batch_id, b.service_id, nxt.epoch, nxt.seen, b.attempts, b.payload, nxt.last_error,
               (extract(epoch FROM nxt.expiry_1 - now()) * 1000)::bigint AS lease_left_ms, nxt.ord,
               b.priority
@@ -195,9 +200,12 @@ WITH o AS (
     -- The claim rows' counters. An outcome's batch was in flight (the
     -- compare-and-set above), and so work: it is counted out when it is no
     -- longer work (final, or parked). It was its service's one batch in
-    -- flight (batches_one_in_flight), so the service has a batch
-    -- mid-submission exactly when this statement leaves one so: the
-    -- outcome's batch (still being posted) or the next one marked in `go`.
+    -- flight, so the service has a batch mid-submission exactly when this
+    -- statement leaves one so: the outcome's batch (still being posted) or
+    -- the next one marked in `go`. in_flight (migration 0043) names the
+    -- batch `go` marked, or else the outcome's batch if it stays in flight
+    -- (Pending, or still being posted); an outcome's batch that left
+    -- flight is no longer named.
     -- open_from moves to where `nxt` found the service's open batches
     -- begin (a look is made only for a final outcome: one counted out).
     -- (one pass over all three, grouped: a group of many outcomes is not
@@ -206,22 +214,30 @@ WITH o AS (
        SET n_out = c.n_out + x.n_done,
            submitting = x.mid,
            open_from = CASE WHEN x.open_from IS NULL OR x.look_stale THEN c.open_from
-                            ELSE x.open_from END
+                            ELSE x.open_from END,
+           in_flight = CASE WHEN x.flies IS NOT NULL THEN x.flies
+                            WHEN c.in_flight = x.recorded THEN NULL
+                            ELSE c.in_flight END
       FROM (SELECT s.service_id, sum(s.done) AS n_done, bool_or(s.mid) AS mid,
-                   min(s.open_from) AS open_from, bool_or(s.look_stale) AS look_stale
+                   min(s.open_from) AS open_from, bool_or(s.look_stale) AS look_stale,
+                   max(s.flies) AS flies, max(s.recorded) AS recorded
               FROM (SELECT upd.service_id,
                            (NOT queuer.batch_is_work(upd.to_status, upd.retry_at))::int AS done,
                            upd.submitted AND upd.to_status IS NULL AS mid,
-                           NULL::timestamptz AS open_from, false AS look_stale
+                           NULL::timestamptz AS open_from, false AS look_stale,
+                           CASE WHEN coalesce(upd.to_status = 'Pending', upd.submitted)
+                                THEN upd.batch_id END AS flies,
+                           upd.batch_id AS recorded
                       FROM upd
                     UNION ALL
-                    SELECT go.service_id, 0, true, NULL, false FROM go
+                    SELECT go.service_id, 0, true, NULL, false, go.batch_id, NULL FROM go
                     UNION ALL
-                    SELECT nxt.service_id, 0, false, nxt.open_from, nxt.look_stale
+                    SELECT nxt.service_id, 0, false, nxt.open_from, nxt.look_stale, NULL, NULL
                       FROM nxt) s
              GROUP BY s.service_id) x
      WHERE c.service_id = x.service_id
-       AND (x.n_done <> 0 OR c.submitting <> x.mid)
+       AND (x.n_done <> 0 OR c.submitting <> x.mid
+            OR c.in_flight IS DISTINCT FROM x.flies)
 )
 SELECT 'w' AS kind, upd.batch_id, NULL::text AS service_id, NULL::bigint AS epoch,
        NULL::integer AS attempts, NULL::bytea AS payload, NULL::bigint AS lease_left_ms, upd.ord,

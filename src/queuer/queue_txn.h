@@ -9,7 +9,8 @@
  * would have decided. It runs at READ COMMITTED through the retrying helper
  * (txn.h): every mark is fenced by its claim row (locked FOR SHARE,
  * re-checked at its newest version) and by a compare-and-set on the batch,
- * and the in-flight exclusion constraint holds at any isolation level.
+ * and the locked claim row names the batch in flight (in_flight), which
+ * holds at any isolation level.
  *
  * The transaction only collects; the queuer thread (queuer.c) acts on the
  * result after COMMIT (hands the jobs to the submitter, remembers the

@@ -1212,9 +1212,10 @@ int qw_queuer_run(struct qw_worker *w, struct qw_db *db, struct qw_db *listener,
     };
     /* Fetch and mark need no SERIALIZABLE: every mark is fenced by its claim
      * row (locked FOR SHARE, re-checked at its newest version) and by a
-     * compare-and-set on the batch, and the in-flight exclusion constraint
-     * holds at any level. Serializable predicate locks on the batch indexes
-     * only produced false conflicts between workers here. */
+     * compare-and-set on the batch, and the claim row names the batch in
+     * flight (in_flight), which holds at any level. Serializable predicate
+     * locks on the batch indexes only produced false conflicts between
+     * workers here. */
     q.queue_policy = q.policy;
     q.queue_policy.begin_sql = "BEGIN ISOLATION LEVEL READ COMMITTED";
     q.tally = calloc(1, sizeof(*q.tally));

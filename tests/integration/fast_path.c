@@ -744,6 +744,95 @@ static void test_reopened_batch_is_found(void **state)
         1);
 }
 
+/* Whether the claim row names ids[i] in flight (i = -1: names none). */
+static int in_flight_is(struct fixture *f, int i)
+{
+    return (int)COUNT(f,
+                      "SELECT count(*) FROM queuer.service_id_claims "
+                      "WHERE in_flight IS NOT DISTINCT FROM nullif('%s', '')",
+                      i < 0 ? "" : f->ids[i]);
+}
+
+/*
+ * The outcome statement keeps the claim row's in_flight: it names the
+ * next batch when a turn ends and the fast path marks it, keeps naming a
+ * batch that stays in flight (Pending), and names none once the batch
+ * leaves flight with nothing marked after it.
+ */
+static void test_in_flight_follows_the_turns(void **state)
+{
+    struct fixture *f = *state;
+    assert_int_equal(in_flight_is(f, 0), 1);
+    qw_db_res_free(record(f, "Committed", 7, 1));
+    assert_int_equal(in_flight_is(f, 1), 1);
+    qw_db_res_free(record_batch(f, 1, "posting", "Pending", 7, 1));
+    assert_int_equal(in_flight_is(f, 1), 1);
+    qw_db_res_free(record_batch(f, 1, "pending", "Unknown", 7, 1));
+    assert_int_equal(in_flight_is(f, -1), 1);
+}
+
+/*
+ * A turn that ends does not mark the next batch while the claim row names
+ * another batch in flight than the one whose turn ended: it reports the
+ * next batch as not marked and leaves the name alone.
+ */
+static void test_next_waits_for_another_batch_named_in_flight(void **state)
+{
+    struct fixture *f = *state;
+    char sql[256];
+    snprintf(sql, sizeof(sql), "UPDATE queuer.service_id_claims SET in_flight = '%s'", f->ids[2]);
+    itest_exec(f->db, sql);
+    struct qw_db_res *res = record(f, "Committed", 7, 1);
+    assert_int_equal(qw_db_res_rows(res), 2);
+    int more = row_of_kind(res, 'm');
+    assert_string_equal(qw_db_res_get(res, more, 0), "m");
+    assert_string_equal(qw_db_res_get(res, more, 1), f->ids[1]);
+    qw_db_res_free(res);
+    assert_int_equal(in_flight_is(f, 2), 1);
+    assert_int_equal(
+        COUNT(f, "SELECT count(*) FROM queuer.batches WHERE batch_id = '%s' AND NOT submitted",
+              f->ids[1]),
+        1);
+}
+
+/* Marks ids[i] as w1 at epoch 7, seen without a status; returns the rows marked. */
+static int mark(struct fixture *f, int i)
+{
+    char ids[160];
+    snprintf(ids, sizeof(ids), "{\"%s\"}", f->ids[i]);
+    const char *params[] = {"w1", ids, "{\"" SVC "\"}", "{7}", "{\"\"}", f->inc};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(f->db, "batches_mark", 6, params, &res, &err) != QW_OK)
+        fail_msg("batches_mark: %s", err.msg);
+    int rows = qw_db_res_rows(res);
+    qw_db_res_free(res);
+    return rows;
+}
+
+/*
+ * The mark leaves a service's oldest open batch alone while the claim row
+ * names a younger one in flight (a final batch made open again while the
+ * next one was out), and marks it, naming it, once that one has ended.
+ */
+static void test_mark_waits_for_the_batch_named_in_flight(void **state)
+{
+    struct fixture *f = *state;
+    qw_db_res_free(record(f, "Invalid", 7, 1)); /* ids[1] marked, named */
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "UPDATE queuer.batches SET status = NULL, submitted = false WHERE batch_id = '%s'",
+             f->ids[0]);
+    itest_exec(f->db, sql);
+    assert_int_equal(mark(f, 0), 0);
+    assert_int_equal(in_flight_is(f, 1), 1);
+    qw_db_res_free(record_batch(f, 1, "posting", "Committed", 7, 0));
+    assert_int_equal(in_flight_is(f, -1), 1);
+    assert_int_equal(mark(f, 0), 1);
+    assert_int_equal(in_flight_is(f, 0), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -765,6 +854,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_locked_own_claim_is_skipped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_from_follows_the_turns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopened_batch_is_found, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_in_flight_follows_the_turns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_next_waits_for_another_batch_named_in_flight, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_mark_waits_for_the_batch_named_in_flight, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

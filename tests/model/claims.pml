@@ -42,6 +42,9 @@
  *                   land posts at once
  *   BROKEN_STOP     a stop that abandoned POSTs gives back every claim,
  *                   mid-submission or not
+ *   BROKEN_NAME     an outcome that takes its batch out of flight leaves the
+ *                   claim row naming it (the check that the row names
+ *                   exactly the batch in flight must fail)
  * Variants of the environment (both on in the test suite: they are what
  * the worker does):
  *   RESTART_TAKEOVER  a crashed process restarted on the same host takes
@@ -134,6 +137,7 @@ byte claimant[NS];
 byte epoch[NS];
 byte e1[NS];
 byte e2[NS];
+byte infl[NS]; /* in_flight: the batch in flight, NB = none (migration 0043) */
 
 /* queuer.batches: created[s] batches exist, in creation order */
 byte created[NS];
@@ -242,6 +246,21 @@ inline in_flight(s) {
     :: else -> skip
     fi
 }
+
+/* The claim row names exactly the service's batch in flight (or none):
+ * checked after every step that writes batch rows. */
+inline named_exact(s) {
+    in_flight(s);
+    assert(h_k == infl[s]);
+    h_k = 0
+}
+
+/* An outcome takes batch k out of flight: the claim row no longer names it. */
+#ifdef BROKEN_NAME
+#define UNNAME(s, k) skip
+#else
+#define UNNAME(s, k) if :: infl[s] == (k) -> infl[s] = NB :: else -> skip fi
+#endif
 
 inline drop_jobs(p) {
     jph[JI(p, 0)] = J_NONE; jk[JI(p, 0)] = 0; jep[JI(p, 0)] = 0; jt[JI(p, 0)] = 0;
@@ -384,7 +403,8 @@ end:
            if
            :: jph[JI(p, h_j)] == J_READY && FENCE(p, h_j, jep[JI(p, h_j)]) &&
               bst[BI(h_j, jk[JI(p, h_j)])] == B_SUB ->
-              bst[BI(h_j, jk[JI(p, h_j)])] = B_NEW
+              bst[BI(h_j, jk[JI(p, h_j)])] = B_NEW;
+              UNNAME(h_j, jk[JI(p, h_j)])
            :: else -> skip
            fi;
            if
@@ -409,6 +429,10 @@ end:
         pinc[p] = 0;
         drop_jobs(p);
         h_j = 0;
+        named_exact(0);
+#if NS > 1
+        named_exact(1);
+#endif
         h_k = 0
         ; printf("MSC: t%d stop p%d\n", now, p); print_state()
        }
@@ -421,33 +445,35 @@ proctype Svc(byte p; byte s) {
 end:
     do
     /* The queue transaction (queuer.c fetch_and_queue, queue_txn.c):
-     * batches_fetch.sql reads a held service (no incarnation check); a
-     * batch in flight that no job follows is adopted (followed by status);
-     * otherwise next_batch.c chooses the oldest non-final batch if it has
-     * no status or is Delayed/Unknown (due: at any time here), and
-     * batches_mark.sql marks it: fence at the epoch just read,
-     * compare-and-set on the state seen. The job's deadline is the queuer's
-     * lease deadline. (Fetch and mark are one step here: a claim that
-     * changes hands between them makes the mark match nothing.) */
+     * batches_fetch.sql reads a held service (no incarnation check); the
+     * batch in flight that the claim row names, if no job follows it, is
+     * adopted (followed by status); otherwise next_batch.c chooses the
+     * oldest non-final batch if it has no status or is Delayed/Unknown
+     * (due: at any time here), and batches_mark.sql marks it and names it
+     * on the claim row: fence at the epoch just read, the row naming no
+     * batch in flight, compare-and-set on the state seen. The job's
+     * deadline is the queuer's lease deadline. (Fetch and mark are one
+     * step here: a claim that changes hands between them makes the mark
+     * match nothing.) */
     :: atomic {
         RUNS(p) && jph[JI(p, s)] == J_NONE && claimant[s] == INST(p) && HELD(s, INST(p)) ->
-        in_flight(s);
         if
-        :: h_k < NB ->
-           jph[JI(p, s)] = J_FOLLOW; jk[JI(p, s)] = h_k; jep[JI(p, s)] = epoch[s];
+        :: infl[s] < NB ->
+           jph[JI(p, s)] = J_FOLLOW; jk[JI(p, s)] = infl[s]; jep[JI(p, s)] = epoch[s];
            jt[JI(p, s)] = 0
         :: else ->
            head(s);
            if
            :: h_k < NB && (bst[BI(s, h_k)] == B_NEW || bst[BI(s, h_k)] == B_RETRY) &&
-              FENCE(p, s, epoch[s]) ->
+              FENCE(p, s, epoch[s]) && infl[s] == NB ->
               bst[BI(s, h_k)] = B_SUB;
+              infl[s] = h_k;
               jph[JI(p, s)] = J_READY; jk[JI(p, s)] = h_k; jep[JI(p, s)] = epoch[s];
               jt[JI(p, s)] = pdl[p]
            :: else -> skip
            fi
         fi;
-        h_k = 0
+        named_exact(s)
         ; printf("MSC: t%d queue p%d s%d\n", now, p, s); print_state()
        }
     /* dispatch.c: a POST starts only before the job's lease deadline. */
@@ -502,8 +528,10 @@ end:
         ; printf("MSC: t%d status p%d s%d\n", now, p, s); print_state()
        }
     /* outcomes_record.sql: fence, compare-and-set on the state expected;
-     * a final outcome that goes on marks the service's next batch in the
-     * same statement (fast path, record.c continue_job: its deadline is the
+     * a batch that leaves flight is no longer named on the claim row; a
+     * final outcome that goes on marks the service's next batch in the
+     * same statement, when the row names no other batch in flight, and
+     * names it (fast path, record.c continue_job: its deadline is the
      * claim's hold as the statement checked it). Not written: claim lost,
      * the job is dropped (record.c apply_outcome). */
     :: atomic {
@@ -512,10 +540,12 @@ end:
         :: FENCE(p, s, jep[JI(p, s)]) && jph[JI(p, s)] == J_REC_REQUEUE &&
            bst[BI(s, jk[JI(p, s)])] == B_SUB ->
            bst[BI(s, jk[JI(p, s)])] = B_NEW;
+           UNNAME(s, jk[JI(p, s)]);
            jph[JI(p, s)] = J_NONE
         :: FENCE(p, s, jep[JI(p, s)]) && jph[JI(p, s)] == J_REC_DELAYED &&
            bst[BI(s, jk[JI(p, s)])] == B_SUB ->
            bst[BI(s, jk[JI(p, s)])] = B_RETRY;
+           UNNAME(s, jk[JI(p, s)]);
            jph[JI(p, s)] = J_NONE
         :: FENCE(p, s, jep[JI(p, s)]) && jph[JI(p, s)] == J_REC_PENDING &&
            bst[BI(s, jk[JI(p, s)])] == B_SUB ->
@@ -525,17 +555,21 @@ end:
         :: FENCE(p, s, jep[JI(p, s)]) && jph[JI(p, s)] == J_REC_UNKNOWN &&
            (bst[BI(s, jk[JI(p, s)])] == B_SUB || bst[BI(s, jk[JI(p, s)])] == B_PEND) ->
            bst[BI(s, jk[JI(p, s)])] = B_RETRY;
+           UNNAME(s, jk[JI(p, s)]);
            jph[JI(p, s)] = J_NONE
         :: FENCE(p, s, jep[JI(p, s)]) && jph[JI(p, s)] == J_REC_FINAL &&
            (bst[BI(s, jk[JI(p, s)])] == B_SUB || bst[BI(s, jk[JI(p, s)])] == B_PEND) ->
            bst[BI(s, jk[JI(p, s)])] = B_FINAL;
+           UNNAME(s, jk[JI(p, s)]);
            jph[JI(p, s)] = J_NONE;
            head(s);
            if
-           :: h_k < NB && (bst[BI(s, h_k)] == B_NEW || bst[BI(s, h_k)] == B_RETRY) ->
+           :: h_k < NB && (bst[BI(s, h_k)] == B_NEW || bst[BI(s, h_k)] == B_RETRY) &&
+              infl[s] == NB ->
               /* go_on (a draining service takes no fast path: either may happen) */
               if
               :: bst[BI(s, h_k)] = B_SUB;
+                 infl[s] = h_k;
                  jph[JI(p, s)] = J_READY;
                  jk[JI(p, s)] = h_k;
                  if
@@ -554,7 +588,8 @@ end:
         :: jph[JI(p, s)] == J_NONE ->
            jk[JI(p, s)] = 0; jep[JI(p, s)] = 0; jt[JI(p, s)] = 0
         :: else -> skip
-        fi
+        fi;
+        named_exact(s)
         ; printf("MSC: t%d record p%d s%d\n", now, p, s); print_state()
        }
     /* claims_maintain.sql, one claim row: the holder's lease and the
@@ -721,8 +756,10 @@ end:
 init {
     atomic {
         claimant[0] = NOBODY;
+        infl[0] = NB;
 #if NS > 1
         claimant[1] = NOBODY;
+        infl[1] = NB;
 #endif
         run Env();
         run Ledger();

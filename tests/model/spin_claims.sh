@@ -18,7 +18,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 model=$here/claims.pml
 config=${QW_MODEL_CONFIG:--DNP=2 -DNS=1 -DNB=3 -DTMAX=5 -DLEASE=1 -DHARD=3 -DFLIGHT=1 -DCONFIRM=1 -DMAXREG=2 -DEMAX=3 -DFMAX=1 -DRESTART_TAKEOVER -DSTOP_ABANDONS}
 # Each breaks one rule the invariant rests on (the model's header says which).
-mutants=(BROKEN_FENCE BROKEN_WINDOW BROKEN_SOFT BROKEN_RESTART BROKEN_STOP)
+mutants=(BROKEN_FENCE BROKEN_WINDOW BROKEN_SOFT BROKEN_RESTART BROKEN_STOP BROKEN_NAME)
 
 for tool in spin gcc; do
     command -v "$tool" >/dev/null || {
