@@ -37,7 +37,8 @@
 -- The constraint and its partial index go: each batch writes two index
 -- entries fewer, and no check reads the service's old entries. The column
 -- is filled from the batches in flight, under a lock that keeps every
--- other writer of queuer.batches out until the migration commits.
+-- other writer of queuer.batches out until the migration commits (the
+-- constraint's drop then locks the table against reads too).
 
 LOCK TABLE queuer.batches IN SHARE ROW EXCLUSIVE MODE;
 

@@ -28,32 +28,16 @@ struct fixture {
     char ids[3][129]; /* the service's batches, oldest first */
 };
 
-/* Three batches of one service; the first is Pending, put there by hand. */
-static int setup(void **state)
-{
-    struct fixture *f = calloc(1, sizeof(*f));
-    f->conninfo = itest_db_create("in_flight", 1);
-    f->db = itest_connect(f->conninfo);
-    for (int i = 0; i < 3; i++)
-        itest_enqueue_sample(f->db, SVC, 3000 + (uint64_t)i, f->ids[i]);
-    char sql[256];
-    snprintf(sql, sizeof(sql),
-             "UPDATE queuer.batches SET submitted = true, status = 'Pending' "
-             "WHERE batch_id = '%s'",
-             f->ids[0]);
-    itest_exec(f->db, sql);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    qw_db_close(f->db);
-    free(f->conninfo);
-    free(f);
-    return 0;
-}
+/* hand writes of batch %s: into flight (Pending, or being posted), out of it (final) */
+#define TO_PENDING                                                                                 \
+    "UPDATE queuer.batches SET submitted = true, status = 'Pending' WHERE batch_id = '%s'"
+#define TO_POSTING "UPDATE queuer.batches SET submitted = true, status = NULL WHERE batch_id = '%s'"
+/* batch %s out of flight and batch %s into it, in one statement */
+#define SWAP                                                                                       \
+    "UPDATE queuer.batches SET submitted = NOT submitted, "                                        \
+    "status = CASE WHEN status IS NULL THEN 'Pending' END WHERE batch_id IN ('%s', '%s')"
+#define TO_FINAL                                                                                   \
+    "UPDATE queuer.batches SET submitted = false, status = 'Committed' WHERE batch_id = '%s'"
 
 /* Runs the SQL `fmt` formats; returns its error's SQLSTATE, or "" when it succeeded. */
 static const char *try_sqlv(struct fixture *f, const char *fmt, va_list ap)
@@ -90,6 +74,28 @@ __attribute__((format(printf, 2, 3))) static void run_sql(struct fixture *f, con
         fail_msg("refused (%s): %s", state, fmt);
 }
 
+/* Three batches of one service; the first is Pending, put there by hand. */
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    f->conninfo = itest_db_create("in_flight", 1);
+    f->db = itest_connect(f->conninfo);
+    for (int i = 0; i < 3; i++)
+        itest_enqueue_sample(f->db, SVC, 3000 + (uint64_t)i, f->ids[i]);
+    run_sql(f, TO_PENDING, f->ids[0]);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    qw_db_close(f->db);
+    free(f->conninfo);
+    free(f);
+    return 0;
+}
+
 /* Which of the batches the claim row names in flight: its index, or -1 for none. */
 static int named(struct fixture *f)
 {
@@ -102,16 +108,6 @@ static int named(struct fixture *f)
     free(id);
     return which;
 }
-
-#define TO_PENDING                                                                                 \
-    "UPDATE queuer.batches SET submitted = true, status = 'Pending' WHERE batch_id = '%s'"
-#define TO_POSTING "UPDATE queuer.batches SET submitted = true, status = NULL WHERE batch_id = '%s'"
-/* batch %s out of flight and batch %s into it, in one statement */
-#define SWAP                                                                                       \
-    "UPDATE queuer.batches SET submitted = NOT submitted, "                                        \
-    "status = CASE WHEN status IS NULL THEN 'Pending' END WHERE batch_id IN ('%s', '%s')"
-#define TO_FINAL                                                                                   \
-    "UPDATE queuer.batches SET submitted = false, status = 'Committed' WHERE batch_id = '%s'"
 
 /*
  * A second batch of the service put in flight by hand, Pending or being
