@@ -92,7 +92,7 @@ BEGIN
            AND EXISTS (SELECT 1 FROM queuer.batches b
                         WHERE b.batch_id = named
                           AND b.service_id = NEW.service_id
-                          AND ((b.submitted AND b.status IS NULL) OR b.status = 'Pending')) THEN
+                          AND coalesce(b.status = 'Pending', b.submitted)) THEN
             RAISE EXCEPTION 'service %: batch % cannot go in flight: batch % is in flight',
                             NEW.service_id, NEW.batch_id, named
                   USING ERRCODE = 'exclusion_violation',

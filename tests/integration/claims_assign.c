@@ -177,24 +177,6 @@ static void enqueue_one_statement(struct fixture *f, const char *const *svcs, si
     qw_pgarray_free(&p);
 }
 
-/* Marks `id` of `svc` for w1 at `epoch` (batches_mark); returns the rows marked. */
-static int mark(struct qw_db *db, const char *inc, const char *svc, const char *id, int64_t epoch)
-{
-    char ids[160], svcs[64], epochs[32];
-    snprintf(ids, sizeof(ids), "{%s}", id);
-    snprintf(svcs, sizeof(svcs), "{%s}", svc);
-    snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch);
-    const char *params[] = {"w1", ids, svcs, epochs, "{\"\"}", inc};
-    struct qw_db_res *res = NULL;
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query(db, "batches_mark", 6, params, &res, &err) != QW_OK)
-        fail_msg("batches_mark: %s", err.msg);
-    int rows = qw_db_res_rows(res);
-    qw_db_res_free(res);
-    return rows;
-}
-
 /* Records Committed for `id` of `svc` (being posted) as w1 at `epoch`; returns
  * the rows of kind 'w' (outcomes written). */
 static int record_committed(struct qw_db *db, const char *inc, const char *svc, const char *id,
@@ -245,7 +227,7 @@ static void test_split_counter_interleaved(void **state)
     struct qw_db *w1 = itest_connect(f->pg.conninfo);
     itest_exec(w1, "SET lock_timeout = '5s'");
     itest_exec(w1, "BEGIN");
-    assert_int_equal(mark(w1, f->inc, S1, first, epoch), 1);
+    assert_int_equal(itest_mark(w1, "w1", f->inc, S1, first, epoch, ""), 1);
     assert_int_equal(record_committed(w1, f->inc, S1, first, epoch), 1);
     itest_exec(w1, "COMMIT");
     qw_db_close(w1);
@@ -299,7 +281,7 @@ static int worker_child(const char *conninfo, const char *inc, const int64_t *ep
         if (qw_db_res_rows(res) == 1) {
             char id[129];
             snprintf(id, sizeof(id), "%s", qw_db_res_get(res, 0, 0));
-            if (mark(db, inc, svc, id, epochs[i % 3]) == 1)
+            if (itest_mark(db, "w1", inc, svc, id, epochs[i % 3], "") == 1)
                 ended += record_committed(db, inc, svc, id, epochs[i % 3]);
         }
         qw_db_res_free(res);
@@ -904,9 +886,9 @@ static void test_new_incarnation_fences_the_old(void **state)
     assert_string_not_equal(fresh, f->inc);
 
     assert_int_equal(renew(f, f->inc), QW_ERR_SUPERSEDED);
-    assert_int_equal(mark(f->pg.a, f->inc, S1, id, epoch), 0);
+    assert_int_equal(itest_mark(f->pg.a, "w1", f->inc, S1, id, epoch, ""), 0);
     assert_int_equal(renew(f, fresh), QW_OK);
-    assert_int_equal(mark(f->pg.a, fresh, S1, id, epoch), 1);
+    assert_int_equal(itest_mark(f->pg.a, "w1", fresh, S1, id, epoch, ""), 1);
     assert_int_equal(record_committed(f->pg.a, f->inc, S1, id, epoch), 0);
     const char *note[] = {"w1", id, S1, "", "old", f->inc};
     char epoch_text[24];
@@ -960,7 +942,7 @@ static void test_stop_that_abandoned_posts_keeps_mid_submission(void **state)
     hold(f, S1, "w1");
     hold(f, S3, "w1");
     assert_int_equal(renew(f, f->inc), QW_OK);
-    assert_int_equal(mark(f->pg.a, f->inc, S1, id, epoch_of(f, S1)), 1);
+    assert_int_equal(itest_mark(f->pg.a, "w1", f->inc, S1, id, epoch_of(f, S1), ""), 1);
     int released = -1;
     struct qw_error err;
     qw_error_clear(&err);
@@ -991,19 +973,19 @@ static void test_mark_takes_only_the_services_next_batch(void **state)
     assert_int_equal(renew(f, f->inc), QW_OK);
     int64_t epoch = epoch_of(f, S1);
     /* the second, while the first is open: left alone */
-    assert_int_equal(mark(f->pg.a, f->inc, S1, second, epoch), 0);
+    assert_int_equal(itest_mark(f->pg.a, "w1", f->inc, S1, second, epoch, ""), 0);
     /* the first; then the second, while the first is in flight */
-    assert_int_equal(mark(f->pg.a, f->inc, S1, first, epoch), 1);
-    assert_int_equal(mark(f->pg.a, f->inc, S1, second, epoch), 0);
+    assert_int_equal(itest_mark(f->pg.a, "w1", f->inc, S1, first, epoch, ""), 1);
+    assert_int_equal(itest_mark(f->pg.a, "w1", f->inc, S1, second, epoch, ""), 0);
     /* Pending counts as in flight too */
     itest_exec(f->pg.a, "UPDATE queuer.batches SET submitted = false, status = 'Pending' "
                         "WHERE service_id = '" S1 "' AND submitted");
-    assert_int_equal(mark(f->pg.a, f->inc, S1, second, epoch), 0);
+    assert_int_equal(itest_mark(f->pg.a, "w1", f->inc, S1, second, epoch, ""), 0);
     itest_exec(f->pg.a, "UPDATE queuer.batches SET submitted = true, status = NULL "
                         "WHERE service_id = '" S1 "' AND status = 'Pending'");
     /* the first final: the second is the service's next */
     assert_int_equal(record_committed(f->pg.a, f->inc, S1, first, epoch), 1);
-    assert_int_equal(mark(f->pg.a, f->inc, S1, second, epoch), 1);
+    assert_int_equal(itest_mark(f->pg.a, "w1", f->inc, S1, second, epoch, ""), 1);
     assert_work_counted(f);
 }
 

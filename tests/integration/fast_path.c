@@ -798,17 +798,7 @@ static void test_next_waits_for_another_batch_named_in_flight(void **state)
 /* Marks ids[i] as w1 at epoch 7, seen without a status; returns the rows marked. */
 static int mark(struct fixture *f, int i)
 {
-    char ids[160];
-    snprintf(ids, sizeof(ids), "{\"%s\"}", f->ids[i]);
-    const char *params[] = {"w1", ids, "{\"" SVC "\"}", "{7}", "{\"\"}", f->inc};
-    struct qw_db_res *res = NULL;
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query(f->db, "batches_mark", 6, params, &res, &err) != QW_OK)
-        fail_msg("batches_mark: %s", err.msg);
-    int rows = qw_db_res_rows(res);
-    qw_db_res_free(res);
-    return rows;
+    return itest_mark(f->db, "w1", f->inc, SVC, f->ids[i], 7, "");
 }
 
 /*

@@ -565,27 +565,6 @@ static char *register_w1(const struct env *e)
     return itest_incarnation(e->db, "w1");
 }
 
-/* The worker's fenced mark (sql/batches_mark.sql) of `id`, seen in state `seen`, as w1 of
- * incarnation `inc`. */
-static int worker_mark(struct qw_db *w, const char *inc, const char *id, const char *svc,
-                       int64_t epoch, const char *seen)
-{
-    char ids[160], svcs[64], epochs[32], seens[32];
-    snprintf(ids, sizeof(ids), "{\"%s\"}", id);
-    snprintf(svcs, sizeof(svcs), "{\"%s\"}", svc);
-    snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch);
-    snprintf(seens, sizeof(seens), "{\"%s\"}", seen);
-    const char *params[] = {"w1", ids, svcs, epochs, seens, inc};
-    struct qw_db_res *res = NULL;
-    struct qw_error err;
-    qw_error_clear(&err);
-    if (qw_db_query(w, "batches_mark", 6, params, &res, &err) != QW_OK)
-        fail_msg("batches_mark: %s", err.msg);
-    int rows = qw_db_res_rows(res);
-    qw_db_res_free(res);
-    return rows;
-}
-
 static void test_cancel_waits_for_worker_mark_then_refuses(void **state)
 {
     (void)state;
@@ -602,7 +581,7 @@ static void test_cancel_waits_for_worker_mark_then_refuses(void **state)
 
     struct qw_db *w = itest_connect(e.conninfo);
     itest_exec(w, "BEGIN ISOLATION LEVEL SERIALIZABLE");
-    assert_int_equal(worker_mark(w, inc, id, svc, epoch, "Delayed"), 1); /* uncommitted */
+    assert_int_equal(itest_mark(w, "w1", inc, svc, id, epoch, "Delayed"), 1); /* uncommitted */
 
     struct bg b = {.e = &e, .args = {"batch", "cancel", id, "--reason", "race", NULL}};
     pthread_t t;
@@ -667,7 +646,7 @@ static void test_worker_write_after_cancel_matches_nothing(void **state)
     free(b.err);
 
     /* the worker, still believing the batch Delayed, marks it: nothing matches */
-    assert_int_equal(worker_mark(w, inc, id, svc, epoch, "Delayed"), 0);
+    assert_int_equal(itest_mark(w, "w1", inc, svc, id, epoch, "Delayed"), 0);
     /* and an outcome for a POST it thinks is in progress matches nothing either */
     char outcomes[512];
     snprintf(outcomes, sizeof(outcomes), "{\"(%s,%s,%lld,posting,Pending,t,1,,,accepted,t,f)\"}",

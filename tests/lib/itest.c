@@ -400,6 +400,25 @@ char *itest_temp_file(const char *hint, const void *data, size_t len)
     return path;
 }
 
+int itest_mark(struct qw_db *db, const char *instance, const char *inc, const char *service,
+               const char *batch_id, int64_t epoch, const char *seen)
+{
+    char ids[160], svcs[64], epochs[32], seens[32];
+    snprintf(ids, sizeof(ids), "{\"%s\"}", batch_id);
+    snprintf(svcs, sizeof(svcs), "{\"%s\"}", service);
+    snprintf(epochs, sizeof(epochs), "{%lld}", (long long)epoch);
+    snprintf(seens, sizeof(seens), "{\"%s\"}", seen);
+    const char *params[] = {instance, ids, svcs, epochs, seens, inc};
+    struct qw_db_res *res = NULL;
+    struct qw_error err;
+    qw_error_clear(&err);
+    if (qw_db_query(db, "batches_mark", 6, params, &res, &err) != QW_OK)
+        fail_msg("batches_mark: %s", err.msg);
+    int rows = qw_db_res_rows(res);
+    qw_db_res_free(res);
+    return rows;
+}
+
 void itest_claims_cycle(struct qw_db *db, const char *instance, size_t held, const char *release,
                         int max_claims, struct qw_claims_result *r)
 {

@@ -135,6 +135,15 @@ void itest_enqueue_sample_at(struct qw_db *db, const char *service, uint64_t see
                              char *id_out);
 
 /**
+ * Marks batch `batch_id` of `service` for submission as `instance` (its
+ * incarnation `inc`) holding the claim at `epoch`, having seen it in state
+ * `seen` ("" = no status): sql/batches_mark.sql. Returns the rows marked
+ * (0 or 1) or fails the test on an error.
+ */
+int itest_mark(struct qw_db *db, const char *instance, const char *inc, const char *service,
+               const char *batch_id, int64_t epoch, const char *seen);
+
+/**
  * One claims cycle of `instance` on `db` as the worker runs it (the fair
  * share, maintenance, then the claims transaction with pickup): it holds
  * `held` claims before the call, gives back `release` (a text[] literal of
