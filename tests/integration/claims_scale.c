@@ -774,6 +774,68 @@ static void test_outcome_reads_only_its_claims(void **state)
     assert_in_range(read, 1, 10);
 }
 
+/* A delete of final batches (what the prune deletes) reads no claim row:
+ * nothing on it changes, so the counters' trigger leaves the services out
+ * before it looks their rows up (behind a held snapshot each look reads
+ * every version of the row). A delete that takes work away still counts. */
+static void test_delete_of_final_batches_reads_no_claim_row(void **state)
+{
+    struct fixture *f = *state;
+    hold(f, S1, "w1");
+    assert_int_equal(mark(f, 0), 1);
+    assert_int_equal(record(f, 0, "Committed", "t"), 2); /* ends, ids[1] marked */
+    static const char reads[] = "SELECT seq_tup_read + idx_tup_fetch FROM pg_stat_xact_user_tables "
+                                "WHERE relid = 'queuer.service_id_claims'::regclass";
+    char sql[512];
+    snprintf(sql, sizeof(sql), "DELETE FROM queuer.batches WHERE batch_id = '%s'", f->ids[0]);
+    itest_exec(f->pg.a, "BEGIN");
+    int64_t before = itest_scalar(f->pg.a, reads);
+    itest_exec(f->pg.a, sql);
+    int64_t read = itest_scalar(f->pg.a, reads) - before;
+    itest_exec(f->pg.a, "COMMIT");
+    assert_int_equal(read, 0);
+    assert_int_equal(n_open(f, S1), 3);
+    assert_counters_exact(f);
+
+    /* the batch being posted and a waiting one, deleted by hand */
+    snprintf(sql, sizeof(sql), "DELETE FROM queuer.batches WHERE batch_id IN ('%s', '%s')",
+             f->ids[1], f->ids[2]);
+    itest_exec(f->pg.a, sql);
+    assert_int_equal(n_open(f, S1), 1);
+    assert_counters_exact(f);
+}
+
+/* Claim rows keep room on their pages for their new versions: a thousand
+ * rows, each written three times (as its worker writes it for each batch)
+ * while the versions cannot be removed yet (one transaction here; a held
+ * snapshot in use), are updated heap-only, so each row keeps the one index
+ * entry its lookups read. */
+static void test_claim_row_versions_stay_on_their_page(void **state)
+{
+    struct fixture *f = *state;
+    itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims (service_id, in_flight) "
+                        "SELECT format('room-%s', i), repeat('a', 128) "
+                        "FROM generate_series(1, 1000) i");
+    /* (the pending counts include earlier transactions not yet reported:
+     * the difference is taken inside one transaction) */
+    static const char updates[] = "SELECT n_tup_upd FROM pg_stat_xact_user_tables "
+                                  "WHERE relid = 'queuer.service_id_claims'::regclass";
+    static const char heap_only_updates[] = "SELECT n_tup_hot_upd FROM pg_stat_xact_user_tables "
+                                            "WHERE relid = 'queuer.service_id_claims'::regclass";
+    itest_exec(f->pg.a, "BEGIN");
+    int64_t updated = -itest_scalar(f->pg.a, updates);
+    int64_t heap_only = -itest_scalar(f->pg.a, heap_only_updates);
+    for (int round = 0; round < 3; round++)
+        itest_exec(f->pg.a, "UPDATE queuer.service_id_claims "
+                            "SET n_out = n_out + 1, in_flight = md5(in_flight) || repeat('b', 96) "
+                            "WHERE service_id LIKE 'room-%'");
+    updated += itest_scalar(f->pg.a, updates);
+    heap_only += itest_scalar(f->pg.a, heap_only_updates);
+    itest_exec(f->pg.a, "COMMIT");
+    assert_int_equal(updated, 3000);
+    assert_true(heap_only * 10 >= updated * 9);
+}
+
 /* A service whose head is parked (Delayed, retry_at = infinity) counts as
  * idle though batches wait behind it: they cannot move until an operator
  * acts, so the claim goes back without work when free services with work
@@ -1120,6 +1182,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_share_plan_stays_cheap_on_stale_statistics, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_outcome_reads_only_its_claims, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete_of_final_batches_reads_no_claim_row, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_claim_row_versions_stay_on_their_page, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_a_parked_head, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_races_enqueue, setup, teardown),
