@@ -3,7 +3,7 @@
 # topped up with a new round whenever less than one is left, looked at once
 # a second from the ledger's count of batches it committed: counting the
 # open batches in the database instead reads every version a held snapshot
-# keeps, up to 2 s of a core a count, a load only the held run would carry)
+# keeps, up to 3 s of a core a count, a load only the held run would carry)
 # for SOAK_SECONDS, with `queuer prune` deleting what became final more than
 # PRUNE_AGE ago every PRUNE_EVERY_S, once as it is and once while another
 # session holds a REPEATABLE READ transaction open for the whole run (its
