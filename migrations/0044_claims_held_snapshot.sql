@@ -32,10 +32,9 @@ BEGIN
       FROM (SELECT o.service_id,
                    count(*) FILTER (WHERE queuer.batch_is_work(o.status, o.retry_at)) AS d_open,
                    bool_or(o.submitted AND o.status IS NULL) AS mid_before
-              FROM old_rows o GROUP BY o.service_id
-            HAVING count(*) FILTER (WHERE queuer.batch_is_work(o.status, o.retry_at)) <> 0
-                OR bool_or(o.submitted AND o.status IS NULL)) s
-     WHERE c.service_id = s.service_id
+              FROM old_rows o GROUP BY o.service_id) s
+     WHERE (s.d_open <> 0 OR s.mid_before) -- (on s alone: applied before the join)
+       AND c.service_id = s.service_id
        AND (s.d_open <> 0 OR (c.submitting AND s.mid_before));
     RETURN NULL;
 END

@@ -737,6 +737,23 @@ static void test_share_plan_stays_cheap_on_stale_statistics(void **state)
     free(plan);
 }
 
+/* One of this transaction's counts on queuer.service_id_claims
+ * (pg_stat_xact_user_tables: `what` is a column or a sum of them). The
+ * pending counts include earlier transactions not yet reported, so the
+ * tests take differences inside one transaction. */
+static int64_t claims_xact_stat(struct fixture *f, const char *what)
+{
+    char sql[192];
+    snprintf(sql, sizeof(sql),
+             "SELECT %s FROM pg_stat_xact_user_tables "
+             "WHERE relid = 'queuer.service_id_claims'::regclass",
+             what);
+    return itest_scalar(f->pg.a, sql);
+}
+
+/* Claim tuples read, by scans of either kind. */
+#define CLAIM_READS "seq_tup_read + idx_tup_fetch"
+
 /* Recording an outcome reads the claim rows of its own services, not every
  * claim: with 100,000 more claims held by eight live instances (and
  * analysed, so plans see them), one outcome with the fast path, and one
@@ -748,14 +765,10 @@ static void test_outcome_reads_only_its_claims(void **state)
     hold(f, S1, "w1");
     itest_exec(f->pg.a, "ANALYZE queuer.service_id_claims, queuer.instances, queuer.batches");
     assert_int_equal(mark(f, 0), 1);
-    /* (the pending counts include earlier transactions not yet reported:
-     * the difference is taken inside one transaction) */
-    static const char reads[] = "SELECT seq_tup_read + idx_tup_fetch FROM pg_stat_xact_user_tables "
-                                "WHERE relid = 'queuer.service_id_claims'::regclass";
     itest_exec(f->pg.a, "BEGIN");
-    int64_t before = itest_scalar(f->pg.a, reads);
+    int64_t before = claims_xact_stat(f, CLAIM_READS);
     assert_int_equal(record(f, 0, "Committed", "t"), 2); /* ends, ids[1] marked */
-    int64_t read = itest_scalar(f->pg.a, reads) - before;
+    int64_t read = claims_xact_stat(f, CLAIM_READS) - before;
     itest_exec(f->pg.a, "COMMIT");
     assert_in_range(read, 1, 10);
 
@@ -767,9 +780,9 @@ static void test_outcome_reads_only_its_claims(void **state)
     hold(f, S1, "w2");
     const char *params[] = {"w1", outcomes, f->inc};
     itest_exec(f->pg.a, "BEGIN");
-    before = itest_scalar(f->pg.a, reads);
+    before = claims_xact_stat(f, CLAIM_READS);
     assert_int_equal(run(f->pg.a, "outcomes_record", 3, params), 0);
-    read = itest_scalar(f->pg.a, reads) - before;
+    read = claims_xact_stat(f, CLAIM_READS) - before;
     itest_exec(f->pg.a, "COMMIT");
     assert_in_range(read, 1, 10);
 }
@@ -784,14 +797,12 @@ static void test_delete_of_final_batches_reads_no_claim_row(void **state)
     hold(f, S1, "w1");
     assert_int_equal(mark(f, 0), 1);
     assert_int_equal(record(f, 0, "Committed", "t"), 2); /* ends, ids[1] marked */
-    static const char reads[] = "SELECT seq_tup_read + idx_tup_fetch FROM pg_stat_xact_user_tables "
-                                "WHERE relid = 'queuer.service_id_claims'::regclass";
     char sql[512];
     snprintf(sql, sizeof(sql), "DELETE FROM queuer.batches WHERE batch_id = '%s'", f->ids[0]);
     itest_exec(f->pg.a, "BEGIN");
-    int64_t before = itest_scalar(f->pg.a, reads);
+    int64_t before = claims_xact_stat(f, CLAIM_READS);
     itest_exec(f->pg.a, sql);
-    int64_t read = itest_scalar(f->pg.a, reads) - before;
+    int64_t read = claims_xact_stat(f, CLAIM_READS) - before;
     itest_exec(f->pg.a, "COMMIT");
     assert_int_equal(read, 0);
     assert_int_equal(n_open(f, S1), 3);
@@ -816,21 +827,15 @@ static void test_claim_row_versions_stay_on_their_page(void **state)
     itest_exec(f->pg.a, "INSERT INTO queuer.service_id_claims (service_id, in_flight) "
                         "SELECT format('room-%s', i), repeat('a', 128) "
                         "FROM generate_series(1, 1000) i");
-    /* (the pending counts include earlier transactions not yet reported:
-     * the difference is taken inside one transaction) */
-    static const char updates[] = "SELECT n_tup_upd FROM pg_stat_xact_user_tables "
-                                  "WHERE relid = 'queuer.service_id_claims'::regclass";
-    static const char heap_only_updates[] = "SELECT n_tup_hot_upd FROM pg_stat_xact_user_tables "
-                                            "WHERE relid = 'queuer.service_id_claims'::regclass";
     itest_exec(f->pg.a, "BEGIN");
-    int64_t updated = -itest_scalar(f->pg.a, updates);
-    int64_t heap_only = -itest_scalar(f->pg.a, heap_only_updates);
+    int64_t updated = -claims_xact_stat(f, "n_tup_upd");
+    int64_t heap_only = -claims_xact_stat(f, "n_tup_hot_upd");
     for (int round = 0; round < 3; round++)
         itest_exec(f->pg.a, "UPDATE queuer.service_id_claims "
                             "SET n_out = n_out + 1, in_flight = md5(in_flight) || repeat('b', 96) "
                             "WHERE service_id LIKE 'room-%'");
-    updated += itest_scalar(f->pg.a, updates);
-    heap_only += itest_scalar(f->pg.a, heap_only_updates);
+    updated += claims_xact_stat(f, "n_tup_upd");
+    heap_only += claims_xact_stat(f, "n_tup_hot_upd");
     itest_exec(f->pg.a, "COMMIT");
     assert_int_equal(updated, 3000);
     assert_true(heap_only * 10 >= updated * 9);
