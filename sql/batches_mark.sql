@@ -30,19 +30,32 @@ WITH q AS (
     -- locked (a takeover in progress, an operator action) is skipped, not
     -- waited for: its batch is not marked now and the worker fetches the
     -- service again. FOR NO KEY UPDATE, as `cnt` below writes `submitting`
-    -- and `in_flight`. (IS NOT
-    -- DISTINCT FROM means = here, as both sides are set, but is not
-    -- indexable: the primary key drives the scan.)
-    SELECT c.service_id, c.claim_epoch, c.open_from, c.in_flight
-      FROM queuer.service_id_claims c
-     WHERE c.service_id = ANY ($3::text[])
-       AND c.claimant IS NOT DISTINCT FROM $1
-       AND greatest(c.expiry_1,
-                    (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
-       AND EXISTS (SELECT 1 FROM queuer.instances i
-                    WHERE i.instance_id = $1 AND i.incarnation = $6::bigint)
-     ORDER BY c.service_id
-       FOR NO KEY UPDATE OF c SKIP LOCKED
+    -- and `in_flight`. Each claim row is read by one backward probe of the
+    -- primary key that stops at the first version this statement sees:
+    -- one page a claim however many versions an open snapshot keeps. A
+    -- claim row changed after this statement's snapshot was taken is left
+    -- alone, as a locked one is, so `cnt` writes the version locked here
+    -- by its address (sql/outcomes_record.sql, `fence`, says why).
+    SELECT c.tid, c.service_id, c.claim_epoch, c.open_from, c.in_flight
+      FROM (SELECT DISTINCT q.service_id COLLATE "C" AS service_id FROM q
+             ORDER BY 1) s
+     CROSS JOIN LATERAL (
+           SELECT c.ctid AS tid, c.service_id, c.claim_epoch, c.open_from, c.in_flight
+             FROM queuer.service_id_claims c
+            WHERE c.service_id >= s.service_id AND c.service_id <= s.service_id
+              AND c.claimant IS NOT DISTINCT FROM $1
+              AND greatest(c.expiry_1,
+                           (SELECT i.lease_1 FROM queuer.instances i
+                             WHERE i.instance_id = $1)) > now()
+              AND EXISTS (SELECT 1 FROM queuer.instances i
+                           WHERE i.instance_id = $1 AND i.incarnation = $6::bigint)
+            ORDER BY c.service_id DESC
+            LIMIT 1
+              FOR NO KEY UPDATE OF c SKIP LOCKED) c
+     WHERE c.tid = (SELECT v.ctid FROM queuer.service_id_claims v
+                     WHERE v.service_id >= s.service_id AND v.service_id <= s.service_id
+                     ORDER BY v.service_id DESC
+                     LIMIT 1)
 ), upd AS (
     UPDATE queuer.batches b
        SET submitted = true, status = NULL, status_at = now()
@@ -88,7 +101,8 @@ WITH q AS (
     -- oldest open batch in the statement's snapshot)
     UPDATE queuer.service_id_claims c
        SET submitting = true, in_flight = upd.batch_id
-      FROM upd
-     WHERE c.service_id = upd.service_id
+      FROM upd JOIN fence f ON f.service_id = upd.service_id
+     WHERE c.ctid = f.tid
+       AND c.service_id = upd.service_id
 )
 SELECT upd.batch_id, upd.service_id, upd.epoch, upd.attempts, upd.payload, upd.priority FROM upd

@@ -48,23 +48,46 @@ WITH o AS (
     -- giving claims back, an operator action) is skipped, not waited for:
     -- its outcome goes in the next group (`skipped` below), and the rest of
     -- this group is written now. A claim that moved to another worker is
-    -- not touched; its outcome simply matches nothing below. (IS NOT
-    -- DISTINCT FROM means = here but is not indexable: the primary key
-    -- drives the scan.)
-    SELECT c.service_id, c.claim_epoch, c.claimant, c.open_from, c.xmin AS claim_xmin,
-           c.in_flight,
-           greatest(c.expiry_1,
-                    (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) AS expiry_1
-      FROM queuer.service_id_claims c
-     WHERE c.service_id = ANY (ARRAY(SELECT o.service_id FROM o))
-       AND c.claimant IS NOT DISTINCT FROM $1
-       AND (c.service_id, c.claim_epoch) IN (SELECT o.service_id, o.epoch FROM o)
-       AND greatest(c.expiry_1,
-                    (SELECT i.lease_1 FROM queuer.instances i WHERE i.instance_id = $1)) > now()
-       AND EXISTS (SELECT 1 FROM queuer.instances i
-                    WHERE i.instance_id = $1 AND i.incarnation = $3::bigint)
-     ORDER BY c.service_id
-       FOR NO KEY UPDATE OF c SKIP LOCKED
+    -- not touched; its outcome simply matches nothing below.
+    -- Each claim row is read by one backward probe of the primary key that
+    -- stops at the first version this statement sees (the range means =
+    -- here; an equality would let the planner drop the order and the
+    -- LIMIT's early stop). Behind an open snapshot every version of a claim
+    -- row keeps its own entry in the primary key (migration 0045 keeps them
+    -- apart), in the order of the versions' places in the table, and a new
+    -- version that leaves its page takes one at the end of the table: the
+    -- newest entries come first backwards, one page a claim where a scan by
+    -- equality reads every version's.
+    -- A claim row changed by a transaction that committed after this
+    -- statement's snapshot was taken is locked in its newest version, which
+    -- the snapshot does not see; its service is left out, as a locked row
+    -- is, and its outcome goes in the next group. So the version locked is
+    -- the one every sub-statement sees, and `cnt` writes it by its address.
+    SELECT c.tid, c.service_id, c.claim_epoch, c.claimant, c.open_from, c.in_flight, c.expiry_1
+      FROM (SELECT DISTINCT o.service_id COLLATE "C" AS service_id FROM o
+             ORDER BY 1) s
+     CROSS JOIN LATERAL (
+           SELECT c.ctid AS tid, c.service_id, c.claim_epoch, c.claimant, c.open_from,
+                  c.in_flight,
+                  greatest(c.expiry_1,
+                           (SELECT i.lease_1 FROM queuer.instances i
+                             WHERE i.instance_id = $1)) AS expiry_1
+             FROM queuer.service_id_claims c
+            WHERE c.service_id >= s.service_id AND c.service_id <= s.service_id
+              AND c.claimant IS NOT DISTINCT FROM $1
+              AND (c.service_id, c.claim_epoch) IN (SELECT o.service_id, o.epoch FROM o)
+              AND greatest(c.expiry_1,
+                           (SELECT i.lease_1 FROM queuer.instances i
+                             WHERE i.instance_id = $1)) > now()
+              AND EXISTS (SELECT 1 FROM queuer.instances i
+                           WHERE i.instance_id = $1 AND i.incarnation = $3::bigint)
+            ORDER BY c.service_id DESC
+            LIMIT 1
+              FOR NO KEY UPDATE OF c SKIP LOCKED) c
+     WHERE c.tid = (SELECT v.ctid FROM queuer.service_id_claims v
+                     WHERE v.service_id >= s.service_id AND v.service_id <= s.service_id
+                     ORDER BY v.service_id DESC
+                     LIMIT 1)
 ), skipped AS (
     -- outcomes whose claim is ours at their epoch (as the statement's
     -- snapshot shows it) but was not locked above: another transaction
@@ -107,7 +130,7 @@ WITH o AS (
            END
     RETURNING b.batch_id, b.service_id, o.epoch, b.status AS to_status, o.detail, o.go_on,
               f.expiry_1, o.ord, o.expect, b.submitted, b.retry_at, b.created_at,
-              f.open_from, f.claim_xmin, f.in_flight
+              f.open_from, f.in_flight
 ), hist AS (
     -- The state the row left is the one the compare-and-set above matched
     -- (posting: submitted without a status; pending: Pending), so only an
@@ -131,21 +154,14 @@ WITH o AS (
     -- `fence` has it; `cnt` moves open_from to what the look found. A bound
     -- is raised only by outcome statements like this one, which the claim
     -- row's lock puts one after another, and a final batch made open again
-    -- clears it (NULL), so a locked bound is the one this statement's
-    -- snapshot has. A NULL one may be newer: the look then starts at the
-    -- first batch, and its result is kept only if the locked row is the
-    -- version the snapshot has (the same xmin), so a reopening that
-    -- commits between the snapshot and the lock is never passed over; the
-    -- row is read in the snapshot only then.
+    -- clears it (NULL); the row `fence` locked is the version this
+    -- statement's snapshot has, so a reopening that commits between the
+    -- snapshot and the lock leaves the service to the next group and is
+    -- never passed over.
     SELECT n.tid, n.batch_id, upd.service_id, upd.epoch, n.status AS seen, n.submitted,
            n.retry_at, n.attempts, n.last_error, upd.expiry_1, upd.ord,
            upd.batch_id AS ended, upd.in_flight,
-           coalesce(n.created_at, upd.created_at) AS open_from,
-           CASE WHEN upd.open_from IS NULL
-                THEN (SELECT sc.xmin FROM queuer.service_id_claims sc
-                       WHERE sc.service_id = upd.service_id) IS DISTINCT FROM upd.claim_xmin
-                ELSE false
-           END AS look_stale
+           coalesce(n.created_at, upd.created_at) AS open_from
       FROM upd
       LEFT JOIN LATERAL (
            SELECT x.ctid AS tid, x.batch_id, x.status, x.submitted, x.retry_at,
@@ -213,29 +229,32 @@ WITH o AS (
     UPDATE queuer.service_id_claims c
        SET n_out = c.n_out + x.n_done,
            submitting = x.mid,
-           open_from = CASE WHEN x.open_from IS NULL OR x.look_stale THEN c.open_from
-                            ELSE x.open_from END,
+           open_from = coalesce(x.open_from, c.open_from),
            in_flight = CASE WHEN x.flies IS NOT NULL THEN x.flies
                             WHEN c.in_flight = x.recorded THEN NULL
                             ELSE c.in_flight END
       FROM (SELECT s.service_id, sum(s.done) AS n_done, bool_or(s.mid) AS mid,
-                   min(s.open_from) AS open_from, bool_or(s.look_stale) AS look_stale,
+                   min(s.open_from) AS open_from,
                    max(s.flies) AS flies, max(s.recorded) AS recorded
               FROM (SELECT upd.service_id,
                            (NOT queuer.batch_is_work(upd.to_status, upd.retry_at))::int AS done,
                            upd.submitted AND upd.to_status IS NULL AS mid,
-                           NULL::timestamptz AS open_from, false AS look_stale,
+                           NULL::timestamptz AS open_from,
                            CASE WHEN coalesce(upd.to_status = 'Pending', upd.submitted)
                                 THEN upd.batch_id END AS flies,
                            upd.batch_id AS recorded
                       FROM upd
                     UNION ALL
-                    SELECT go.service_id, 0, true, NULL, false, go.batch_id, NULL FROM go
+                    SELECT go.service_id, 0, true, NULL, go.batch_id, NULL FROM go
                     UNION ALL
-                    SELECT nxt.service_id, 0, false, nxt.open_from, nxt.look_stale, NULL, NULL
+                    SELECT nxt.service_id, 0, false, nxt.open_from, NULL, NULL
                       FROM nxt) s
              GROUP BY s.service_id) x
-     WHERE c.service_id = x.service_id
+      JOIN fence f ON f.service_id = x.service_id
+     -- the version `fence` locked, by its address: no walk over the row's
+     -- older versions
+     WHERE c.ctid = f.tid
+       AND c.service_id = x.service_id
        AND (x.n_done <> 0 OR c.submitting <> x.mid
             OR c.in_flight IS DISTINCT FROM x.flies)
 )
