@@ -11,9 +11,13 @@
 -- order: it is turned off for this index (entries merged before stay so
 -- until the index is rebuilt; new ones are kept apart). The workers' fence
 -- and counters (sql/outcomes_record.sql, sql/batches_mark.sql) and the
--- enqueue's functions below read claim rows this way: a range that means
+-- loads' functions below read claim rows this way: a range that means
 -- = (an equality would let the planner drop the order), backwards, at
--- most one row.
+-- most one row. The planner takes that path once the table's statistics
+-- show more than a handful of pages; on a table of a few rows it may sort
+-- instead, which reads every version as before. The one-batch enqueue
+-- keeps its lookups by equality: a probe costs it more than it saves
+-- while no snapshot is held (bench/PERFORMANCE.md).
 ALTER INDEX queuer.service_id_claims_pkey SET (deduplicate_items = off);
 
 -- Gives the services of a load work (as 0036): creates the
@@ -88,46 +92,5 @@ BEGIN
                               WHERE c.claimant IS NOT NULL) n) p
               GROUP BY p.claimant, p.parts, CASE WHEN p.parts > 16 THEN 0 ELSE p.part END) x
        JOIN queuer.instances i ON i.instance_id = x.claimant;
-END
-$fn$;
-
--- Follows the insert of one batch its enqueue did not count (as 0036):
--- the ingest count, the claim row (created when missing, as in
--- claims_give_work above), the service given to a live worker or marked as
--- having work when free, and its claimant woken.
-CREATE OR REPLACE FUNCTION queuer.claims_follow_batch_insert() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, queuer, pg_temp AS $fn$
-DECLARE
-    ids text[];  -- the instances the service may be given to, when free
-BEGIN
-    IF NOT queuer.batch_is_work(NEW.status, NEW.retry_at) THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO queuer.service_ingest AS i (service_id, n_in) VALUES (NEW.service_id, 1)
-    ON CONFLICT (service_id) DO UPDATE SET n_in = i.n_in + 1;
-    INSERT INTO queuer.service_id_claims (service_id)
-    SELECT NEW.service_id
-     WHERE (SELECT c.ctid FROM queuer.service_id_claims c
-             WHERE c.service_id >= NEW.service_id AND c.service_id <= NEW.service_id
-             ORDER BY c.service_id DESC LIMIT 1) IS NULL
-    ON CONFLICT DO NOTHING;
-    IF (SELECT c.claimant IS NULL FROM queuer.service_id_claims c
-         WHERE c.service_id >= NEW.service_id AND c.service_id <= NEW.service_id
-         ORDER BY c.service_id DESC LIMIT 1) THEN
-        ids := queuer.claims_receivers(1);
-        UPDATE queuer.service_id_claims c
-           SET claimant = ids[1 + abs(hashtext(c.service_id)::bigint) % cardinality(ids)],
-               claim_epoch = c.claim_epoch + 1, expiry_1 = now(), expiry_2 = now()
-         WHERE c.service_id = NEW.service_id AND c.claimant IS NULL AND ids IS NOT NULL;
-        UPDATE queuer.service_id_claims c SET has_work = true, head_priority = NEW.priority
-         WHERE c.service_id = NEW.service_id AND c.claimant IS NULL AND NOT c.has_work
-           AND ids IS NULL;
-    END IF;
-    IF NEW.submitted AND NEW.status IS NULL THEN
-        UPDATE queuer.service_id_claims c SET submitting = true
-         WHERE c.service_id = NEW.service_id AND NOT c.submitting;
-    END IF;
-    PERFORM queuer.claims_wake(ARRAY[NEW.service_id]::text[]);
-    RETURN NULL;
 END
 $fn$;

@@ -64,8 +64,8 @@ WITH o AS (
     -- is, and its outcome goes in the next group. So the version locked is
     -- the one every sub-statement sees, and `cnt` writes it by its address.
     SELECT c.tid, c.service_id, c.claim_epoch, c.claimant, c.open_from, c.in_flight, c.expiry_1
-      FROM (SELECT DISTINCT o.service_id COLLATE "C" AS service_id FROM o
-             ORDER BY 1) s
+      FROM (SELECT DISTINCT o.service_id COLLATE "C" AS service_id, o.epoch FROM o
+             ORDER BY 1, 2) s
      CROSS JOIN LATERAL (
            SELECT c.ctid AS tid, c.service_id, c.claim_epoch, c.claimant, c.open_from,
                   c.in_flight,
@@ -75,7 +75,7 @@ WITH o AS (
              FROM queuer.service_id_claims c
             WHERE c.service_id >= s.service_id AND c.service_id <= s.service_id
               AND c.claimant IS NOT DISTINCT FROM $1
-              AND (c.service_id, c.claim_epoch) IN (SELECT o.service_id, o.epoch FROM o)
+              AND c.claim_epoch = s.epoch
               AND greatest(c.expiry_1,
                            (SELECT i.lease_1 FROM queuer.instances i
                              WHERE i.instance_id = $1)) > now()

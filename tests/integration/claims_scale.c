@@ -841,6 +841,71 @@ static void test_claim_row_versions_stay_on_their_page(void **state)
     assert_true(heap_only * 10 >= updated * 9);
 }
 
+/* Entries of the claim table's primary key this transaction read (index
+ * scans of either kind; an insert's check for a conflicting key is not a
+ * scan and is not counted). */
+static int64_t claim_key_reads(struct fixture *f)
+{
+    return itest_scalar(f->pg.a, "SELECT pg_stat_get_xact_tuples_returned("
+                                 "'queuer.service_id_claims_pkey'::regclass)");
+}
+
+/* Entries of the claim table's primary key that `sql` reads, in a
+ * transaction of its own on connection a. */
+static int64_t claim_key_reads_of(struct fixture *f, const char *sql)
+{
+    itest_exec(f->pg.a, "BEGIN");
+    int64_t before = claim_key_reads(f);
+    itest_exec(f->pg.a, sql);
+    int64_t read = claim_key_reads(f) - before;
+    itest_exec(f->pg.a, "COMMIT");
+    return read;
+}
+
+/* Behind a snapshot held open, S1's claim row is written 800 times: every
+ * version stays, and those that left their page each have an entry in the
+ * primary key (here: at least ten, read by a lookup by equality). The mark,
+ * the outcome with the fast path, and a load's hand-out of work to S1
+ * still read a handful of entries each: their lookups take the newest
+ * version first and stop at it (with 100,000 more claims, analysed, as the
+ * plans of a queue in use see the table). */
+static void test_claim_lookups_stop_at_the_newest_version(void **state)
+{
+    struct fixture *f = *state;
+    many_claims(f);
+    hold(f, S1, "w1");
+    itest_exec(f->pg.a, "ANALYZE queuer.service_id_claims, queuer.instances, queuer.batches");
+    itest_exec(f->pg.b, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    assert_int_equal(itest_scalar(f->pg.b, "SELECT count(*) FROM queuer.service_id_claims "
+                                           "WHERE service_id = '" S1 "'"),
+                     1);
+    for (int i = 0; i < 800; i++) /* (a transaction each: versions the snapshot could see) */
+        itest_exec(f->pg.a, "UPDATE queuer.service_id_claims SET head_priority = head_priority "
+                            "WHERE service_id = '" S1 "'");
+    assert_true(claim_key_reads_of(f, "SET LOCAL enable_seqscan = off; "
+                                      "SELECT count(*) FROM queuer.service_id_claims "
+                                      "WHERE service_id = '" S1 "'") >= 10);
+
+    itest_exec(f->pg.a, "BEGIN");
+    int64_t before = claim_key_reads(f);
+    assert_int_equal(mark(f, 0), 1);
+    int64_t marked = claim_key_reads(f) - before;
+    itest_exec(f->pg.a, "COMMIT");
+    itest_exec(f->pg.a, "BEGIN");
+    before = claim_key_reads(f);
+    assert_int_equal(record(f, 0, "Committed", "t"), 2); /* ends, ids[1] marked */
+    int64_t recorded = claim_key_reads(f) - before;
+    itest_exec(f->pg.a, "COMMIT");
+    /* what a load does for each service it gave batches */
+    int64_t given = claim_key_reads_of(f, "SELECT queuer.claims_give_work('{" S1 "}', '{0}')");
+    itest_exec(f->pg.b, "COMMIT");
+    assert_in_range(marked, 1, 4);
+    assert_in_range(recorded, 1, 4);
+    assert_in_range(given, 1, 4);
+    assert_int_equal(n_open(f, S1), 3);
+    assert_counters_exact(f);
+}
+
 /* A service whose head is parked (Delayed, retry_at = infinity) counts as
  * idle though batches wait behind it: they cannot move until an operator
  * acts, so the claim goes back without work when free services with work
@@ -1190,6 +1255,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_delete_of_final_batches_reads_no_claim_row, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_claim_row_versions_stay_on_their_page, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_claim_lookups_stop_at_the_newest_version, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_release_idle_gives_back_a_parked_head, setup,
                                         teardown),
