@@ -743,7 +743,7 @@ static void test_share_plan_stays_cheap_on_stale_statistics(void **state)
  * tests take differences inside one transaction. */
 static int64_t claims_xact_stat(struct fixture *f, const char *what)
 {
-    char sql[192];
+    char sql[256];
     snprintf(sql, sizeof(sql),
              "SELECT %s FROM pg_stat_xact_user_tables "
              "WHERE relid = 'queuer.service_id_claims'::regclass",
@@ -753,6 +753,24 @@ static int64_t claims_xact_stat(struct fixture *f, const char *what)
 
 /* Claim tuples read, by scans of either kind. */
 #define CLAIM_READS "seq_tup_read + idx_tup_fetch"
+
+/* Entries of the claim table's primary key read, by index scans of either
+ * kind (an insert's check for a conflicting key is not a scan and is not
+ * counted). */
+#define CLAIM_KEY_READS                                                                            \
+    "pg_stat_get_xact_tuples_returned('queuer.service_id_claims_pkey'::regclass)"
+
+/* The change in claims_xact_stat(f, what) that `sql` makes, run in a
+ * transaction of its own on connection a. */
+static int64_t claims_xact_stat_of(struct fixture *f, const char *what, const char *sql)
+{
+    itest_exec(f->pg.a, "BEGIN");
+    int64_t before = claims_xact_stat(f, what);
+    itest_exec(f->pg.a, sql);
+    int64_t change = claims_xact_stat(f, what) - before;
+    itest_exec(f->pg.a, "COMMIT");
+    return change;
+}
 
 /* Recording an outcome reads the claim rows of its own services, not every
  * claim: with 100,000 more claims held by eight live instances (and
@@ -799,12 +817,7 @@ static void test_delete_of_final_batches_reads_no_claim_row(void **state)
     assert_int_equal(record(f, 0, "Committed", "t"), 2); /* ends, ids[1] marked */
     char sql[512];
     snprintf(sql, sizeof(sql), "DELETE FROM queuer.batches WHERE batch_id = '%s'", f->ids[0]);
-    itest_exec(f->pg.a, "BEGIN");
-    int64_t before = claims_xact_stat(f, CLAIM_READS);
-    itest_exec(f->pg.a, sql);
-    int64_t read = claims_xact_stat(f, CLAIM_READS) - before;
-    itest_exec(f->pg.a, "COMMIT");
-    assert_int_equal(read, 0);
+    assert_int_equal(claims_xact_stat_of(f, CLAIM_READS, sql), 0);
     assert_int_equal(n_open(f, S1), 3);
     assert_counters_exact(f);
 
@@ -841,27 +854,6 @@ static void test_claim_row_versions_stay_on_their_page(void **state)
     assert_true(heap_only * 10 >= updated * 9);
 }
 
-/* Entries of the claim table's primary key this transaction read (index
- * scans of either kind; an insert's check for a conflicting key is not a
- * scan and is not counted). */
-static int64_t claim_key_reads(struct fixture *f)
-{
-    return itest_scalar(f->pg.a, "SELECT pg_stat_get_xact_tuples_returned("
-                                 "'queuer.service_id_claims_pkey'::regclass)");
-}
-
-/* Entries of the claim table's primary key that `sql` reads, in a
- * transaction of its own on connection a. */
-static int64_t claim_key_reads_of(struct fixture *f, const char *sql)
-{
-    itest_exec(f->pg.a, "BEGIN");
-    int64_t before = claim_key_reads(f);
-    itest_exec(f->pg.a, sql);
-    int64_t read = claim_key_reads(f) - before;
-    itest_exec(f->pg.a, "COMMIT");
-    return read;
-}
-
 /* Behind a snapshot held open, S1's claim row is written 800 times: every
  * version stays, and those that left their page each have an entry in the
  * primary key (here: at least ten, read by a lookup by equality). The mark,
@@ -882,22 +874,24 @@ static void test_claim_lookups_stop_at_the_newest_version(void **state)
     for (int i = 0; i < 800; i++) /* (a transaction each: versions the snapshot could see) */
         itest_exec(f->pg.a, "UPDATE queuer.service_id_claims SET head_priority = head_priority "
                             "WHERE service_id = '" S1 "'");
-    assert_true(claim_key_reads_of(f, "SET LOCAL enable_seqscan = off; "
-                                      "SELECT count(*) FROM queuer.service_id_claims "
-                                      "WHERE service_id = '" S1 "'") >= 10);
+    assert_true(claims_xact_stat_of(f, CLAIM_KEY_READS,
+                                    "SET LOCAL enable_seqscan = off; "
+                                    "SELECT count(*) FROM queuer.service_id_claims "
+                                    "WHERE service_id = '" S1 "'") >= 10);
 
     itest_exec(f->pg.a, "BEGIN");
-    int64_t before = claim_key_reads(f);
+    int64_t before = claims_xact_stat(f, CLAIM_KEY_READS);
     assert_int_equal(mark(f, 0), 1);
-    int64_t marked = claim_key_reads(f) - before;
+    int64_t marked = claims_xact_stat(f, CLAIM_KEY_READS) - before;
     itest_exec(f->pg.a, "COMMIT");
     itest_exec(f->pg.a, "BEGIN");
-    before = claim_key_reads(f);
+    before = claims_xact_stat(f, CLAIM_KEY_READS);
     assert_int_equal(record(f, 0, "Committed", "t"), 2); /* ends, ids[1] marked */
-    int64_t recorded = claim_key_reads(f) - before;
+    int64_t recorded = claims_xact_stat(f, CLAIM_KEY_READS) - before;
     itest_exec(f->pg.a, "COMMIT");
     /* what a load does for each service it gave batches */
-    int64_t given = claim_key_reads_of(f, "SELECT queuer.claims_give_work('{" S1 "}', '{0}')");
+    int64_t given = claims_xact_stat_of(f, CLAIM_KEY_READS,
+                                        "SELECT queuer.claims_give_work('{" S1 "}', '{0}')");
     itest_exec(f->pg.b, "COMMIT");
     assert_in_range(marked, 1, 4);
     assert_in_range(recorded, 1, 4);
