@@ -491,6 +491,122 @@ static void test_bulk_order_and_rows(void **state)
     free(conninfo);
 }
 
+/* Bytes of the batches heap and of its TOAST relation, as "heap toast". */
+#define BATCHES_SIZES                                                                              \
+    "SELECT pg_relation_size(c.oid) || ' ' || pg_relation_size(c.reltoastrelid) "                  \
+    "FROM pg_class c WHERE c.oid = 'queuer.batches'::regclass"
+
+static void batches_sizes(struct qw_db *db, int64_t *heap, int64_t *toast)
+{
+    struct qw_db_res *res = NULL;
+    struct qw_error e;
+    if (sql_params(db, BATCHES_SIZES, 0, NULL, &res, &e) != QW_OK)
+        fail_msg("%s", e.msg);
+    long long h = 0, t = 0;
+    assert_int_equal(sscanf(qw_db_res_get(res, 0, 0), "%lld %lld", &h, &t), 2);
+    qw_db_res_free(res);
+    *heap = h;
+    *toast = t;
+}
+
+/*
+ * A payload is stored once, out of its batch's row, whichever way the batch
+ * came in (a load, enqueue_batch(), a plain INSERT): the rows stay narrow
+ * (well under the payload's size each), the payloads take the table's
+ * TOAST, state changes write new row versions without copying them, and
+ * every payload reads back whole.
+ */
+static void test_payload_stored_out_of_line(void **state)
+{
+    enum { LOADED = 300 };
+    char *conninfo = itest_db_create("enq_out_of_line", 1);
+    struct text t = {0};
+    for (int k = 0; k < LOADED; k++) {
+        char service[32]; /* 25 batches each, under the test's high mark */
+        char loaded[129];
+        snprintf(service, sizeof service, "itest-ccccc::%04d", k % 12);
+        tsv_line(&t, service, (uint64_t)(1000 + k), loaded);
+    }
+    const char *args[] = {"--tsv", "-", NULL};
+    char *out = NULL;
+    char *err = NULL;
+    int rc = run_queuer(conninfo, NULL, args, t.s, &out, &err);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    free(out);
+    free(err);
+
+    struct qw_db *db = itest_connect(conninfo);
+    char id[129];
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    struct qw_error e;
+    sample(5000, 3, id, &payload, &len);
+    assert_int_equal(sql_enqueue(db, SVC_A, id, payload, len, NULL, 0, &e), QW_OK);
+    char id2[129];
+    uint8_t *payload2 = NULL;
+    size_t len2 = 0;
+    sample(5001, 4, id2, &payload2, &len2);
+    char *hex = malloc(2 * len2 + 3);
+    memcpy(hex, "\\x", 2);
+    qw_hex_encode(payload2, len2, hex + 2);
+    const char *params[] = {id2, SVC_B, hex};
+    struct qw_db_res *res = NULL;
+    assert_int_equal(sql_params(db,
+                                "INSERT INTO queuer.batches (batch_id, service_id, payload, "
+                                "created_at) VALUES ($1, $2, $3::bytea, now())",
+                                3, params, &res, &e),
+                     QW_OK);
+    qw_db_res_free(res);
+
+    const int64_t rows = LOADED + 2;
+    int64_t bytes = itest_scalar(db, "SELECT sum(octet_length(payload)) FROM queuer.batches");
+    assert_true(bytes > rows * 500); /* payloads of a few hundred bytes each */
+    int64_t heap = 0, toast = 0;
+    batches_sizes(db, &heap, &toast);
+    /* every payload in the TOAST relation; rows of ~250 bytes, at fill factor 80 */
+    assert_true(toast >= bytes);
+    assert_true(heap <= rows * 400 + 8192);
+
+    /* three state changes a batch: new versions, the payloads not copied */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(itest_scalar(db, "WITH u AS (UPDATE queuer.batches "
+                                          "SET attempts = attempts + 1 RETURNING 1) "
+                                          "SELECT count(*) FROM u"),
+                         rows);
+    int64_t heap2 = 0, toast2 = 0;
+    batches_sizes(db, &heap2, &toast2);
+    assert_int_equal(toast2, toast);
+    assert_true(heap2 <= heap + 3 * (rows * 400 + 8192));
+
+    /* the payloads read back whole */
+    assert_int_equal(itest_scalar(db, "SELECT sum(octet_length(payload)) FROM queuer.batches"),
+                     bytes);
+    const char *p1[] = {id2};
+    assert_int_equal(
+        sql_params(db, "SELECT payload FROM queuer.batches WHERE batch_id = $1", 1, p1, &res, &e),
+        QW_OK);
+    assert_string_equal(qw_db_res_get(res, 0, 0), hex);
+    qw_db_res_free(res);
+    char *hex1 = malloc(2 * len + 3);
+    memcpy(hex1, "\\x", 2);
+    qw_hex_encode(payload, len, hex1 + 2);
+    const char *p0[] = {id};
+    assert_int_equal(
+        sql_params(db, "SELECT payload FROM queuer.batches WHERE batch_id = $1", 1, p0, &res, &e),
+        QW_OK);
+    assert_string_equal(qw_db_res_get(res, 0, 0), hex1);
+    qw_db_res_free(res);
+
+    qw_db_close(db);
+    free(hex1);
+    free(hex);
+    free(payload2);
+    free(payload);
+    free(t.s);
+    free(conninfo);
+}
+
 /*
  * Asserts that `service`'s batches, except those at priority `skip` (0:
  * none skipped), are ids[first], ids[first + stride], ... (n of them) in
@@ -1502,6 +1618,7 @@ int main(void)
         cmocka_unit_test(test_single_happy_path),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_bulk_order_and_rows),
+        cmocka_unit_test(test_payload_stored_out_of_line),
         cmocka_unit_test(test_bulk_bad_lines),
         cmocka_unit_test(test_priorities),
         cmocka_unit_test(test_bulk_priorities),
