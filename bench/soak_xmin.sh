@@ -79,14 +79,14 @@ ledger_final() {
 }
 
 # One sample line: seconds, final so far, open, then per table live and dead
-# tuples, heap and index bytes.
+# tuples, table (heap and TOAST) and index bytes.
 sample() {
     local t=$1 enqueued=$2 open
     open=$(open_batches)
     psql -X -q -t -A -F $'\t' "$db" -c "
         SELECT $t, $enqueued - $open, $open,
                string_agg(format('%s:%s:%s:%s:%s', s.relname, s.n_live_tup, s.n_dead_tup,
-                                 pg_relation_size(s.relid), pg_indexes_size(s.relid)),
+                                 pg_table_size(s.relid), pg_indexes_size(s.relid)),
                           ' ' ORDER BY s.relname)
           FROM pg_stat_user_tables s
          WHERE s.schemaname = 'queuer'
@@ -126,7 +126,7 @@ SQL
     done
     t0=$(date +%s)
     next_sample=$((t0 + sample_s))
-    printf 't_s\tfinal\topen\ttables (name:live:dead:heap_bytes:index_bytes)\n' >"$out/$mode.tsv"
+    printf 't_s\tfinal\topen\ttables (name:live:dead:table_bytes:index_bytes)\n' >"$out/$mode.tsv"
     : >"$out/$mode.prune"
     sample 0 "$enqueued" >>"$out/$mode.tsv"
     # prune on its own schedule, beside the feeding (a slow prune must not
@@ -177,7 +177,7 @@ SQL
 report() {
     echo "run $1 ($workers workers, ${services}x$batches per round, prune every ${prune_every_s} s" \
          "of batches final ${prune_age} ago):"
-    printf '| t s | batches/s | open | batches live / dead | batches heap + indexes MB | history live / dead | history heap + indexes MB |\n'
+    printf '| t s | batches/s | open | batches live / dead | batches table + indexes MB | history live / dead | history table + indexes MB |\n'
     printf '|---|---|---|---|---|---|---|\n'
     awk -F'\t' 'NR > 1 {
         n = split($4, t, " ")

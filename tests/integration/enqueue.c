@@ -491,22 +491,12 @@ static void test_bulk_order_and_rows(void **state)
     free(conninfo);
 }
 
-/* Bytes of the batches heap and of its TOAST relation, as "heap toast". */
-#define BATCHES_SIZES                                                                              \
-    "SELECT pg_relation_size(c.oid) || ' ' || pg_relation_size(c.reltoastrelid) "                  \
-    "FROM pg_class c WHERE c.oid = 'queuer.batches'::regclass"
-
+/* Bytes of the batches heap and of its TOAST relation. */
 static void batches_sizes(struct qw_db *db, int64_t *heap, int64_t *toast)
 {
-    struct qw_db_res *res = NULL;
-    struct qw_error e;
-    if (sql_params(db, BATCHES_SIZES, 0, NULL, &res, &e) != QW_OK)
-        fail_msg("%s", e.msg);
-    long long h = 0, t = 0;
-    assert_int_equal(sscanf(qw_db_res_get(res, 0, 0), "%lld %lld", &h, &t), 2);
-    qw_db_res_free(res);
-    *heap = h;
-    *toast = t;
+    *heap = itest_scalar(db, "SELECT pg_relation_size('queuer.batches')");
+    *toast = itest_scalar(db, "SELECT pg_relation_size(reltoastrelid) FROM pg_class "
+                              "WHERE oid = 'queuer.batches'::regclass");
 }
 
 /*
