@@ -143,6 +143,20 @@ static int cli_one(const char *conninfo, const char *const *env, const char *ser
     return rc;
 }
 
+/* Loads `tsv` with `queuer enqueue --tsv -`, failing the test unless it exits 0; returns its
+ * standard output (the caller frees it). */
+static char *load_ok(const char *conninfo, const char *tsv)
+{
+    const char *args[] = {"--tsv", "-", NULL};
+    char *out = NULL;
+    char *err = NULL;
+    int rc = run_queuer(conninfo, NULL, args, tsv, &out, &err);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    free(err);
+    return out;
+}
+
 /* Runs `sql` with text parameters; returns the rc and fills `err`. */
 static int sql_params(struct qw_db *db, const char *sql, int n, const char *const *params,
                       struct qw_db_res **res, struct qw_error *err)
@@ -151,15 +165,23 @@ static int sql_params(struct qw_db *db, const char *sql, int n, const char *cons
     return qw_db_query_sql(db, sql, n, params, res, err);
 }
 
+/* `payload` as PostgreSQL's text form of a bytea ("\\x..."); the caller frees it. */
+static char *bytea_text(const uint8_t *payload, size_t len)
+{
+    char *hex = malloc(2 * len + 3);
+    if (!hex)
+        fail_msg("out of memory");
+    memcpy(hex, "\\x", 2);
+    qw_hex_encode(payload, len, hex + 2);
+    return hex;
+}
+
 /* enqueue_batch() through SQL as the connection's role. */
 static int sql_enqueue(struct qw_db *db, const char *service, const char *id,
                        const uint8_t *payload, size_t len, char *word, size_t word_len,
                        struct qw_error *err)
 {
-    char *hex = malloc(2 * len + 3);
-    hex[0] = '\\';
-    hex[1] = 'x';
-    qw_hex_encode(payload, len, hex + 2);
+    char *hex = bytea_text(payload, len);
     const char *params[] = {service, id, hex};
     struct qw_db_res *res = NULL;
     int rc = sql_params(db, "SELECT queuer.enqueue_batch($1, $2, $3::bytea)", 3, params, &res, err);
@@ -429,16 +451,10 @@ static void test_bulk_order_and_rows(void **state)
     for (int k = 0; k < 10; k++)
         for (int s = 0; s < 3; s++)
             tsv_line(&t, services[s], (uint64_t)(100 + k * 3 + s), ids[k * 3 + s]);
-    const char *args[] = {"--tsv", "-", NULL};
-    char *out = NULL;
-    char *err = NULL;
-    int rc = run_queuer(conninfo, NULL, args, t.s, &out, &err);
-    if (rc != 0)
-        fail_msg("exit %d: %s", rc, err);
+    char *out = load_ok(conninfo, t.s);
     assert_contains(
         out, "30 of 30 batch lines enqueued; 0 duplicates (already stored, no-op); 0 skipped");
     free(out);
-    free(err);
 
     struct qw_db *db = itest_connect(conninfo);
     assert_int_equal(itest_scalar(db, "SELECT count(*) FROM queuer.batches"), 30);
@@ -465,7 +481,9 @@ static void test_bulk_order_and_rows(void **state)
         qw_db_res_free(res);
     }
     /* the same load again: all duplicates, exit 0, nothing new */
-    rc = run_queuer(conninfo, NULL, args, t.s, &out, &err);
+    const char *args[] = {"--tsv", "-", NULL};
+    char *err = NULL;
+    int rc = run_queuer(conninfo, NULL, args, t.s, &out, &err);
     assert_int_equal(rc, 0);
     assert_contains(
         out, "0 of 30 batch lines enqueued; 30 duplicates (already stored, no-op); 0 skipped");
@@ -499,6 +517,19 @@ static void batches_sizes(struct qw_db *db, int64_t *heap, int64_t *toast)
                               "WHERE oid = 'queuer.batches'::regclass");
 }
 
+/* Batch `id`'s payload reads back as `hex` (bytea_text()). */
+static void assert_payload(struct qw_db *db, const char *id, const char *hex)
+{
+    const char *params[] = {id};
+    struct qw_db_res *res = NULL;
+    struct qw_error e;
+    if (sql_params(db, "SELECT payload FROM queuer.batches WHERE batch_id = $1", 1, params, &res,
+                   &e) != QW_OK)
+        fail_msg("%s", e.msg);
+    assert_string_equal(qw_db_res_get(res, 0, 0), hex);
+    qw_db_res_free(res);
+}
+
 /*
  * A payload is stored once, out of its batch's row, whichever way the batch
  * came in (a load, enqueue_batch(), a plain INSERT): the rows stay narrow
@@ -517,14 +548,7 @@ static void test_payload_stored_out_of_line(void **state)
         snprintf(service, sizeof service, "itest-ccccc::%04d", k % 12);
         tsv_line(&t, service, (uint64_t)(1000 + k), loaded);
     }
-    const char *args[] = {"--tsv", "-", NULL};
-    char *out = NULL;
-    char *err = NULL;
-    int rc = run_queuer(conninfo, NULL, args, t.s, &out, &err);
-    if (rc != 0)
-        fail_msg("exit %d: %s", rc, err);
-    free(out);
-    free(err);
+    free(load_ok(conninfo, t.s));
 
     struct qw_db *db = itest_connect(conninfo);
     char id[129];
@@ -537,9 +561,7 @@ static void test_payload_stored_out_of_line(void **state)
     uint8_t *payload2 = NULL;
     size_t len2 = 0;
     sample(5001, 4, id2, &payload2, &len2);
-    char *hex = malloc(2 * len2 + 3);
-    memcpy(hex, "\\x", 2);
-    qw_hex_encode(payload2, len2, hex + 2);
+    char *hex = bytea_text(payload2, len2);
     const char *params[] = {id2, SVC_B, hex};
     struct qw_db_res *res = NULL;
     assert_int_equal(sql_params(db,
@@ -572,21 +594,9 @@ static void test_payload_stored_out_of_line(void **state)
     /* the payloads read back whole */
     assert_int_equal(itest_scalar(db, "SELECT sum(octet_length(payload)) FROM queuer.batches"),
                      bytes);
-    const char *p1[] = {id2};
-    assert_int_equal(
-        sql_params(db, "SELECT payload FROM queuer.batches WHERE batch_id = $1", 1, p1, &res, &e),
-        QW_OK);
-    assert_string_equal(qw_db_res_get(res, 0, 0), hex);
-    qw_db_res_free(res);
-    char *hex1 = malloc(2 * len + 3);
-    memcpy(hex1, "\\x", 2);
-    qw_hex_encode(payload, len, hex1 + 2);
-    const char *p0[] = {id};
-    assert_int_equal(
-        sql_params(db, "SELECT payload FROM queuer.batches WHERE batch_id = $1", 1, p0, &res, &e),
-        QW_OK);
-    assert_string_equal(qw_db_res_get(res, 0, 0), hex1);
-    qw_db_res_free(res);
+    assert_payload(db, id2, hex);
+    char *hex1 = bytea_text(payload, len);
+    assert_payload(db, id, hex1);
 
     qw_db_close(db);
     free(hex1);
@@ -649,10 +659,7 @@ static void test_priorities(void **state)
     assert_int_equal(
         count_where(db, "SELECT priority FROM queuer.batches WHERE batch_id = $1", one), 42);
     sample(901, 1, two, &p, &n);
-    char *hex = malloc(2 * n + 3);
-    hex[0] = '\\';
-    hex[1] = 'x';
-    qw_hex_encode(p, n, hex + 2);
+    char *hex = bytea_text(p, n);
     const char *params[] = {SVC_A, two, hex, "-3"};
     struct qw_error e;
     struct qw_db_res *res = NULL;
